@@ -1,0 +1,71 @@
+// Shared test helpers: the one tolerance table, deterministic random inputs, the awkward shapes,
+// and comparisons that report the worst element.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/dtype.h"
+
+namespace fp8rt::test {
+
+// What kind of computation produced the values under comparison.
+enum class OpKind {
+  kExact,          // bit-for-bit: FP8 codes, integer results, copies
+  kElementwise,    // one output from a few inputs: GELU, residual, embedding, dequantize
+  kNormalization,  // row reductions then a map: LayerNorm, softmax
+  kLoss,           // softmax + cross-entropy: loss and dlogits
+  kOptimizer,      // AdamW update and the global gradient norm
+  kGemm,           // matrix products (compared by relative L2 norm)
+  kAttention,      // GEMMs + softmax chains (compared by relative L2 norm)
+};
+
+struct Tolerance {
+  double atol = 0;    // absolute part of |got - want| <= atol + rtol * |want|
+  double rtol = 0;    // relative part
+  double rel_l2 = 0;  // ||got - want|| / ||want|| bound, for kGemm / kAttention
+};
+
+// The table. out is the dtype of the compared output. fp8 GEMMs pass kE4M3.
+Tolerance ToleranceFor(OpKind kind, DType out);
+
+// The awkward shapes every kernel test sweeps, as (rows, cols): 217x256, 1x16, 5x4x3x160
+// (flattened to 60x160) and 4096x768.
+struct Shape2D {
+  int64_t rows, cols;
+  std::string name;
+};
+const std::vector<Shape2D>& AwkwardShapes();
+
+// Uniform in [lo, hi), fixed by seed.
+std::vector<float> RandomUniform(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f);
+// Normal(mean, stddev), fixed by seed.
+std::vector<float> RandomNormal(size_t n, uint64_t seed, float mean = 0.f, float stddev = 1.f);
+
+template <typename T>
+std::vector<T> CastVector(const std::vector<float>& v) {
+  std::vector<T> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = T(v[i]);
+  return out;
+}
+template <typename T>
+std::vector<float> ToFloatVector(const std::vector<T>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = ToFloat(v[i]);
+  return out;
+}
+
+// Element-wise |got - want| <= atol + rtol*|want|; NaN matches only NaN. On failure names the
+// worst element and how many failed.
+::testing::AssertionResult AllClose(const std::vector<float>& got, const std::vector<float>& want,
+                                    Tolerance tol, const std::string& what);
+// ||got - want||_2 / ||want||_2 <= tol.rel_l2 (and no NaN in got unless in want).
+::testing::AssertionResult RelL2Close(const std::vector<float>& got,
+                                      const std::vector<float>& want, Tolerance tol,
+                                      const std::string& what);
+double RelL2(const std::vector<float>& got, const std::vector<float>& want);
+
+}  // namespace fp8rt::test
