@@ -1,0 +1,79 @@
+// fp8train's run configuration: one YAML file per run, every key documented in
+// configs/README.md, unknown keys refused by name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace fp8rt {
+
+enum class Precision { kFp8, kBf16, kFp32 };
+const char* PrecisionName(Precision p);
+Result<Precision> ParsePrecision(const std::string& s);
+
+struct ModelConfig {
+  int n_layer = 2;        // L. Default: 2
+  int n_embd = 64;        // C. Default: 64
+  int n_head = 4;         // NH; C must be a multiple of it. Default: 4
+  int block_size = 64;    // maximum sequence length (positions in wpe). Default: 64
+  int vocab_size = 256;   // V; padded to a multiple of 128 for the LM head. Default: 256 (bytes)
+  int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
+  // Parameter count N (tied LM head counted once), as used by the MFU formula 6N + 12LCT.
+  int64_t num_params() const;
+};
+
+struct DataConfig {
+  std::string train_path;          // text file or token shard(s). Default: "" (required)
+  std::string val_path;            // optional. Default: ""
+  std::string format = "text";     // "text" (UTF-8, byte tokenizer) or "tokens" (llm.c shard). Default: text
+};
+
+struct Fp8Config {
+  int history_len = 16;            // amax history length, 1..1024. Default: 16
+  std::string amax_algo = "max";   // "max" or "most_recent". Default: max
+  int margin = 0;                  // scale = fp8_max / amax / 2^margin. Default: 0
+  std::string recipe = "hybrid";   // "hybrid" (E4M3 fwd, E5M2 bwd) or "e4m3". Default: hybrid
+  int telemetry_every = 100;       // per-tensor amax/scale/saturation report period; 0 = off. Default: 100
+  // Per layer kind: true runs its GEMMs in FP8. Defaults: linears in FP8, LM head in BF16.
+  bool qkv = true;                 // Default: true
+  bool attn_proj = true;           // Default: true
+  bool fc = true;                  // Default: true
+  bool fc_proj = true;             // Default: true
+  bool lm_head = false;            // Default: false
+};
+
+struct TrainConfig {
+  int batch_size = 4;              // B (micro-batch). Default: 4
+  int seq_len = 64;                // T <= block_size. Default: 64
+  int grad_accum = 1;              // micro-batches per optimizer step. Default: 1
+  int total_steps = 200;           // length of the LR schedule. Default: 200
+  float lr = 1e-3f;                // peak learning rate. Default: 1e-3
+  float min_lr = 1e-4f;            // floor of the cosine decay. Default: 1e-4
+  int warmup_steps = 10;           // linear warmup. Default: 10
+  float weight_decay = 0.1f;       // AdamW, 2-D weights only. Default: 0.1
+  float beta1 = 0.9f;              // Default: 0.9
+  float beta2 = 0.95f;             // Default: 0.95
+  float eps = 1e-8f;               // Default: 1e-8
+  float grad_clip = 1.0f;          // global-norm clipping; <= 0 disables. Default: 1.0
+  uint64_t seed = 1337;            // init and data sampling. Default: 1337
+  int checkpoint_every = 0;        // steps between checkpoints; 0: only at exit. Default: 0
+  int log_every = 1;               // metrics line period. Default: 1
+};
+
+struct RunConfig {
+  std::string name = "run";        // Default: run
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  Precision precision = Precision::kFp8;  // Default: fp8
+  Fp8Config fp8;
+  Status Validate() const;
+};
+
+// Parses YAML text. Errors name the key path ("train.batch_size"), the value and what is allowed.
+Result<RunConfig> ParseRunConfig(const std::string& yaml_text);
+Result<RunConfig> LoadRunConfig(const std::string& path);
+
+}  // namespace fp8rt

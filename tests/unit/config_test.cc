@@ -1,0 +1,61 @@
+// RunConfig parsing: defaults, every error names the key and what is allowed.
+#include <gtest/gtest.h>
+
+#include "runtime/config.h"
+
+namespace fp8rt {
+namespace {
+
+TEST(RunConfig, MinimalConfigGetsDefaults) {
+  auto r = ParseRunConfig("data:\n  train: corpus.txt\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->model.n_layer, 2);
+  EXPECT_EQ(r->precision, Precision::kFp8);
+  EXPECT_EQ(r->fp8.history_len, 16);
+  EXPECT_EQ(r->model.padded_vocab(), 256);
+}
+
+TEST(RunConfig, ParsesNestedKeys) {
+  auto r = ParseRunConfig(R"(
+name: t
+precision: bf16
+model: {n_layer: 3, n_embd: 96, n_head: 6, block_size: 32, vocab_size: 50257}
+data: {train: a.bin, format: tokens}
+train: {batch_size: 2, seq_len: 16, grad_accum: 4, lr: 0.002}
+fp8: {history_len: 1024, amax_algo: most_recent, margin: 1, layers: {lm_head: true}}
+)");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->precision, Precision::kBf16);
+  EXPECT_EQ(r->model.padded_vocab(), 50304);
+  EXPECT_EQ(r->train.grad_accum, 4);
+  EXPECT_FLOAT_EQ(r->train.lr, 0.002f);
+  EXPECT_EQ(r->fp8.amax_algo, "most_recent");
+  EXPECT_TRUE(r->fp8.lm_head);
+}
+
+void ExpectError(const std::string& yaml, const std::string& needle) {
+  auto r = ParseRunConfig(yaml);
+  ASSERT_FALSE(r.ok()) << "accepted: " << yaml;
+  EXPECT_NE(r.status().message().find(needle), std::string::npos)
+      << "message '" << r.status().message() << "' does not mention '" << needle << "'";
+}
+
+TEST(RunConfig, RefusesUnknownKeysByName) {
+  ExpectError("data: {train: a}\ntrain: {batch_sise: 4}\n", "train.batch_sise");
+  ExpectError("data: {train: a}\nfp8: {layers: {mlp: true}}\n", "fp8.layers.mlp");
+  ExpectError("bogus: 1\n", "'bogus'");
+}
+
+TEST(RunConfig, RefusesBadValuesNamingField) {
+  ExpectError("data: {train: a}\ntrain: {batch_size: four}\n", "train.batch_size");
+  ExpectError("data: {train: a}\nfp8: {history_len: 2000}\n", "fp8.history_len = 2000");
+  ExpectError("data: {train: a}\nfp8: {amax_algo: mean}\n", "fp8.amax_algo");
+  ExpectError("data: {train: a}\nmodel: {n_embd: 100, n_head: 3}\n", "multiple of model.n_head");
+  ExpectError("data: {train: a}\nprecision: fp16\n", "fp16");
+  ExpectError("train: {batch_size: 1}\n", "data.train is required");
+  ExpectError("data: {train: a}\ntrain: {seq_len: 65}\n", "train.seq_len = 65");
+  ExpectError("model: [1, 2\n", "not valid YAML");
+}
+
+}  // namespace
+}  // namespace fp8rt
