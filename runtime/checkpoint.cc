@@ -1,0 +1,205 @@
+// Atomic, checksummed checkpoint directories.
+#include "runtime/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iterator>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/crc32c.h"
+
+namespace fs = std::filesystem;
+
+namespace fp8rt {
+namespace {
+
+constexpr int kFormatVersion = 1;
+
+Status FsyncPath(const std::string& path, bool directory) {
+  int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) return Status::IOError(StrCat("open for fsync '", path, "' failed"));
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return Status::IOError(StrCat("fsync '", path, "' failed"));
+  return Status::Ok();
+}
+
+Status WriteFileSynced(const std::string& path, const void* bytes, size_t n) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return Status::IOError(StrCat("cannot create '", path, "'"));
+  const auto* p = static_cast<const uint8_t*>(bytes);
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = ::write(fd, p + done, n - done);
+    if (w <= 0) {
+      ::close(fd);
+      return Status::IOError(StrCat("short write to '", path, "'"));
+    }
+    done += static_cast<size_t>(w);
+  }
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return Status::IOError(StrCat("fsync '", path, "' failed"));
+  return Status::Ok();
+}
+
+Result<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound(StrCat("missing file '", path, "'"));
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string Hex32(uint32_t v) {
+  std::ostringstream os;
+  os << std::hex << std::setw(8) << std::setfill('0') << v;
+  return os.str();
+}
+
+}  // namespace
+
+const CheckpointBlob* Checkpoint::Find(const std::string& name) const {
+  for (const auto& b : blobs) {
+    if (b.name == name) return &b;
+  }
+  return nullptr;
+}
+
+std::string CheckpointStepDir(const std::string& dir, int64_t step) {
+  std::ostringstream os;
+  os << "step_" << std::setw(8) << std::setfill('0') << step;
+  return (fs::path(dir) / os.str()).string();
+}
+
+Status WriteFileAtomic(const std::string& path, const void* bytes, size_t n) {
+  const std::string tmp = path + ".tmp";
+  FP8RT_RETURN_IF_ERROR(WriteFileSynced(tmp, bytes, n));
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return Status::IOError(StrCat("rename '", tmp, "' -> '", path, "': ", ec.message()));
+  return FsyncPath(fs::path(path).parent_path().string(), true);
+}
+
+Status CheckpointWriter::Write(const Checkpoint& ckpt) const {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) return Status::IOError(StrCat("cannot create checkpoint dir '", dir_, "': ", ec.message()));
+  const std::string final_dir = CheckpointStepDir(dir_, ckpt.step);
+  const std::string staging = final_dir + ".staging";
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging, ec);
+  if (ec) return Status::IOError(StrCat("cannot create '", staging, "': ", ec.message()));
+
+  nlohmann::json manifest;
+  manifest["format_version"] = kFormatVersion;
+  manifest["step"] = ckpt.step;
+  manifest["fingerprint"] = ckpt.fingerprint;
+  manifest["state"] = ckpt.state;
+  manifest["files"] = nlohmann::json::object();
+  for (const auto& b : ckpt.blobs) {
+    FP8RT_RETURN_IF_ERROR(
+        WriteFileSynced((fs::path(staging) / b.name).string(), b.bytes.data(), b.bytes.size()));
+    manifest["files"][b.name] = {{"bytes", b.bytes.size()},
+                                 {"crc32c", Hex32(Crc32c(b.bytes.data(), b.bytes.size()))}};
+  }
+  const std::string mtext = manifest.dump(2);
+  FP8RT_RETURN_IF_ERROR(
+      WriteFileSynced((fs::path(staging) / "manifest.json").string(), mtext.data(), mtext.size()));
+  FP8RT_RETURN_IF_ERROR(FsyncPath(staging, true));
+  // A checkpoint of the same step from an earlier (interrupted) run is replaced only now, after
+  // the new one is complete on disk.
+  if (fs::exists(final_dir)) {
+    const std::string old = final_dir + ".old";
+    fs::remove_all(old, ec);
+    fs::rename(final_dir, old, ec);
+    if (ec) return Status::IOError(StrCat("cannot move aside '", final_dir, "': ", ec.message()));
+    fs::rename(staging, final_dir, ec);
+    fs::remove_all(old);
+  } else {
+    fs::rename(staging, final_dir, ec);
+  }
+  if (ec) return Status::IOError(StrCat("rename '", staging, "': ", ec.message()));
+  FP8RT_RETURN_IF_ERROR(FsyncPath(dir_, true));
+  const std::string latest = fs::path(final_dir).filename().string() + "\n";
+  return WriteFileAtomic((fs::path(dir_) / "LATEST").string(), latest.data(), latest.size());
+}
+
+Result<int64_t> LatestCheckpointStep(const std::string& dir) {
+  auto text = ReadWholeFile((fs::path(dir) / "LATEST").string());
+  if (!text.ok()) return Status::NotFound(StrCat("no checkpoint in '", dir, "' (no LATEST file)"));
+  std::string name = *text;
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  if (name.rfind("step_", 0) != 0) {
+    return Status::Corruption(StrCat("'", dir, "/LATEST' holds '", name, "', not step_NNNNNNNN"));
+  }
+  try {
+    return static_cast<int64_t>(std::stoll(name.substr(5)));
+  } catch (...) {
+    return Status::Corruption(StrCat("'", dir, "/LATEST' holds '", name, "', not step_NNNNNNNN"));
+  }
+}
+
+Result<Checkpoint> ReadCheckpoint(const std::string& dir, int64_t step,
+                                  const std::map<std::string, std::string>& expected) {
+  if (step < 0) {
+    FP8RT_ASSIGN_OR_RETURN(step, LatestCheckpointStep(dir));
+  }
+  const std::string sdir = CheckpointStepDir(dir, step);
+  auto mtext = ReadWholeFile((fs::path(sdir) / "manifest.json").string());
+  if (!mtext.ok()) {
+    return Status::NotFound(StrCat("checkpoint '", sdir, "' has no manifest.json (incomplete?)"));
+  }
+  nlohmann::json m;
+  try {
+    m = nlohmann::json::parse(*mtext);
+  } catch (const std::exception& e) {
+    return Status::Corruption(StrCat("'", sdir, "/manifest.json' is not valid JSON: ", e.what()));
+  }
+  Checkpoint ck;
+  try {
+    if (m.at("format_version").get<int>() != kFormatVersion) {
+      return Status::Corruption(StrCat("'", sdir, "': checkpoint format version ",
+                                       m.at("format_version").get<int>(), ", this build reads ",
+                                       kFormatVersion));
+    }
+    ck.step = m.at("step").get<int64_t>();
+    ck.fingerprint = m.at("fingerprint").get<std::map<std::string, std::string>>();
+    ck.state = m.at("state").get<std::map<std::string, std::string>>();
+    for (const auto& [k, v] : expected) {
+      auto it = ck.fingerprint.find(k);
+      if (it != ck.fingerprint.end() && it->second != v) {
+        return Status::FailedPrecondition(
+            StrCat("checkpoint '", sdir, "' does not match this run: ", k, " is ", it->second,
+                   " in the checkpoint but ", v, " here"));
+      }
+    }
+    for (const auto& [name, info] : m.at("files").items()) {
+      const std::string path = (fs::path(sdir) / name).string();
+      auto bytes = ReadWholeFile(path);
+      if (!bytes.ok()) return Status::Corruption(StrCat("checkpoint file '", path, "' is missing"));
+      const size_t want = info.at("bytes").get<size_t>();
+      if (bytes->size() != want) {
+        return Status::Corruption(StrCat("checkpoint file '", path, "' is ", bytes->size(),
+                                         " bytes, manifest says ", want, " (truncated?)"));
+      }
+      const std::string crc = Hex32(Crc32c(bytes->data(), bytes->size()));
+      if (crc != info.at("crc32c").get<std::string>()) {
+        return Status::Corruption(StrCat("checkpoint file '", path, "' fails its checksum (crc32c ",
+                                         crc, ", manifest ", info.at("crc32c").get<std::string>(),
+                                         ")"));
+      }
+      ck.blobs.push_back({name, std::vector<uint8_t>(bytes->begin(), bytes->end())});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Corruption(StrCat("'", sdir, "/manifest.json' is malformed: ", e.what()));
+  }
+  return ck;
+}
+
+}  // namespace fp8rt

@@ -1,0 +1,52 @@
+// Checkpoint files: each checkpoint is a directory step_NNNNNNNN/ of binary blobs plus a
+// manifest (sizes, CRC-32C, the model/recipe fingerprint), written to a staging directory,
+// fsynced, then renamed into place; LATEST names the newest. A missing, truncated, corrupted or
+// mismatched checkpoint is refused with the reason and nothing is overwritten.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace fp8rt {
+
+struct CheckpointBlob {
+  std::string name;           // file name inside the checkpoint directory
+  std::vector<uint8_t> bytes;
+};
+
+struct Checkpoint {
+  int64_t step = 0;
+  // What must match on resume (model shape, precision recipe), as key -> value strings.
+  std::map<std::string, std::string> fingerprint;
+  // Small scalar state (RNG, data cursor, scheduler), as key -> value strings.
+  std::map<std::string, std::string> state;
+  std::vector<CheckpointBlob> blobs;
+  const CheckpointBlob* Find(const std::string& name) const;
+};
+
+class CheckpointWriter {
+ public:
+  explicit CheckpointWriter(std::string dir) : dir_(std::move(dir)) {}
+  // Writes step_<step>/ atomically and points LATEST at it.
+  Status Write(const Checkpoint& ckpt) const;
+
+ private:
+  std::string dir_;
+};
+
+// Reads the checkpoint LATEST points at (or `step` when >= 0), verifying every blob's size and
+// checksum, and that `expected_fingerprint` matches (keys present in both must be equal).
+Result<Checkpoint> ReadCheckpoint(const std::string& dir, int64_t step,
+                                  const std::map<std::string, std::string>& expected_fingerprint);
+// Step LATEST points at, or NotFound.
+Result<int64_t> LatestCheckpointStep(const std::string& dir);
+std::string CheckpointStepDir(const std::string& dir, int64_t step);
+
+// Writes `bytes` to `path` through path.tmp + fsync + rename (+ fsync of the directory).
+Status WriteFileAtomic(const std::string& path, const void* bytes, size_t n);
+
+}  // namespace fp8rt

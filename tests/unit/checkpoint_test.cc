@@ -1,0 +1,156 @@
+// Checkpoint directories and the RocksDB scale store, on a real file system and a real RocksDB.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "runtime/checkpoint.h"
+#include "runtime/scale_store.h"
+
+namespace fp8rt {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() /
+            ("fp8rt_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string str() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+  static inline int counter_ = 0;
+};
+
+Checkpoint Sample(int64_t step) {
+  Checkpoint c;
+  c.step = step;
+  c.fingerprint = {{"model.n_layer", "2"}, {"fp8.recipe", "hybrid"}};
+  c.state = {{"rng", "12345"}, {"data.epoch", "0"}};
+  c.blobs.push_back({"params.bin", std::vector<uint8_t>(1000, 7)});
+  c.blobs.push_back({"adam_m.bin", std::vector<uint8_t>{1, 2, 3}});
+  return c;
+}
+
+TEST(Checkpoint, WriteReadRoundTripAndLatest) {
+  TempDir d;
+  CheckpointWriter w(d.str());
+  ASSERT_TRUE(w.Write(Sample(10)).ok());
+  ASSERT_TRUE(w.Write(Sample(20)).ok());
+  auto latest = LatestCheckpointStep(d.str());
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, 20);
+  auto r = ReadCheckpoint(d.str(), -1, {{"model.n_layer", "2"}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->step, 20);
+  EXPECT_EQ(r->state.at("rng"), "12345");
+  ASSERT_NE(r->Find("params.bin"), nullptr);
+  EXPECT_EQ(r->Find("params.bin")->bytes.size(), 1000u);
+  auto old = ReadCheckpoint(d.str(), 10, {});
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->step, 10);
+  // No staging leftovers.
+  for (const auto& e : fs::directory_iterator(d.str())) {
+    EXPECT_EQ(e.path().string().find("staging"), std::string::npos) << e.path();
+  }
+}
+
+TEST(Checkpoint, RefusesMissingTruncatedCorruptedAndMismatched) {
+  TempDir d;
+  ASSERT_TRUE(CheckpointWriter(d.str()).Write(Sample(5)).ok());
+  const std::string params = CheckpointStepDir(d.str(), 5) + "/params.bin";
+
+  auto mismatch = ReadCheckpoint(d.str(), -1, {{"model.n_layer", "12"}});
+  ASSERT_FALSE(mismatch.ok());
+  EXPECT_NE(mismatch.status().message().find("model.n_layer is 2"), std::string::npos)
+      << mismatch.status().message();
+
+  {  // flip one byte
+    std::fstream f(params, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(500);
+    f.put(8);
+  }
+  auto corrupt = ReadCheckpoint(d.str(), -1, {});
+  ASSERT_FALSE(corrupt.ok());
+  EXPECT_NE(corrupt.status().message().find("checksum"), std::string::npos);
+
+  fs::resize_file(params, 999);
+  auto truncated = ReadCheckpoint(d.str(), -1, {});
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_NE(truncated.status().message().find("truncated"), std::string::npos);
+
+  fs::remove(params);
+  EXPECT_FALSE(ReadCheckpoint(d.str(), -1, {}).ok());
+  EXPECT_FALSE(ReadCheckpoint(d.str(), 99, {}).ok());
+
+  TempDir empty;
+  auto none = ReadCheckpoint(empty.str(), -1, {});
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
+}
+
+TEST(Checkpoint, IncompleteStagingIsIgnoredAndOldCheckpointSurvives) {
+  TempDir d;
+  ASSERT_TRUE(CheckpointWriter(d.str()).Write(Sample(5)).ok());
+  // A crash mid-write leaves a staging dir; LATEST still names the complete checkpoint.
+  fs::create_directories(CheckpointStepDir(d.str(), 6) + ".staging");
+  std::ofstream(CheckpointStepDir(d.str(), 6) + ".staging/params.bin") << "partial";
+  auto r = ReadCheckpoint(d.str(), -1, {});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->step, 5);
+}
+
+TEST(ScaleStore, PutGetStepsAndReopen) {
+  TempDir d;
+  const std::string path = d.str() + "/scales";
+  std::vector<TensorScaleRecord> recs(2);
+  recs[0].name = "h0.fc.weight";
+  recs[0].scale = 3.5f;
+  recs[0].scale_inv = 1 / 3.5f;
+  recs[0].pos = 2;
+  recs[0].amax_history = {1.f, 2.f, 0.5f};
+  recs[1].name = "h0.fc.grad_output";
+  recs[1].format = Fp8Format::kE5M2;
+  recs[1].amax_history = std::vector<float>(1024, 0.25f);
+  {
+    auto s = ScaleStore::Open(path, true);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_TRUE((*s)->Put(10, recs).ok());
+    recs[0].scale = 4.f;
+    ASSERT_TRUE((*s)->Put(20, recs).ok());
+  }
+  auto s = ScaleStore::Open(path, false);
+  ASSERT_TRUE(s.ok());
+  auto steps = (*s)->Steps();
+  ASSERT_TRUE(steps.ok());
+  EXPECT_EQ(*steps, (std::vector<int64_t>{10, 20}));
+  auto at10 = (*s)->Get(10);
+  ASSERT_TRUE(at10.ok());
+  ASSERT_EQ(at10->size(), 2u);
+  // Name order: grad_output < weight.
+  EXPECT_EQ((*at10)[1].name, "h0.fc.weight");
+  EXPECT_EQ((*at10)[1].scale, 3.5f);
+  EXPECT_EQ((*at10)[1].pos, 2);
+  EXPECT_EQ((*at10)[1].amax_history, (std::vector<float>{1.f, 2.f, 0.5f}));
+  EXPECT_EQ((*at10)[0].format, Fp8Format::kE5M2);
+  EXPECT_EQ((*at10)[0].amax_history.size(), 1024u);
+  EXPECT_EQ((*(*s)->Get(20))[1].scale, 4.f);
+  EXPECT_EQ((*s)->Get(15).status().code(), StatusCode::kNotFound);
+  EXPECT_NE(FormatScaleRecords(10, *at10).find("h0.fc.weight"), std::string::npos);
+}
+
+TEST(ScaleStore, MissingStoreIsRefused) {
+  TempDir d;
+  EXPECT_FALSE(ScaleStore::Open(d.str() + "/nope", false).ok());
+}
+
+}  // namespace
+}  // namespace fp8rt
