@@ -33,7 +33,7 @@
     cublasStatus_t fp8rt_st_ = (expr);                                                  \
     if (fp8rt_st_ != CUBLAS_STATUS_SUCCESS)                                             \
       return ::fp8rt::Status::Internal(::fp8rt::StrCat(__FILE__, ":", __LINE__, ": ", #expr, \
-                                                       ": ", cublasGetStatusString(fp8rt_st_))); \
+                                                       ": ", cublasLtGetStatusString(fp8rt_st_))); \
   } while (0)
 
 #define FP8RT_CUDA_CHECK(expr)                                                          \

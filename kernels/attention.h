@@ -1,0 +1,88 @@
+// Causal multi-head self-attention on the fused QKV activation: a CPU reference and a CUDA version
+// built from batched cuBLASLt GEMMs plus masked-softmax kernels (a flash-style kernel comes later).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+
+#include "common/status.h"
+#include "kernels/dtype.h"
+#include "kernels/gemm.h"
+#include "kernels/stream.h"
+
+namespace fp8rt {
+
+// qkv (B, T, 3, NH, HS) = (B*T, 3C) as the QKV linear layer writes it (q, k, v each C = NH*HS
+// wide, heads contiguous within each); out (B, T, NH, HS) = (B*T, C); att (B, NH, T, T) the softmax
+// probabilities, saved for the backward (zero above the diagonal). Scores are scaled by
+// 1/sqrt(HS).
+struct AttentionShape {
+  int64_t B = 0, T = 0, NH = 0, HS = 0;
+  int64_t C() const { return NH * HS; }
+};
+
+// InvalidArgument unless every dimension is >= 1.
+Status ValidateAttention(const AttentionShape& s);
+
+// Byte offsets of the pieces of the attention scratch buffer, each 256-byte aligned. One
+// definition so AttentionScratchBytes and the CUDA code cannot disagree.
+struct AttentionScratchLayout {
+  size_t q, k, v, y, dq, dk, dv;  // (B, NH, T, HS) each, element type t
+  size_t scores;                  // (B, NH, T, T) fp32
+  size_t dpre;                    // (B, NH, T, T) element type t
+  size_t total;
+};
+inline AttentionScratchLayout AttentionScratchPlan(const AttentionShape& s, DType t) {
+  const size_t es = t == DType::kBFloat16 ? 2 : 4;
+  const size_t heads = static_cast<size_t>(s.B * s.NH * s.T * s.HS) * es;
+  const size_t scores = static_cast<size_t>(s.B * s.NH * s.T * s.T);
+  auto round_up = [](size_t n) { return (n + 255) / 256 * 256; };
+  AttentionScratchLayout l{};
+  size_t off = 0;
+  for (size_t* p : {&l.q, &l.k, &l.v, &l.y, &l.dq, &l.dk, &l.dv}) {
+    *p = off;
+    off += round_up(heads);
+  }
+  l.scores = off;
+  off += round_up(scores * 4);
+  l.dpre = off;
+  off += round_up(scores * es);
+  l.total = off;
+  return l;
+}
+
+// Device scratch the CUDA forward and backward need (the same buffer serves both; nothing in it
+// survives from forward to backward): permuted q, k, v, the head-major output or its gradient,
+// dq, dk, dv, FP32 scores (B, NH, T, T) and the softmax gradient (B, NH, T, T) in `t`.
+size_t AttentionScratchBytes(const AttentionShape& s, DType t);
+
+namespace cpu {
+// T in {float, bf16, double}. Accumulates in double; rounds to T where the CUDA version stores T
+// (att, the softmax gradient, the outputs), so that the two agree closely in bf16.
+template <typename T>
+Status AttentionForward(T* out, T* att, const T* qkv, const AttentionShape& s);
+// dqkv (B, T, 3C) is overwritten. Reads the forward's qkv and att.
+template <typename T>
+Status AttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* att,
+                         const AttentionShape& s);
+}  // namespace cpu
+
+#if FP8RT_WITH_CUDA
+namespace cuda {
+// T in {float, bf16}: the GEMMs run as FP32 x FP32 or BF16 x BF16 with FP32 accumulation. The
+// scores and their gradient stay FP32 until the softmax (backward) has used them. Deterministic.
+// `scratch` holds at least AttentionScratchBytes(s, DTypeOf<T>()) bytes (256-byte aligned, as
+// cudaMalloc gives, for the fastest GEMM kernels).
+template <typename T>
+Status AttentionForward(GemmRunner& gemm, T* out, T* att, const T* qkv, void* scratch,
+                        size_t scratch_bytes, const AttentionShape& s, cudaStream_t stream);
+// dqkv (B, T, 3C) is overwritten; qkv and att are the forward's.
+template <typename T>
+Status AttentionBackward(GemmRunner& gemm, T* dqkv, const T* dout, const T* qkv, const T* att,
+                         void* scratch, size_t scratch_bytes, const AttentionShape& s,
+                         cudaStream_t stream);
+}  // namespace cuda
+#endif
+
+}  // namespace fp8rt
