@@ -1,0 +1,129 @@
+// Reference quantize/dequantize/amax: plain loops with the scalar FP8 conversion of fp8.h, the
+// oracle the CUDA kernels must match bit for bit.
+#include "kernels/quantize.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/scaling.h"
+
+namespace fp8rt {
+
+Status ValidateFp8Tensor(const char* op, const Fp8Tensor& t) {
+  if (t.rows < 0 || t.cols < 0) {
+    return Status::InvalidArgument(StrCat(op, ": shape (", t.rows, ", ", t.cols,
+                                          ") has a negative dimension; rows, cols must be >= 0"));
+  }
+  if (t.scale == nullptr || t.scale_inv == nullptr) {
+    return Status::InvalidArgument(StrCat(op, ": scale and scale_inv must not be null"));
+  }
+  if (t.numel() > 0 && t.data == nullptr) {
+    return Status::InvalidArgument(
+        StrCat(op, ": data is null for a (", t.rows, ", ", t.cols, ") tensor"));
+  }
+  if (t.scale == t.scale_inv) {
+    return Status::InvalidArgument(StrCat(op, ": scale_inv must not alias scale"));
+  }
+  if (t.data_t != nullptr && t.data_t == t.data) {
+    return Status::InvalidArgument(StrCat(op, ": data_t must not alias data"));
+  }
+  return Status::Ok();
+}
+
+namespace cpu {
+namespace {
+
+// double inputs (finite-difference checks) are narrowed to fp32 first, like the casts' loads.
+float AsFloat(float x) { return x; }
+float AsFloat(bf16 x) { return ToFloat(x); }
+float AsFloat(double x) { return static_cast<float>(x); }
+
+// |x| as the signed int of its bit pattern: ordered like the values for every non-NaN, above
+// +inf for NaN. The GPU reduces exactly these ints with atomicMax.
+int32_t AbsBits(float x) { return static_cast<int32_t>(FloatBits(x) & 0x7fffffffu); }
+
+void AccumulateAmax(float* amax, int32_t bits) {
+  const int32_t cur = static_cast<int32_t>(FloatBits(*amax));
+  *amax = BitsFloat(static_cast<uint32_t>(std::max(cur, bits)));
+}
+
+}  // namespace
+
+template <typename T>
+Status Quantize(const T* in, const Fp8Tensor& out, uint64_t* saturated) {
+  FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor("Quantize", out));
+  const int64_t rows = out.rows, cols = out.cols;
+  if (out.numel() > 0 && in == nullptr) return Status::InvalidArgument("Quantize: in is null");
+  const float scale = *out.scale;
+  const float fp8_max = Fp8MaxFinite(out.format);
+  int32_t amax_bits = 0;
+  uint64_t sat = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float x = AsFloat(in[r * cols + c]);
+      const float y = x * scale;
+      const uint8_t q = Fp8Encode(y, out.format);
+      out.data[r * cols + c] = q;
+      if (out.data_t != nullptr) out.data_t[c * rows + r] = q;
+      amax_bits = std::max(amax_bits, AbsBits(x));
+      sat += std::fabs(y) > fp8_max ? 1 : 0;
+    }
+  }
+  if (out.amax != nullptr && out.numel() > 0) AccumulateAmax(out.amax, amax_bits);
+  if (saturated != nullptr) *saturated += sat;
+  *out.scale_inv = ScaleInv(scale);
+  return Status::Ok();
+}
+
+template <typename T>
+Status Dequantize(const Fp8Tensor& in, T* out) {
+  FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor("Dequantize", in));
+  if (in.numel() > 0 && out == nullptr) return Status::InvalidArgument("Dequantize: out is null");
+  const float* table = Fp8DecodeTable(in.format);
+  const float scale_inv = *in.scale_inv;
+  for (int64_t i = 0; i < in.numel(); ++i) out[i] = T(table[in.data[i]] * scale_inv);
+  return Status::Ok();
+}
+
+template <typename T>
+Status ComputeAmax(const T* in, int64_t n, float* amax) {
+  if (n < 0) return Status::InvalidArgument(StrCat("ComputeAmax: n=", n, " must be >= 0"));
+  if (amax == nullptr) return Status::InvalidArgument("ComputeAmax: amax is null");
+  if (n > 0 && in == nullptr) return Status::InvalidArgument("ComputeAmax: in is null");
+  if (n == 0) return Status::Ok();
+  int32_t bits = 0;
+  for (int64_t i = 0; i < n; ++i) bits = std::max(bits, AbsBits(AsFloat(in[i])));
+  AccumulateAmax(amax, bits);
+  return Status::Ok();
+}
+
+template <typename T>
+Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin, uint64_t* saturated) {
+  FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor("QuantizeCurrentScaling", out));
+  if (out.amax == nullptr) {
+    return Status::InvalidArgument("QuantizeCurrentScaling: amax is null (it receives the amax)");
+  }
+  if (margin < 0 || margin > 32) {
+    return Status::InvalidArgument(
+        StrCat("QuantizeCurrentScaling: margin=", margin, " is outside 0..32"));
+  }
+  *out.amax = 0.0f;
+  FP8RT_RETURN_IF_ERROR(ComputeAmax(in, out.numel(), out.amax));
+  *out.scale = ComputeScale(*out.amax, *out.scale, Fp8MaxFinite(out.format), margin);
+  Fp8Tensor no_amax = out;  // the amax is already complete
+  no_amax.amax = nullptr;
+  return Quantize(in, no_amax, saturated);
+}
+
+#define FP8RT_INSTANTIATE(T)                                          \
+  template Status Quantize<T>(const T*, const Fp8Tensor&, uint64_t*); \
+  template Status Dequantize<T>(const Fp8Tensor&, T*);                \
+  template Status ComputeAmax<T>(const T*, int64_t, float*);          \
+  template Status QuantizeCurrentScaling<T>(const T*, const Fp8Tensor&, int, uint64_t*);
+FP8RT_INSTANTIATE(float)
+FP8RT_INSTANTIATE(bf16)
+FP8RT_INSTANTIATE(double)
+#undef FP8RT_INSTANTIATE
+
+}  // namespace cpu
+}  // namespace fp8rt

@@ -1,0 +1,68 @@
+// Casts between high precision (float, bf16) and FP8: quantize with fused amax, saturation count
+// and transposed copy; dequantize; amax alone; and current scaling (amax -> scale -> quantize).
+#pragma once
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "kernels/dtype.h"
+#include "kernels/fp8.h"
+#include "kernels/stream.h"
+
+namespace fp8rt {
+
+// Semantics shared by the CPU reference and the CUDA kernels (bit-identical results):
+//
+// Quantize: in is (out.rows, out.cols) row-major. Reads *out.scale and writes
+//   out.data[r][c] = Fp8Encode(x * scale, out.format), x = in[r][c] in fp32 (one multiply,
+//   rounded once, then satfinite round-to-nearest-even);
+//   out.data_t[c][r] = the same code, when out.data_t != nullptr (the (cols, rows) copy);
+//   *out.amax = max(*out.amax, max |x|) of the unscaled input, when out.amax != nullptr. The max
+//     is taken on the float bit patterns (as signed ints) of |x|, so a NaN input makes the amax
+//     NaN (it is never dropped) and the result does not depend on the order of reduction;
+//   *out.scale_inv = 1 / scale;
+//   *saturated += the number of elements with |x * scale| > Fp8MaxFinite(format) (inf inputs
+//     count; NaN inputs do not), when saturated != nullptr.
+// Dequantize: out[r][c] = T(Fp8Decode(in.data[r][c]) * *in.scale_inv).
+// ComputeAmax: *amax = max(*amax, max |in[i]|) over n elements, bit-pattern max as above.
+// QuantizeCurrentScaling: *out.amax = max |x| of this tensor (overwritten, not accumulated;
+//   out.amax is required), *out.scale = ComputeScale(amax, *out.scale, Fp8MaxFinite(format),
+//   margin) (kept when amax is 0/inf/NaN), then Quantize.
+//
+// Preconditions (InvalidArgument otherwise): rows, cols >= 0; data, scale, scale_inv non-null;
+// scale_inv distinct from scale; data_t, when given, distinct from data; margin in 0..32.
+// Empty tensors only write scale_inv.
+
+// The tensor preconditions above; op prefixes the message.
+Status ValidateFp8Tensor(const char* op, const Fp8Tensor& t);
+
+namespace cpu {
+template <typename T>
+Status Quantize(const T* in, const Fp8Tensor& out, uint64_t* saturated = nullptr);
+template <typename T>
+Status Dequantize(const Fp8Tensor& in, T* out);
+template <typename T>
+Status ComputeAmax(const T* in, int64_t n, float* amax);
+template <typename T>
+Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin = 0,
+                              uint64_t* saturated = nullptr);
+}  // namespace cpu
+
+#if FP8RT_WITH_CUDA
+namespace cuda {
+// Instantiated for T in {float, bf16}. Device pointers; saturated is a device counter. No host
+// synchronisation; QuantizeCurrentScaling is a memset and three launches on `stream`.
+template <typename T>
+Status Quantize(const T* in, const Fp8Tensor& out, unsigned long long* saturated,
+                cudaStream_t stream);
+template <typename T>
+Status Dequantize(const Fp8Tensor& in, T* out, cudaStream_t stream);
+template <typename T>
+Status ComputeAmax(const T* in, int64_t n, float* amax, cudaStream_t stream);
+template <typename T>
+Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin,
+                              unsigned long long* saturated, cudaStream_t stream);
+}  // namespace cuda
+#endif
+
+}  // namespace fp8rt

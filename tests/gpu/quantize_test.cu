@@ -1,0 +1,343 @@
+// CUDA quantize/dequantize/amax/current scaling against the CPU reference: FP8 codes (both
+// orientations), amax, saturation counts and scale_inv must match exactly.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/quantize.h"
+#include "tests/common/gpu_util.h"
+#include "tests/common/test_util.h"
+
+namespace fp8rt {
+namespace {
+
+using test::DeviceBuffer;
+
+// AwkwardShapes plus shapes that reach every path of the transposing cast (64x128 tiles): 7x3
+// (odd), 72x40 (vector-friendly but narrower than a tile: edge kernel only), 264x136 and 520x520
+// (interior tiles plus both edge bands), 512x1024 (interior tiles only).
+std::vector<test::Shape2D> QuantizeShapes() {
+  std::vector<test::Shape2D> shapes = test::AwkwardShapes();
+  shapes.push_back({7, 3, "7x3"});
+  shapes.push_back({72, 40, "72x40"});
+  shapes.push_back({264, 136, "264x136"});
+  shapes.push_back({520, 520, "520x520"});
+  shapes.push_back({512, 1024, "512x1024"});
+  return shapes;
+}
+
+// N(0, 1) values with a few planted extremes so every shape saturates somewhere and holds a
+// zero and a value that is subnormal in FP8 after scaling.
+std::vector<float> Inputs(size_t n, uint64_t seed) {
+  std::vector<float> v = test::RandomNormal(n, seed);
+  v[0] = 9.5f;
+  if (n > 1) v[n - 1] = -7.25f;
+  if (n > 2) v[n / 2] = 0.f;
+  if (n > 3) v[n / 3] = 1e-4f;
+  return v;
+}
+
+// A scale under which |x| > 2.5 saturates: about 1% of N(0, 1), plus the planted values.
+float SaturatingScale(Fp8Format f) { return Fp8MaxFinite(f) / 2.5f; }
+
+struct Case {
+  DType dtype;
+  test::Shape2D shape;
+  Fp8Format format;
+  bool transpose;
+};
+
+std::string CaseName(const Case& c) {
+  return std::string(DTypeName(c.dtype)) + "_" + c.shape.name + "_" + Fp8FormatName(c.format) +
+         (c.transpose ? "_T" : "_noT");
+}
+
+// Device-side Fp8Tensor: data, data_t, and scale/scale_inv/amax in one small buffer.
+struct DeviceFp8 {
+  DeviceBuffer<uint8_t> data, data_t;
+  DeviceBuffer<float> scalars;  // [scale, scale_inv, amax]
+  Fp8Tensor t;
+
+  DeviceFp8(int64_t rows, int64_t cols, Fp8Format f, bool transpose, float scale, float amax)
+      : data(rows * cols), data_t(transpose ? rows * cols : 0), scalars(3) {
+    if (data.size() > 0) data.Poison();
+    if (data_t.size() > 0) data_t.Poison();
+    scalars.Upload({scale, std::numeric_limits<float>::quiet_NaN(), amax});
+    t.data = data.get();
+    t.data_t = transpose ? data_t.get() : nullptr;
+    t.rows = rows;
+    t.cols = cols;
+    t.format = f;
+    t.scale = scalars.get();
+    t.scale_inv = scalars.get() + 1;
+    t.amax = scalars.get() + 2;
+  }
+};
+
+struct HostFp8 {
+  std::vector<uint8_t> data, data_t;
+  float scale, scale_inv = std::numeric_limits<float>::quiet_NaN(), amax;
+  Fp8Tensor t;
+
+  HostFp8(int64_t rows, int64_t cols, Fp8Format f, bool transpose, float s, float a)
+      : data(rows * cols, 0xff), data_t(transpose ? rows * cols : 0, 0xff), scale(s), amax(a) {
+    t.data = data.data();
+    t.data_t = transpose ? data_t.data() : nullptr;
+    t.rows = rows;
+    t.cols = cols;
+    t.format = f;
+    t.scale = &scale;
+    t.scale_inv = &scale_inv;
+    t.amax = &amax;
+  }
+};
+
+::testing::AssertionResult SameCodes(const std::vector<uint8_t>& got,
+                                     const std::vector<uint8_t>& want, const std::string& what) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure()
+           << what << ": size " << got.size() << " vs " << want.size();
+  }
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i] && bad++ == 0) first = i;
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << what << ": " << bad << " of " << got.size() << " codes differ; first at [" << first
+         << "]: gpu 0x" << std::hex << int(got[first]) << ", cpu 0x" << int(want[first]);
+}
+
+::testing::AssertionResult SameBits(float got, float want, const std::string& what) {
+  if (FloatBits(got) == FloatBits(want)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << what << ": gpu " << got << " (0x" << std::hex << FloatBits(got) << "), cpu " << want
+         << " (0x" << FloatBits(want) << ")";
+}
+
+class QuantizeGpu : public test::GpuTest, public ::testing::WithParamInterface<Case> {
+ protected:
+  template <typename T>
+  void RunQuantize() {
+    const Case& c = GetParam();
+    const int64_t rows = c.shape.rows, cols = c.shape.cols, n = rows * cols;
+    const std::vector<T> in = test::CastVector<T>(Inputs(n, 17 + n));
+    const float scale = SaturatingScale(c.format);
+    const float amax0 = 0.125f;  // accumulated into: the max must come out as max(0.125, ...)
+
+    HostFp8 want(rows, cols, c.format, c.transpose, scale, amax0);
+    uint64_t want_sat = 5;
+    ASSERT_TRUE(cpu::Quantize(in.data(), want.t, &want_sat).ok());
+    ASSERT_GT(want_sat, 5u) << "the inputs must saturate somewhere";
+
+    DeviceBuffer<T> d_in(in);
+    DeviceFp8 got(rows, cols, c.format, c.transpose, scale, amax0);
+    DeviceBuffer<unsigned long long> d_sat(std::vector<unsigned long long>{5});
+    ASSERT_TRUE(cuda::Quantize(d_in.get(), got.t, d_sat.get(), nullptr).ok());
+
+    EXPECT_TRUE(SameCodes(got.data.Download(), want.data, "data"));
+    if (c.transpose) EXPECT_TRUE(SameCodes(got.data_t.Download(), want.data_t, "data_t"));
+    const std::vector<float> scalars = got.scalars.Download();
+    EXPECT_TRUE(SameBits(scalars[0], scale, "scale (unchanged)"));
+    EXPECT_TRUE(SameBits(scalars[1], want.scale_inv, "scale_inv"));
+    EXPECT_TRUE(SameBits(scalars[2], want.amax, "amax"));
+    EXPECT_EQ(d_sat.Download()[0], want_sat) << "saturated";
+
+    // Dequantize the reference codes on both sides.
+    std::vector<T> want_x(n), got_x;
+    ASSERT_TRUE(cpu::Dequantize(want.t, want_x.data()).ok());
+    DeviceBuffer<T> d_out(n);
+    d_out.Poison();
+    ASSERT_TRUE(cuda::Dequantize(got.t, d_out.get(), nullptr).ok());
+    got_x = d_out.Download();
+    EXPECT_TRUE(test::AllClose(test::ToFloatVector(got_x), test::ToFloatVector(want_x),
+                               test::ToleranceFor(test::OpKind::kElementwise, DTypeOf<T>()),
+                               "dequantize"));
+  }
+
+  template <typename T>
+  void RunCurrentScaling() {
+    const Case& c = GetParam();
+    const int64_t rows = c.shape.rows, cols = c.shape.cols, n = rows * cols;
+    const std::vector<T> in = test::CastVector<T>(Inputs(n, 99 + n));
+    HostFp8 want(rows, cols, c.format, c.transpose, 3.f, 1e9f);
+    uint64_t want_sat = 0;
+    ASSERT_TRUE(cpu::QuantizeCurrentScaling(in.data(), want.t, /*margin=*/1, &want_sat).ok());
+    DeviceBuffer<T> d_in(in);
+    DeviceFp8 got(rows, cols, c.format, c.transpose, 3.f, 1e9f);
+    DeviceBuffer<unsigned long long> d_sat(std::vector<unsigned long long>{0});
+    ASSERT_TRUE(
+        cuda::QuantizeCurrentScaling(d_in.get(), got.t, /*margin=*/1, d_sat.get(), nullptr).ok());
+    const std::vector<float> scalars = got.scalars.Download();
+    EXPECT_TRUE(SameBits(scalars[0], want.scale, "scale"));
+    EXPECT_TRUE(SameBits(scalars[1], want.scale_inv, "scale_inv"));
+    EXPECT_TRUE(SameBits(scalars[2], want.amax, "amax"));
+    EXPECT_EQ(d_sat.Download()[0], want_sat);
+    EXPECT_TRUE(SameCodes(got.data.Download(), want.data, "data"));
+    if (c.transpose) EXPECT_TRUE(SameCodes(got.data_t.Download(), want.data_t, "data_t"));
+  }
+
+  template <typename T>
+  void RunAmax() {
+    const Case& c = GetParam();
+    const int64_t n = c.shape.rows * c.shape.cols;
+    const std::vector<T> in = test::CastVector<T>(Inputs(n, 5 + n));
+    float want = 0.5f;
+    ASSERT_TRUE(cpu::ComputeAmax(in.data(), n, &want).ok());
+    DeviceBuffer<T> d_in(in);
+    DeviceBuffer<float> d_amax(std::vector<float>{0.5f});
+    ASSERT_TRUE(cuda::ComputeAmax(d_in.get(), n, d_amax.get(), nullptr).ok());
+    EXPECT_TRUE(SameBits(d_amax.Download()[0], want, "amax"));
+  }
+};
+
+TEST_P(QuantizeGpu, MatchesReferenceExactly) {
+  if (GetParam().dtype == DType::kFloat32) {
+    RunQuantize<float>();
+  } else {
+    RunQuantize<bf16>();
+  }
+}
+
+TEST_P(QuantizeGpu, CurrentScalingMatchesReferenceExactly) {
+  if (GetParam().dtype == DType::kFloat32) {
+    RunCurrentScaling<float>();
+  } else {
+    RunCurrentScaling<bf16>();
+  }
+}
+
+TEST_P(QuantizeGpu, AmaxMatchesReferenceExactly) {
+  if (GetParam().transpose) GTEST_SKIP() << "amax does not depend on the transpose flag";
+  if (GetParam().dtype == DType::kFloat32) {
+    RunAmax<float>();
+  } else {
+    RunAmax<bf16>();
+  }
+}
+
+std::vector<Case> AllCases() {
+  std::vector<Case> cases;
+  for (DType d : {DType::kFloat32, DType::kBFloat16}) {
+    for (const test::Shape2D& s : QuantizeShapes()) {
+      for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+        for (bool t : {true, false}) cases.push_back({d, s, f, t});
+      }
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, QuantizeGpu, ::testing::ValuesIn(AllCases()),
+                         [](const auto& info) { return CaseName(info.param); });
+
+// Buffers offset from their allocation so no vector path applies: the guarded code everywhere.
+class QuantizeGpuMisc : public test::GpuTest {};
+
+TEST_F(QuantizeGpuMisc, UnalignedBuffersTakeTheGuardedPaths) {
+  const int64_t rows = 64, cols = 96, n = rows * cols;
+  const std::vector<float> in = Inputs(n, 3);
+  const float scale = SaturatingScale(Fp8Format::kE4M3);
+  for (bool transpose : {true, false}) {
+    HostFp8 want(rows, cols, Fp8Format::kE4M3, transpose, scale, 0.f);
+    uint64_t want_sat = 0;
+    ASSERT_TRUE(cpu::Quantize(in.data(), want.t, &want_sat).ok());
+
+    std::vector<float> padded(n + 1);
+    std::copy(in.begin(), in.end(), padded.begin() + 1);
+    DeviceBuffer<float> d_in(padded);
+    DeviceFp8 got(rows, cols + 1, Fp8Format::kE4M3, transpose, scale, 0.f);  // room for +1
+    got.t.cols = cols;
+    got.t.data += 1;
+    if (transpose) got.t.data_t += 1;
+    DeviceBuffer<unsigned long long> d_sat(std::vector<unsigned long long>{0});
+    ASSERT_TRUE(cuda::Quantize(d_in.get() + 1, got.t, d_sat.get(), nullptr).ok());
+    std::vector<uint8_t> data = got.data.Download();
+    EXPECT_TRUE(
+        SameCodes(std::vector<uint8_t>(data.begin() + 1, data.begin() + 1 + n), want.data, "data"));
+    if (transpose) {
+      std::vector<uint8_t> data_t = got.data_t.Download();
+      EXPECT_TRUE(SameCodes(std::vector<uint8_t>(data_t.begin() + 1, data_t.begin() + 1 + n),
+                            want.data_t, "data_t"));
+    }
+    EXPECT_EQ(d_sat.Download()[0], want_sat);
+    EXPECT_TRUE(SameBits(got.scalars.Download()[2], want.amax, "amax"));
+
+    DeviceBuffer<float> d_out(n + 1);
+    d_out.Poison();
+    Fp8Tensor deq = got.t;
+    ASSERT_TRUE(cuda::Dequantize(deq, d_out.get() + 1, nullptr).ok());
+    std::vector<float> want_x(n);
+    ASSERT_TRUE(cpu::Dequantize(want.t, want_x.data()).ok());
+    const std::vector<float> got_x = d_out.Download();
+    EXPECT_TRUE(test::AllClose(std::vector<float>(got_x.begin() + 1, got_x.end()), want_x,
+                               test::ToleranceFor(test::OpKind::kElementwise, DType::kFloat32),
+                               "dequantize"));
+  }
+}
+
+TEST_F(QuantizeGpuMisc, NanAndInfInputsMatchTheReference) {
+  const int64_t rows = 256, cols = 128, n = rows * cols;  // one full fp32 tile: the fast path
+  std::vector<float> in = Inputs(n, 8);
+  in[77] = -INFINITY;
+  in[5000] = -std::numeric_limits<float>::quiet_NaN();
+  for (bool transpose : {true, false}) {
+    HostFp8 want(rows, cols, Fp8Format::kE5M2, transpose, 1.f, 0.f);
+    uint64_t want_sat = 0;
+    ASSERT_TRUE(cpu::Quantize(in.data(), want.t, &want_sat).ok());
+    ASSERT_TRUE(std::isnan(want.amax));
+    DeviceBuffer<float> d_in(in);
+    DeviceFp8 got(rows, cols, Fp8Format::kE5M2, transpose, 1.f, 0.f);
+    DeviceBuffer<unsigned long long> d_sat(std::vector<unsigned long long>{0});
+    ASSERT_TRUE(cuda::Quantize(d_in.get(), got.t, d_sat.get(), nullptr).ok());
+    EXPECT_TRUE(SameCodes(got.data.Download(), want.data, "data"));
+    if (transpose) EXPECT_TRUE(SameCodes(got.data_t.Download(), want.data_t, "data_t"));
+    EXPECT_TRUE(SameBits(got.scalars.Download()[2], want.amax, "amax (NaN)"));
+    EXPECT_EQ(d_sat.Download()[0], want_sat);
+  }
+}
+
+TEST_F(QuantizeGpuMisc, NullTelemetryAndEmptyTensors) {
+  const std::vector<float> in = Inputs(16 * 16, 4);
+  // No amax, no counter: codes still right.
+  HostFp8 want(16, 16, Fp8Format::kE4M3, true, 100.f, 0.f);
+  ASSERT_TRUE(cpu::Quantize(in.data(), want.t).ok());
+  DeviceBuffer<float> d_in(in);
+  DeviceFp8 got(16, 16, Fp8Format::kE4M3, true, 100.f, 0.f);
+  got.t.amax = nullptr;
+  ASSERT_TRUE(cuda::Quantize(d_in.get(), got.t, nullptr, nullptr).ok());
+  EXPECT_TRUE(SameCodes(got.data.Download(), want.data, "data"));
+  EXPECT_TRUE(SameCodes(got.data_t.Download(), want.data_t, "data_t"));
+  EXPECT_EQ(got.scalars.Download()[2], 0.f) << "amax untouched";
+
+  // Empty: only scale_inv is written.
+  for (bool transpose : {true, false}) {
+    DeviceFp8 empty(0, 16, Fp8Format::kE4M3, transpose, 4.f, -1.f);
+    DeviceBuffer<unsigned long long> d_sat(std::vector<unsigned long long>{3});
+    ASSERT_TRUE(cuda::Quantize<float>(nullptr, empty.t, d_sat.get(), nullptr).ok());
+    const std::vector<float> s = empty.scalars.Download();
+    EXPECT_EQ(s[1], 0.25f);
+    EXPECT_EQ(s[2], -1.f);
+    EXPECT_EQ(d_sat.Download()[0], 3u);
+  }
+}
+
+TEST_F(QuantizeGpuMisc, PreconditionsAreCheckedBeforeLaunching) {
+  DeviceFp8 t(4, 4, Fp8Format::kE4M3, true, 1.f, 0.f);
+  DeviceBuffer<float> d_in(16);
+  Fp8Tensor bad = t.t;
+  bad.data_t = bad.data;
+  const Status s1 = cuda::Quantize(d_in.get(), bad, nullptr, nullptr);
+  EXPECT_EQ(s1.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s1.message().find("data_t"), std::string::npos) << s1.message();
+  const Status s2 = cuda::QuantizeCurrentScaling(d_in.get(), t.t, -1, nullptr, nullptr);
+  EXPECT_NE(s2.message().find("margin=-1"), std::string::npos) << s2.message();
+  const Status s3 = cuda::ComputeAmax(d_in.get(), 16, nullptr, nullptr);
+  EXPECT_NE(s3.message().find("amax"), std::string::npos) << s3.message();
+}
+
+}  // namespace
+}  // namespace fp8rt

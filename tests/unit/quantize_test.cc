@@ -1,0 +1,264 @@
+// The reference quantize/dequantize/amax/current-scaling against hand-computed codes, the
+// transpose relation, amax and saturation telemetry, and the round-trip error bound of FP8.
+#include "kernels/quantize.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "kernels/scaling.h"
+#include "tests/common/test_util.h"
+
+namespace fp8rt {
+namespace {
+
+// Host buffers of one quantized (rows, cols) tensor, poisoned so unwritten bytes show.
+struct HostFp8 {
+  std::vector<uint8_t> data, data_t;
+  float scale = 1, scale_inv = -1, amax = 0;
+  Fp8Tensor t;
+
+  HostFp8(int64_t rows, int64_t cols, Fp8Format f, float s, bool transpose = true)
+      : data(rows * cols, 0xAA), data_t(transpose ? rows * cols : 0, 0xAA), scale(s) {
+    t.data = data.data();
+    t.data_t = transpose ? data_t.data() : nullptr;
+    t.rows = rows;
+    t.cols = cols;
+    t.format = f;
+    t.scale = &scale;
+    t.scale_inv = &scale_inv;
+    t.amax = &amax;
+  }
+};
+
+TEST(QuantizeCpu, HandCheckedE4M3CodesSaturationAmaxAndScaleInv) {
+  // scale 2: 1 -> 2 (0x40), -0.25 -> -0.5 (0xb0), 300 -> 600 saturates to 448 (0x7e),
+  // 3.25 -> 6.5 = 1.625 * 4 (0x4d), 224 -> 448 exactly (0x7e, not counted), 232 -> 464 (0x7e,
+  // counted), -1000 -> -2000 (0xfe, counted).
+  const std::vector<float> in = {1.f, -0.25f, 300.f, 0.f, 3.25f, 224.f, 232.f, -1000.f};
+  HostFp8 q(2, 4, Fp8Format::kE4M3, 2.f);
+  uint64_t saturated = 0;
+  ASSERT_TRUE(cpu::Quantize(in.data(), q.t, &saturated).ok());
+  const std::vector<uint8_t> want = {0x40, 0xb0, 0x7e, 0x00, 0x4d, 0x7e, 0x7e, 0xfe};
+  EXPECT_EQ(q.data, want);
+  const std::vector<uint8_t> want_t = {0x40, 0x4d, 0xb0, 0x7e, 0x7e, 0x7e, 0x00, 0xfe};
+  EXPECT_EQ(q.data_t, want_t);
+  EXPECT_EQ(saturated, 3u);
+  EXPECT_EQ(q.amax, 1000.f);
+  EXPECT_EQ(q.scale_inv, 0.5f);
+  EXPECT_EQ(q.scale, 2.f);  // read, never written
+}
+
+TEST(QuantizeCpu, HandCheckedE5M2Codes) {
+  // scale 0.5: 3 -> 1.5 (0x3e), -1 -> -0.5 (0xb8), 1e6 -> 5e5 saturates to 57344 (0x7b),
+  // 2^-17 -> 2^-18: below half the smallest subnormal 2^-16, rounds to 0.
+  const std::vector<float> in = {3.f, -1.f, 1e6f, std::ldexp(1.f, -17)};
+  HostFp8 q(1, 4, Fp8Format::kE5M2, 0.5f);
+  uint64_t saturated = 0;
+  ASSERT_TRUE(cpu::Quantize(in.data(), q.t, &saturated).ok());
+  EXPECT_EQ(q.data, (std::vector<uint8_t>{0x3e, 0xb8, 0x7b, 0x00}));
+  EXPECT_EQ(saturated, 1u);
+  EXPECT_EQ(q.scale_inv, 2.f);
+}
+
+TEST(QuantizeCpu, TransposedCopyIsTheTransposeOfData) {
+  const int64_t rows = 37, cols = 53;
+  const std::vector<float> in = test::RandomNormal(rows * cols, 7, 0.f, 3.f);
+  HostFp8 q(rows, cols, Fp8Format::kE4M3, 40.f);
+  ASSERT_TRUE(cpu::Quantize(in.data(), q.t).ok());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      ASSERT_EQ(q.data_t[c * rows + r], q.data[r * cols + c]) << r << "," << c;
+      ASSERT_EQ(q.data[r * cols + c], Fp8Encode(in[r * cols + c] * 40.f, Fp8Format::kE4M3));
+    }
+  }
+}
+
+TEST(QuantizeCpu, WithoutTransposeLeavesNoCopyAndSameCodes) {
+  const std::vector<float> in = test::RandomUniform(64, 3, -5.f, 5.f);
+  HostFp8 with(8, 8, Fp8Format::kE5M2, 3.f, true), without(8, 8, Fp8Format::kE5M2, 3.f, false);
+  ASSERT_TRUE(cpu::Quantize(in.data(), with.t).ok());
+  ASSERT_TRUE(cpu::Quantize(in.data(), without.t).ok());
+  EXPECT_EQ(with.data, without.data);
+  EXPECT_EQ(with.amax, without.amax);
+}
+
+TEST(QuantizeCpu, AmaxAndSaturationAccumulate) {
+  const std::vector<float> in = {0.5f, -3.f, 1000.f, -2000.f};
+  HostFp8 q(2, 2, Fp8Format::kE4M3, 1.f);
+  q.amax = 5000.f;  // larger than this tensor's: stays
+  uint64_t saturated = 10;
+  ASSERT_TRUE(cpu::Quantize(in.data(), q.t, &saturated).ok());
+  EXPECT_EQ(q.amax, 5000.f);
+  EXPECT_EQ(saturated, 12u);
+  q.amax = 1.f;  // smaller: replaced by 2000
+  ASSERT_TRUE(cpu::Quantize(in.data(), q.t, &saturated).ok());
+  EXPECT_EQ(q.amax, 2000.f);
+  EXPECT_EQ(saturated, 14u);
+}
+
+TEST(QuantizeCpu, NanInputMakesAmaxNanAndInfSaturates) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> in = {1.f, -nan, -INFINITY, 2.f};
+  HostFp8 q(1, 4, Fp8Format::kE4M3, 1.f);
+  uint64_t saturated = 0;
+  ASSERT_TRUE(cpu::Quantize(in.data(), q.t, &saturated).ok());
+  EXPECT_TRUE(std::isnan(q.amax));
+  EXPECT_EQ(q.data[1], 0x7f);  // canonical NaN
+  EXPECT_EQ(q.data[2], 0xfe);  // -inf saturates to -448
+  EXPECT_EQ(saturated, 1u);    // inf counts, NaN does not
+
+  // Without the NaN, inf is the amax.
+  const std::vector<float> in2 = {1.f, -INFINITY};
+  HostFp8 q2(1, 2, Fp8Format::kE4M3, 1.f);
+  ASSERT_TRUE(cpu::Quantize(in2.data(), q2.t).ok());
+  EXPECT_EQ(q2.amax, INFINITY);
+}
+
+TEST(QuantizeCpu, Bf16InputMatchesFloatInputOfTheSameValues) {
+  const std::vector<float> f = test::RandomNormal(96, 11, 0.f, 10.f);
+  const std::vector<bf16> b = test::CastVector<bf16>(f);
+  const std::vector<float> fb = test::ToFloatVector(b);
+  HostFp8 qb(12, 8, Fp8Format::kE4M3, 40.f), qf(12, 8, Fp8Format::kE4M3, 40.f);
+  uint64_t sb = 0, sf = 0;
+  ASSERT_TRUE(cpu::Quantize(b.data(), qb.t, &sb).ok());
+  ASSERT_TRUE(cpu::Quantize(fb.data(), qf.t, &sf).ok());
+  EXPECT_EQ(qb.data, qf.data);
+  EXPECT_EQ(qb.data_t, qf.data_t);
+  EXPECT_EQ(qb.amax, qf.amax);
+  EXPECT_EQ(sb, sf);
+  EXPECT_GT(sb, 0u);  // 40 * N(0, 10) exceeds 448 for about a quarter of the values
+}
+
+// Round trip: with the scale from the amax, every value in the normal range comes back within
+// half an FP8 ulp: relative 2^-4 (E4M3, 3 mantissa bits) or 2^-3 (E5M2, 2 bits).
+class QuantizeRoundTrip : public ::testing::TestWithParam<Fp8Format> {};
+
+TEST_P(QuantizeRoundTrip, DequantizeOfQuantizeIsWithinHalfAnUlp) {
+  const Fp8Format f = GetParam();
+  const int64_t rows = 16, cols = 48;
+  const std::vector<float> in = test::RandomUniform(rows * cols, 5, -30.f, 30.f);
+  HostFp8 q(rows, cols, f, 1.f);
+  ASSERT_TRUE(cpu::QuantizeCurrentScaling(in.data(), q.t).ok());
+  std::vector<float> back(in.size(), -1.f);
+  ASSERT_TRUE(cpu::Dequantize(q.t, back.data()).ok());
+  const double rel = f == Fp8Format::kE4M3 ? 1.0 / 16 : 1.0 / 8;
+  const float smallest_normal = f == Fp8Format::kE4M3 ? std::ldexp(1.f, -6) : std::ldexp(1.f, -14);
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (std::fabs(in[i] * q.scale) < smallest_normal) continue;
+    EXPECT_LE(std::fabs(back[i] - in[i]), rel * std::fabs(in[i]) * 1.0001) << i << ": " << in[i];
+  }
+  // Dequantize is exactly decode * scale_inv.
+  for (size_t i = 0; i < in.size(); ++i) {
+    ASSERT_EQ(back[i], Fp8Decode(q.data[i], f) * q.scale_inv);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, QuantizeRoundTrip,
+                         ::testing::Values(Fp8Format::kE4M3, Fp8Format::kE5M2),
+                         [](const auto& info) { return std::string(Fp8FormatName(info.param)); });
+
+TEST(QuantizeCpu, DequantizeToBf16RoundsTheProduct) {
+  std::vector<uint8_t> codes = {0x38, 0x40, 0xb0, 0x7e};  // 1, 2, -0.5, 448 (E4M3)
+  float scale = 3.f, scale_inv = 1.f / 3.f;
+  Fp8Tensor t;
+  t.data = codes.data();
+  t.rows = 1;
+  t.cols = 4;
+  t.scale = &scale;
+  t.scale_inv = &scale_inv;
+  std::vector<bf16> out(4);
+  ASSERT_TRUE(cpu::Dequantize(t, out.data()).ok());
+  EXPECT_EQ(out[0].bits, bf16(scale_inv).bits);
+  EXPECT_EQ(out[1].bits, bf16(2.f * scale_inv).bits);
+  EXPECT_EQ(out[2].bits, bf16(-0.5f * scale_inv).bits);
+  EXPECT_EQ(out[3].bits, bf16(448.f * scale_inv).bits);
+}
+
+TEST(QuantizeCpu, CurrentScalingUsesThisTensorsAmax) {
+  const std::vector<float> in = {0.5f, -7.f, 3.f, 1.f};
+  HostFp8 q(2, 2, Fp8Format::kE4M3, 123.f);
+  q.amax = 1e9f;  // stale: current scaling overwrites rather than accumulates
+  ASSERT_TRUE(cpu::QuantizeCurrentScaling(in.data(), q.t, /*margin=*/0).ok());
+  EXPECT_EQ(q.amax, 7.f);
+  EXPECT_EQ(q.scale, 64.f);  // 448 / 7
+  EXPECT_EQ(q.scale_inv, 1.f / 64.f);
+  EXPECT_EQ(q.data[1], 0xfe);  // -7 * 64 = -448
+  EXPECT_EQ(q.data[0], Fp8Encode(32.f, Fp8Format::kE4M3));
+
+  ASSERT_TRUE(cpu::QuantizeCurrentScaling(in.data(), q.t, /*margin=*/2).ok());
+  EXPECT_EQ(q.scale, 16.f);  // 448 / 7 / 4
+}
+
+TEST(QuantizeCpu, CurrentScalingOfZerosKeepsTheOldScale) {
+  const std::vector<float> in(6, 0.f);
+  HostFp8 q(2, 3, Fp8Format::kE5M2, 5.f);
+  ASSERT_TRUE(cpu::QuantizeCurrentScaling(in.data(), q.t).ok());
+  EXPECT_EQ(q.amax, 0.f);
+  EXPECT_EQ(q.scale, 5.f);
+  EXPECT_EQ(q.scale_inv, 0.2f);
+  EXPECT_EQ(q.data, std::vector<uint8_t>(6, 0));
+}
+
+TEST(QuantizeCpu, ComputeAmaxAccumulates) {
+  const std::vector<bf16> in = test::CastVector<bf16>({1.f, -9.5f, 4.f});
+  float amax = 2.f;
+  ASSERT_TRUE(cpu::ComputeAmax(in.data(), 3, &amax).ok());
+  EXPECT_EQ(amax, 9.5f);
+  amax = 20.f;
+  ASSERT_TRUE(cpu::ComputeAmax(in.data(), 3, &amax).ok());
+  EXPECT_EQ(amax, 20.f);
+  ASSERT_TRUE(cpu::ComputeAmax<bf16>(nullptr, 0, &amax).ok());
+  EXPECT_EQ(amax, 20.f);
+}
+
+TEST(QuantizeCpu, EmptyTensorWritesOnlyScaleInv) {
+  HostFp8 q(0, 16, Fp8Format::kE4M3, 4.f);
+  uint64_t saturated = 0;
+  ASSERT_TRUE(cpu::Quantize<float>(nullptr, q.t, &saturated).ok());
+  EXPECT_EQ(q.scale_inv, 0.25f);
+  EXPECT_EQ(q.amax, 0.f);
+  EXPECT_EQ(saturated, 0u);
+}
+
+TEST(QuantizeCpu, PreconditionsNameTheArgument) {
+  const std::vector<float> in(4, 1.f);
+  HostFp8 q(2, 2, Fp8Format::kE4M3, 1.f);
+
+  Fp8Tensor bad = q.t;
+  bad.rows = -1;
+  Status s = cpu::Quantize(in.data(), bad);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("-1"), std::string::npos) << s.message();
+
+  bad = q.t;
+  bad.scale = nullptr;
+  s = cpu::Quantize(in.data(), bad);
+  EXPECT_NE(s.message().find("scale"), std::string::npos) << s.message();
+
+  bad = q.t;
+  bad.data_t = bad.data;
+  s = cpu::Quantize(in.data(), bad);
+  EXPECT_NE(s.message().find("data_t"), std::string::npos) << s.message();
+
+  s = cpu::Quantize<float>(nullptr, q.t);
+  EXPECT_NE(s.message().find("in is null"), std::string::npos) << s.message();
+
+  s = cpu::QuantizeCurrentScaling(in.data(), q.t, 33);
+  EXPECT_NE(s.message().find("margin=33"), std::string::npos) << s.message();
+
+  bad = q.t;
+  bad.amax = nullptr;
+  s = cpu::QuantizeCurrentScaling(in.data(), bad);
+  EXPECT_NE(s.message().find("amax"), std::string::npos) << s.message();
+
+  float amax = 0;
+  s = cpu::ComputeAmax(in.data(), -3, &amax);
+  EXPECT_NE(s.message().find("n=-3"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace fp8rt
