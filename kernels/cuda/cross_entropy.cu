@@ -1,0 +1,251 @@
+// Fused softmax + cross-entropy on the GPU: one block per row; pass 1 reads the row once with an
+// online (max, sum of exponentials), pass 2 re-reads it (from L2) and writes dlogits in place.
+// Several 16-byte loads per thread are in flight before their first use, in both passes.
+#include <cmath>
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include "common/cuda_check.h"
+#include "kernels/cross_entropy.h"
+
+namespace fp8rt {
+namespace {
+
+template <typename T, int kPack>
+struct alignas(sizeof(T) * kPack) Pack {
+  T v[kPack];
+};
+
+template <typename T>
+__device__ __forceinline__ T Round(float x);
+template <>
+__device__ __forceinline__ float Round<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ bf16 Round<bf16>(float x) {
+  bf16 r;
+  r.bits = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+  return r;
+}
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Merges the running softmax state (m, s) = (max, sum exp(x - max)) of two parts. Commutative to
+// the bit, so butterfly shuffles leave every lane with the same state.
+__device__ __forceinline__ void Merge(float& m, float& s, float m2, float s2) {
+  const float mx = fmaxf(m, m2);
+  if (mx == -INFINITY) return;  // both parts empty
+  s = s * exp2f((m - mx) * kLog2e) + s2 * exp2f((m2 - mx) * kLog2e);
+  m = mx;
+}
+
+// Streaming accesses for the second pass: the row is not read again.
+template <typename P>
+__device__ __forceinline__ P LoadStreaming(const P* p) {
+  if constexpr (sizeof(P) == 16) {
+    const int4 r = __ldcs(reinterpret_cast<const int4*>(p));
+    return *reinterpret_cast<const P*>(&r);
+  } else {
+    return *p;
+  }
+}
+template <typename P>
+__device__ __forceinline__ void StoreStreaming(P* p, const P& v) {
+  if constexpr (sizeof(P) == 16) {
+    __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&v));
+  } else {
+    *p = v;
+  }
+}
+
+// Block size and vectors in flight per thread: 512 threads at <= 64 registers, two blocks per SM,
+// each thread loading kUnroll 16-byte vectors before it uses the first.
+constexpr int kXentThreads = 512;
+constexpr int kUnroll = 4;
+
+template <typename T, int kPack>
+__global__ void __launch_bounds__(kXentThreads, 2)
+    SoftmaxCrossEntropyKernel(float* __restrict__ losses, T* __restrict__ logits,
+                              const int32_t* __restrict__ targets, int V, int Vp, float dloss,
+                              bool compute_grad) {
+  using P = Pack<T, kPack>;
+  __shared__ float2 warp_state[kXentThreads / 32];
+  const int64_t row = blockIdx.x;
+  const int tid = threadIdx.x, nthreads = blockDim.x;
+  const int nvec = Vp / kPack;
+  P* x = reinterpret_cast<P*>(logits + row * Vp);
+  const int32_t target = targets[row];
+
+  if (target < 0) {  // ignored position: zero loss, zero gradient
+    if (tid == 0 && losses != nullptr) losses[row] = 0.0f;
+    if (compute_grad) {
+      P zero;
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) zero.v[j] = Round<T>(0.0f);
+      for (int v = tid; v < nvec; v += nthreads) StoreStreaming(x + v, zero);
+    }
+    return;
+  }
+  const bool bad = target >= V;  // no valid target to read: NaN loss and gradient, see header
+  // Read before any thread of the block can overwrite it (pass 2 starts after the barrier below).
+  const float target_logit = (tid == 0 && !bad) ? ToFloat(logits[row * Vp + target]) : 0.0f;
+
+  // Pass 1: running (max, sum of exp(x - max)) over this thread's vectors, kUnroll at a time.
+  float m = -INFINITY, s = 0.0f;
+  for (int base = tid; base < nvec; base += kUnroll * nthreads) {
+    P p[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (base + u * nthreads < nvec) p[u] = x[base + u * nthreads];
+    }
+    float xv[kUnroll][kPack];
+    float pm = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = base + u * nthreads;
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) {
+        // Padding columns and vectors past the row leave the softmax.
+        xv[u][j] = (v < nvec && v * kPack + j < V) ? ToFloat(p[u].v[j]) : -INFINITY;
+        pm = fmaxf(pm, xv[u][j]);
+      }
+    }
+    if (pm == -INFINITY) continue;  // nothing but padding
+    if (pm > m) {
+      s *= exp2f((m - pm) * kLog2e);
+      m = pm;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) s += exp2f((xv[u][j] - m) * kLog2e);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    Merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+  }
+  if (tid % 32 == 0) warp_state[tid / 32] = make_float2(m, s);
+  __syncthreads();
+  m = -INFINITY;
+  s = 0.0f;
+  for (int w = 0; w < nthreads / 32; ++w) Merge(m, s, warp_state[w].x, warp_state[w].y);
+
+  if (tid == 0 && losses != nullptr) {
+    losses[row] = bad ? NAN : (m - target_logit) + logf(s);
+  }
+  if (!compute_grad) return;
+  // Pass 2: the row again (from L2, read-once from here on) and dlogits in its place.
+  const float inv_s = 1.0f / s;
+  for (int base = tid; base < nvec; base += kUnroll * nthreads) {
+    P p[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (base + u * nthreads < nvec) p[u] = LoadStreaming(x + base + u * nthreads);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = base + u * nthreads;
+      if (v >= nvec) continue;
+      P out;
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) {
+        const int col = v * kPack + j;
+        float g = 0.0f;
+        if (col < V) {
+          const float prob = exp2f((ToFloat(p[u].v[j]) - m) * kLog2e) * inv_s;
+          g = dloss * (col == target ? prob - 1.0f : prob);
+        }
+        out.v[j] = Round<T>(bad ? NAN : g);
+      }
+      StoreStreaming(x + v, out);
+    }
+  }
+}
+
+// One block sums the N losses: thread t takes t, t + 1024, ...; then a fixed tree. N is B*T,
+// small enough that one block streams it in microseconds.
+constexpr int kMeanThreads = 1024;
+__global__ void __launch_bounds__(kMeanThreads)
+    MeanLossKernel(float* __restrict__ out, const float* __restrict__ losses, int64_t N) {
+  __shared__ float warp_sum[kMeanThreads / 32];
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < N; i += kMeanThreads) s += losses[i];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = s;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    s = warp_sum[threadIdx.x];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (threadIdx.x == 0) *out = s / static_cast<float>(N);
+  }
+}
+
+template <typename T, int kPack>
+void Launch(float* losses, T* logits, const int32_t* targets, int64_t N, int V, int Vp,
+            float dloss, bool compute_grad, cudaStream_t stream) {
+  // kXentThreads for wide rows (GPT-2's 50304 columns: about 12 vectors per thread); fewer for
+  // narrow rows, never below a warp.
+  const int nvec = Vp / kPack;
+  int threads = kXentThreads;
+  while (threads > 32 && threads / 2 >= nvec) threads /= 2;
+  SoftmaxCrossEntropyKernel<T, kPack><<<static_cast<unsigned>(N), threads, 0, stream>>>(
+      losses, logits, targets, V, Vp, dloss, compute_grad);
+}
+
+}  // namespace
+
+namespace cuda {
+
+template <typename T>
+Status SoftmaxCrossEntropy(float* losses, T* logits_or_dlogits, const int32_t* targets, int64_t N,
+                           int64_t V, int64_t Vp, float dloss, bool compute_grad,
+                           cudaStream_t stream) {
+  if (N < 0 || N > INT32_MAX) {
+    return Status::InvalidArgument(
+        StrCat("SoftmaxCrossEntropy: N=", N, " must be in [0, 2^31)"));
+  }
+  if (V < 1 || Vp < V || Vp > INT32_MAX / 2) {
+    return Status::InvalidArgument(StrCat("SoftmaxCrossEntropy: V=", V, " Vp=", Vp,
+                                          ": need 1 <= V <= Vp < 2^30"));
+  }
+  if (!losses && !compute_grad) {
+    return Status::InvalidArgument(
+        "SoftmaxCrossEntropy: losses is null and compute_grad is false: nothing to compute");
+  }
+  if (N == 0) return Status::Ok();
+  if (!logits_or_dlogits || !targets) {
+    return Status::InvalidArgument("SoftmaxCrossEntropy: logits and targets must be non-null");
+  }
+  constexpr int kPack = 16 / sizeof(T);
+  const bool vec = Vp % kPack == 0 && reinterpret_cast<uintptr_t>(logits_or_dlogits) % 16 == 0;
+  if (vec) {
+    Launch<T, kPack>(losses, logits_or_dlogits, targets, N, static_cast<int>(V),
+                     static_cast<int>(Vp), dloss, compute_grad, stream);
+  } else {
+    Launch<T, 1>(losses, logits_or_dlogits, targets, N, static_cast<int>(V), static_cast<int>(Vp),
+                 dloss, compute_grad, stream);
+  }
+  FP8RT_CUDA_TRY_LAUNCH("SoftmaxCrossEntropy");
+  return Status::Ok();
+}
+
+Status MeanLoss(float* out, const float* losses, int64_t N, cudaStream_t stream) {
+  if (N < 1) return Status::InvalidArgument(StrCat("MeanLoss: N=", N, " must be >= 1"));
+  if (!out || !losses) return Status::InvalidArgument("MeanLoss: out and losses must be non-null");
+  MeanLossKernel<<<1, kMeanThreads, 0, stream>>>(out, losses, N);
+  FP8RT_CUDA_TRY_LAUNCH("MeanLoss");
+  return Status::Ok();
+}
+
+template Status SoftmaxCrossEntropy<float>(float*, float*, const int32_t*, int64_t, int64_t,
+                                           int64_t, float, bool, cudaStream_t);
+template Status SoftmaxCrossEntropy<bf16>(float*, bf16*, const int32_t*, int64_t, int64_t,
+                                          int64_t, float, bool, cudaStream_t);
+
+}  // namespace cuda
+}  // namespace fp8rt

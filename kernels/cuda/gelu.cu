@@ -1,0 +1,136 @@
+// tanh-GELU on the GPU: one 16-byte vector (8 bf16 / 4 fp32) per thread, fp32 math in the
+// sigmoid form 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)), which has no cancellation for x < 0.
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include "common/cuda_check.h"
+#include "kernels/gelu.h"
+
+namespace fp8rt {
+namespace {
+
+template <typename T, int kPack>
+struct alignas(sizeof(T) * kPack) Pack {
+  T v[kPack];
+};
+
+template <typename T>
+__device__ __forceinline__ T Round(float x);
+template <>
+__device__ __forceinline__ float Round<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ bf16 Round<bf16>(float x) {
+  bf16 r;
+  r.bits = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+  return r;
+}
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kCubic = 0.044715f;
+
+__device__ __forceinline__ float GeluF(float x) {
+  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+  return x / (1.0f + expf(-2.0f * u));  // x * sigmoid(2u); expf overflow gives -0, not NaN
+}
+
+__device__ __forceinline__ float GeluGradF(float x) {
+  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+  const float e = expf(-2.0f * u);
+  const float s = 1.0f / (1.0f + e);  // sigmoid(2u) = 0.5 (1 + tanh(u))
+  // d/dx [x sigmoid(2u)] = s + 2 x s (1 - s) u', with 1 - s = e s kept exact for large x. For
+  // e = inf (very negative x), s = 0 and the product e * s is skipped: the gradient is 0.
+  const float s_1ms = e < 3.0e38f ? e * s * s : 0.0f;
+  const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
+  return s + 2.0f * x * s_1ms * du;
+}
+
+// Pointers may alias (out == in, din == dout): each element is read before it is written, by the
+// same thread, so there is no __restrict__.
+template <typename T, int kPack>
+__global__ void GeluForwardKernel(T* out, const T* in, int64_t npack) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= npack) return;
+  using P = Pack<T, kPack>;
+  const P x = reinterpret_cast<const P*>(in)[i];
+  P y;
+#pragma unroll
+  for (int j = 0; j < kPack; ++j) y.v[j] = Round<T>(GeluF(ToFloat(x.v[j])));
+  reinterpret_cast<P*>(out)[i] = y;
+}
+
+template <typename T, int kPack>
+__global__ void GeluBackwardKernel(T* din, const T* in, const T* dout, int64_t npack) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= npack) return;
+  using P = Pack<T, kPack>;
+  const P x = reinterpret_cast<const P*>(in)[i];
+  const P dy = reinterpret_cast<const P*>(dout)[i];
+  P dx;
+#pragma unroll
+  for (int j = 0; j < kPack; ++j) {
+    dx.v[j] = Round<T>(ToFloat(dy.v[j]) * GeluGradF(ToFloat(x.v[j])));
+  }
+  reinterpret_cast<P*>(din)[i] = dx;
+}
+
+constexpr int kBlock = 256;
+
+unsigned Blocks(int64_t items) { return static_cast<unsigned>((items + kBlock - 1) / kBlock); }
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Runs launch<kPack>(offset, count) over 16-byte vectors where every pointer allows it, and the
+// scalar kernel over the n % kPack tail (or everything, when a pointer is misaligned).
+template <typename T, typename Launch>
+void ForVectorsAndTail(int64_t n, bool aligned, Launch&& launch) {
+  constexpr int kPack = 16 / sizeof(T);
+  int64_t done = 0;
+  if (aligned && n >= kPack) {
+    launch.template operator()<kPack>(int64_t{0}, n / kPack);
+    done = n / kPack * kPack;
+  }
+  if (done < n) launch.template operator()<1>(done, n - done);
+}
+
+}  // namespace
+
+namespace cuda {
+
+template <typename T>
+Status GeluForward(T* out, const T* in, int64_t n, cudaStream_t stream) {
+  if (n < 0) return Status::InvalidArgument(StrCat("GeluForward: n=", n, " must be >= 0"));
+  if (n == 0) return Status::Ok();
+  if (!out || !in) return Status::InvalidArgument("GeluForward: out and in must be non-null");
+  ForVectorsAndTail<T>(n, Aligned16(out) && Aligned16(in), [&]<int kPack>(int64_t off, int64_t k) {
+    GeluForwardKernel<T, kPack><<<Blocks(k), kBlock, 0, stream>>>(out + off, in + off, k);
+  });
+  FP8RT_CUDA_TRY_LAUNCH("GeluForward");
+  return Status::Ok();
+}
+
+template <typename T>
+Status GeluBackward(T* din, const T* in, const T* dout, int64_t n, cudaStream_t stream) {
+  if (n < 0) return Status::InvalidArgument(StrCat("GeluBackward: n=", n, " must be >= 0"));
+  if (n == 0) return Status::Ok();
+  if (!din || !in || !dout) {
+    return Status::InvalidArgument("GeluBackward: din, in and dout must be non-null");
+  }
+  const bool aligned = Aligned16(din) && Aligned16(in) && Aligned16(dout);
+  ForVectorsAndTail<T>(n, aligned, [&]<int kPack>(int64_t off, int64_t k) {
+    GeluBackwardKernel<T, kPack>
+        <<<Blocks(k), kBlock, 0, stream>>>(din + off, in + off, dout + off, k);
+  });
+  FP8RT_CUDA_TRY_LAUNCH("GeluBackward");
+  return Status::Ok();
+}
+
+template Status GeluForward<float>(float*, const float*, int64_t, cudaStream_t);
+template Status GeluForward<bf16>(bf16*, const bf16*, int64_t, cudaStream_t);
+template Status GeluBackward<float>(float*, const float*, const float*, int64_t, cudaStream_t);
+template Status GeluBackward<bf16>(bf16*, const bf16*, const bf16*, int64_t, cudaStream_t);
+
+}  // namespace cuda
+}  // namespace fp8rt

@@ -1,0 +1,58 @@
+// Token + position embedding (GPT-2's encoder): the forward gather-add and its backward, a
+// deterministic scatter-add of the output gradient into the two tables.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/status.h"
+#include "kernels/dtype.h"
+#include "kernels/stream.h"
+
+namespace fp8rt {
+
+// Semantics (CPU and CUDA):
+//   EmbeddingForward:  out[b][t][:] = wte[tokens[b][t]][:] + wpe[t][:]  (sum in fp32, rounded once)
+//   EmbeddingBackward: dwte[v][:] += sum over (b, t) with tokens[b][t] == v of dout[b][t][:]
+//                      dwpe[t][:] += sum over b of dout[b][t][:]
+// Shapes: out, dout (B, T, C); tokens (B, T); wte, dwte (V, C); wpe, dwpe (maxT, C) with T <= maxT
+// (only the first T rows are read / accumulated). `seq_len` is T.
+//
+// Token ids outside [0, V): the CPU reference returns InvalidArgument (it can look). The CUDA
+// kernels cannot report without a host sync, so they never read out of bounds instead: forward
+// writes a row of NaN for such a position (the loss turns NaN: loud, never silent), backward
+// leaves dwte untouched for it (dwpe still receives its gradient).
+//
+// Determinism: the CUDA backward sorts positions by token (stable radix sort) and adds each
+// token's positions in increasing position order (a compensated fp32 sum), then adds that sum to
+// dwte once; dwpe sums b in increasing order. No float atomics: bit-identical run to run.
+
+namespace cpu {
+// Instantiated for T in {float, bf16, double}.
+template <typename T>
+Status EmbeddingForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
+                        int64_t seq_len, int64_t C, int64_t V);
+template <typename T>
+Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t* tokens, int64_t B,
+                         int64_t seq_len, int64_t C, int64_t V);
+}  // namespace cpu
+
+#if FP8RT_WITH_CUDA
+namespace cuda {
+// Scratch bytes EmbeddingBackward needs for B*T positions: sort keys/values and CUB's temporary
+// storage. Asks CUB, whose temporary size depends on the current device, hence a Result.
+Result<size_t> EmbeddingBackwardScratchBytes(int64_t B, int64_t seq_len, int64_t V);
+
+// Instantiated for T in {float, bf16}. Device pointers.
+template <typename T>
+Status EmbeddingForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
+                        int64_t seq_len, int64_t C, int64_t V, cudaStream_t stream);
+// scratch: at least EmbeddingBackwardScratchBytes(B, seq_len, V) bytes, 256-byte aligned.
+template <typename T>
+Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t* tokens, int64_t B,
+                         int64_t seq_len, int64_t C, int64_t V, void* scratch,
+                         size_t scratch_bytes, cudaStream_t stream);
+}  // namespace cuda
+#endif
+
+}  // namespace fp8rt
