@@ -1,0 +1,33 @@
+// Which device fp8train runs on, and the precision decision: fp8 needs compute capability >= 8.9,
+// bf16 >= 8.0; below that the run falls back (bf16, then fp32) with the reason recorded. On the
+// CPU, fp8 is emulated (FP32 math on quantize-dequantized operands) and bf16 runs as asked.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "runtime/config.h"
+
+namespace fp8rt {
+
+struct DeviceInfo {
+  bool is_cpu = true;
+  int ordinal = -1;              // CUDA device index
+  int compute_capability = 0;    // major * 10 + minor
+  std::string name = "cpu";
+  double bf16_peak_flops = 0;    // dense BF16 peak for MFU; 0 when unknown
+};
+
+// "cpu" or "cuda:K". Fails with the reason when the device does not exist.
+Result<DeviceInfo> QueryDevice(const std::string& spec);
+
+struct PrecisionDecision {
+  Precision precision = Precision::kFp32;
+  std::string fallback_reason;  // empty when the request is honoured
+};
+PrecisionDecision DecidePrecision(Precision requested, const DeviceInfo& device);
+
+// Dense BF16 tensor-core peak by GPU name (H100/H200 989 TFLOP/s, A100 312, ...); 0 if unknown.
+double Bf16PeakFlops(const std::string& gpu_name);
+
+}  // namespace fp8rt

@@ -1,0 +1,107 @@
+// fp8train: trains a GPT model on one GPU or the CPU. See configs/README.md.
+#include <csignal>
+#include <fstream>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "runtime/trainer.h"
+
+namespace {
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop.store(true); }
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace fp8rt;
+  CLI::App app{"fp8train: FP8 GPT training shard (one process per GPU, or the CPU)"};
+  std::string config_path, checkpoint_dir, precision, device = "auto", metrics, inspect;
+  int64_t steps = -1, inspect_step = -1;
+  bool resume = false, reset_history = false;
+  app.add_option("--config", config_path, "run configuration (YAML)");
+  app.add_option("--steps", steps, "stop after this global step (the LR schedule still follows "
+                                   "train.total_steps)");
+  app.add_option("--checkpoint-dir", checkpoint_dir,
+                 "write checkpoints here (every train.checkpoint_every steps and at exit)");
+  app.add_flag("--resume", resume, "continue from the latest checkpoint in --checkpoint-dir");
+  app.add_flag("--reset-fp8-history", reset_history,
+               "on resume, start FP8 amax histories and scales afresh (recalibrate)");
+  app.add_option("--precision", precision, "override the config: fp8, bf16 or fp32")
+      ->check(CLI::IsMember({"fp8", "bf16", "fp32"}));
+  app.add_option("--device", device, "cpu, cuda:K, or auto (cuda:0 if present, else cpu)");
+  app.add_option("--metrics", metrics, "JSON lines per step to FILE, or - for stdout");
+  app.add_option("--inspect-scales", inspect,
+                 "print the FP8 scale state checkpointed in DIR and exit");
+  app.add_option("--step", inspect_step, "with --inspect-scales: the step (default: latest)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+
+  if (!inspect.empty()) {
+    Status s = InspectScales(inspect, inspect_step, std::cout);
+    if (!s.ok()) {
+      std::cerr << "fp8train: " << s.ToString() << "\n";
+      return kExitUsage;
+    }
+    return kExitOk;
+  }
+  if (config_path.empty()) {
+    std::cerr << "fp8train: --config FILE is required\n" << app.help();
+    return kExitUsage;
+  }
+  auto cfg = LoadRunConfig(config_path);
+  if (!cfg.ok()) {
+    std::cerr << "fp8train: " << cfg.status().ToString() << "\n";
+    return kExitUsage;
+  }
+  TrainOptions o;
+  o.config = *cfg;
+  o.stop_step = steps;
+  o.checkpoint_dir = checkpoint_dir;
+  o.resume = resume;
+  o.reset_fp8_history = reset_history;
+  if (!precision.empty()) o.precision = *ParsePrecision(precision);
+  if (device == "auto") {
+    device = QueryDevice("cuda:0").ok() ? "cuda:0" : "cpu";
+  }
+  auto dev = QueryDevice(device);
+  if (!dev.ok()) {
+    std::cerr << "fp8train: " << dev.status().ToString() << "\n";
+    return kExitUsage;
+  }
+  std::ofstream metrics_file;
+  if (metrics == "-") {
+    o.metrics = &std::cout;
+  } else if (!metrics.empty()) {
+    metrics_file.open(metrics, std::ios::app);
+    if (!metrics_file) {
+      std::cerr << "fp8train: cannot open --metrics file '" << metrics << "'\n";
+      return kExitUsage;
+    }
+    o.metrics = &metrics_file;
+  }
+  o.progress = &std::cerr;
+  o.stop_flag = &g_stop;
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGUSR1, OnSignal);
+  std::cerr << "fp8train: " << o.config.name << " on " << dev->name << ", "
+            << o.config.model.num_params() << " parameters\n";
+
+  auto r = RunTraining(o, *dev);
+  if (!r.ok()) {
+    std::cerr << "fp8train: " << r.status().ToString() << "\n";
+    const auto code = r.status().code();
+    return code == StatusCode::kInvalidArgument || code == StatusCode::kFailedPrecondition ||
+                   code == StatusCode::kCorruption || code == StatusCode::kNotFound
+               ? kExitUsage
+               : kExitError;
+  }
+  if (r->stopped_by_signal) {
+    std::cerr << "fp8train: stopped by signal after step " << r->last_step
+              << (checkpoint_dir.empty() ? "" : " (checkpoint written)") << "\n";
+    return kExitPreempted;
+  }
+  return kExitOk;
+}

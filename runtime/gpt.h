@@ -1,0 +1,84 @@
+// The GPT-2-style model that fp8train trains, behind a backend-independent interface: token +
+// learned position embedding, pre-LN blocks (LN -> QKV -> causal attention -> projection ->
+// residual; LN -> FC 4C -> GELU -> projection -> residual), final LN, LM head tied to the token
+// embedding, vocabulary padded to a multiple of 128.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/config.h"
+#include "runtime/scale_store.h"
+
+namespace fp8rt {
+
+struct ModelOptions {
+  ModelConfig model;
+  Precision precision = Precision::kFp8;  // the precision actually run (after any fallback)
+  Fp8Config fp8;
+  int B = 4;           // micro-batch
+  int T = 64;          // sequence length
+  int grad_accum = 1;  // micro-batches per step
+  float grad_clip = 1.0f;
+  float weight_decay = 0.1f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+};
+
+struct StepStats {
+  float loss = 0;            // mean over the step's micro-batches
+  float grad_norm = 0;       // global norm before clipping
+  int64_t weight_casts = 0;  // FP8 weight casts done this step (== number of FP8 weights)
+};
+
+// Per-tensor FP8 telemetry: amax seen by the casts since the last report, current scale, and
+// the number of elements that saturated.
+struct Fp8TelemetryRow {
+  std::string name;
+  float amax_history_max = 0;
+  float scale = 0;
+  uint64_t saturated = 0;
+};
+
+class GptModel {
+ public:
+  virtual ~GptModel() = default;
+  // GPT-2 initialisation from `seed` (normal(0, 0.02), residual projections / sqrt(2L)).
+  virtual Status InitRandom(uint64_t seed) = 0;
+  // One optimizer step over grad_accum micro-batches. x, y: (grad_accum, B, T) host arrays.
+  // step is 1-based (AdamW bias correction).
+  virtual Status Step(int step, float lr, const int32_t* x, const int32_t* y, StepStats* out) = 0;
+  // Forward only over one (B, T) micro-batch; mean loss, and the logits (B*T, Vp) if asked.
+  virtual Status Forward(const int32_t* x, const int32_t* y, float* loss,
+                         std::vector<float>* logits) = 0;
+  // Forward + backward over one micro-batch with zeroed gradients and no update (for tests);
+  // gradients come back flattened in parameter order.
+  virtual Status Gradients(const int32_t* x, const int32_t* y, float* loss,
+                           std::vector<float>* grads) = 0;
+
+  // Master weights and AdamW moments, flattened in parameter order.
+  virtual Status ExportState(std::vector<float>* master, std::vector<float>* m,
+                             std::vector<float>* v) = 0;
+  virtual Status ImportState(const std::vector<float>& master, const std::vector<float>& m,
+                             const std::vector<float>& v) = 0;
+  // FP8 scale state (empty when no FP8 tensors).
+  virtual Result<std::vector<TensorScaleRecord>> ExportScales() = 0;
+  virtual Status ImportScales(const std::vector<TensorScaleRecord>& records) = 0;
+  virtual Status ResetFp8History() = 0;
+  // Reads and clears the saturation counters.
+  virtual Result<std::vector<Fp8TelemetryRow>> Telemetry() = 0;
+
+  virtual int64_t num_params() const = 0;  // including the vocabulary padding
+  virtual int num_fp8_weights() const = 0;
+  // Peak device (or host, on the CPU) bytes allocated by the model.
+  virtual size_t allocated_bytes() const = 0;
+  // Names and sizes of the parameter tensors, in order.
+  virtual std::vector<std::pair<std::string, int64_t>> ParamTensors() const = 0;
+};
+
+Result<std::unique_ptr<GptModel>> CreateCpuGpt(const ModelOptions& options);
+// FP8 needs compute capability >= 8.9, bf16 >= 8.0 (the caller decides the fallback first).
+Result<std::unique_ptr<GptModel>> CreateCudaGpt(const ModelOptions& options, int device);
+
+}  // namespace fp8rt

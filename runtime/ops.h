@@ -1,0 +1,124 @@
+// The two backends of fp8train behind one set of method names: CpuOps (the kernels' CPU
+// references on host memory) and, in ops_cuda.h, CudaOps (the CUDA kernels on one stream). The
+// model is written once against this interface (runtime/gpt_impl.h).
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu.h"
+#include "kernels/gemm.h"
+#include "kernels/grad_norm.h"
+#include "kernels/layernorm.h"
+#include "kernels/quantize.h"
+#include "kernels/residual.h"
+#include "kernels/scaling.h"
+
+namespace fp8rt {
+
+class CpuOps {
+ public:
+  static constexpr bool kDevice = false;
+  using Counter = uint64_t;  // saturation counters
+
+  // Zeroed, 256-byte aligned host memory.
+  void* Alloc(size_t bytes) {
+    const size_t rounded = (bytes + 255) / 256 * 256;
+    void* p = std::aligned_alloc(256, rounded == 0 ? 256 : rounded);
+    if (p) std::memset(p, 0, rounded);
+    return p;
+  }
+  void Free(void* p) { std::free(p); }
+  Status Zero(void* p, size_t bytes) {
+    std::memset(p, 0, bytes);
+    return Status::Ok();
+  }
+  Status Upload(void* dst, const void* src, size_t bytes) {
+    std::memcpy(dst, src, bytes);
+    return Status::Ok();
+  }
+  Status Download(void* dst, const void* src, size_t bytes) {
+    std::memcpy(dst, src, bytes);
+    return Status::Ok();
+  }
+  Status Sync() { return Status::Ok(); }
+  // The CPU references need no scratch.
+  Status ReserveScratchFor(const AttentionShape&, DType, int64_t V, int64_t P, size_t* bytes) {
+    *bytes = 0;
+    return Status::Ok();
+  }
+
+  template <typename T>
+  Status EmbeddingForward(T* out, const int32_t* tok, const T* wte, const T* wpe, int64_t B,
+                          int64_t T_, int64_t C, int64_t V) {
+    return cpu::EmbeddingForward(out, tok, wte, wpe, B, T_, C, V);
+  }
+  template <typename T>
+  Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t* tok, int64_t B,
+                           int64_t T_, int64_t C, int64_t V) {
+    return cpu::EmbeddingBackward(dwte, dwpe, dout, tok, B, T_, C, V);
+  }
+  template <typename T>
+  Status LayerNormForward(T* out, float* mean, float* rstd, const T* in, const T* w, const T* b,
+                          int64_t N, int64_t C) {
+    return cpu::LayerNormForward(out, mean, rstd, in, w, b, N, C, 1e-5f);
+  }
+  template <typename T>
+  Status LayerNormBackward(T* din, float* dw, float* db, const T* dout, const T* in, const T* w,
+                           const float* mean, const float* rstd, int64_t N, int64_t C,
+                           bool accumulate) {
+    return cpu::LayerNormBackward(din, dw, db, dout, in, w, mean, rstd, N, C, accumulate);
+  }
+  template <typename T>
+  Status Gelu(T* out, const T* in, int64_t n) {
+    return cpu::GeluForward(out, in, n);
+  }
+  template <typename T>
+  Status GeluBackward(T* din, const T* in, const T* dout, int64_t n) {
+    return cpu::GeluBackward(din, in, dout, n);
+  }
+  template <typename T>
+  Status Residual(T* out, const T* a, const T* b, int64_t n) {
+    return cpu::ResidualAdd(out, a, b, n);
+  }
+  template <typename T>
+  Status Attention(T* out, T* att, const T* qkv, const AttentionShape& s) {
+    return cpu::AttentionForward(out, att, qkv, s);
+  }
+  template <typename T>
+  Status AttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* att,
+                           const AttentionShape& s) {
+    return cpu::AttentionBackward(dqkv, dout, qkv, att, s);
+  }
+  template <typename T>
+  Status CrossEntropy(float* losses, T* logits, const int32_t* targets, int64_t N, int64_t V,
+                      int64_t Vp, float dloss, bool grad) {
+    return cpu::SoftmaxCrossEntropy(losses, logits, targets, N, V, Vp, dloss, grad);
+  }
+  Status MeanLoss(float* out, const float* losses, int64_t N) {
+    return cpu::MeanLoss(out, losses, N);
+  }
+  Status Gemm(const GemmArgs& g) { return cpu::Gemm(g); }
+  template <typename T>
+  Status Quantize(const T* in, const Fp8Tensor& out, Counter* saturated) {
+    return cpu::Quantize(in, out, saturated);
+  }
+  Status UpdateScaling(const ScalingState& s, const DelayedScalingConfig& c) {
+    return cpu::UpdateDelayedScaling(s, c);
+  }
+  Status InitScaling(const ScalingState& s) { return cpu::InitScalingState(s); }
+  Status NormSquared(float* out, const float* g, int64_t n) {
+    return cpu::GlobalNormSquared(out, g, n);
+  }
+  template <typename T>
+  Status AdamW(float* master, float* m, float* v, const float* g, T* working, int64_t n, int step,
+               const AdamWConfig& cfg, float wd, const float* norm_sq, float max_norm) {
+    return cpu::AdamW(master, m, v, g, working, n, step, cfg, wd, norm_sq, max_norm);
+  }
+};
+
+}  // namespace fp8rt

@@ -1,0 +1,162 @@
+// CudaOps: the CUDA kernels on one stream, with one shared scratch buffer (ops run in stream
+// order, so they can share it) and one GemmRunner. Same method names as CpuOps (runtime/ops.h).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "common/cuda_check.h"
+#include "runtime/ops.h"
+
+namespace fp8rt {
+
+class CudaOps {
+ public:
+  static constexpr bool kDevice = true;
+  using Counter = unsigned long long;
+
+  CudaOps() = default;
+  ~CudaOps() {
+    if (scratch_) cudaFree(scratch_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  Status Init(int device) {
+    FP8RT_CUDA_TRY(cudaSetDevice(device));
+    FP8RT_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    FP8RT_ASSIGN_OR_RETURN(gemm_, GemmRunner::Create());
+    return Status::Ok();
+  }
+  // Grows the shared scratch to at least `bytes` (called at model setup, never in a step).
+  Status ReserveScratch(size_t bytes) {
+    if (bytes <= scratch_bytes_) return Status::Ok();
+    if (scratch_) FP8RT_CUDA_TRY(cudaFree(scratch_));
+    FP8RT_CUDA_TRY(cudaMalloc(&scratch_, bytes));
+    scratch_bytes_ = bytes;
+    return Status::Ok();
+  }
+  // Scratch for every op of a model with these shapes (attention, embedding and LayerNorm
+  // backward, gradient norm over P parameters).
+  Status ReserveScratchFor(const AttentionShape& s, DType t, int64_t V, int64_t P, size_t* bytes) {
+    const int64_t M = s.B * s.T;
+    size_t need = AttentionScratchBytes(s, t);
+    auto emb = cuda::EmbeddingBackwardScratchBytes(s.B, s.T, V);
+    if (!emb.ok()) return emb.status();
+    need = std::max(need, *emb);
+    need = std::max(need, cuda::LayerNormBackwardScratchBytes(M, s.C()));
+    need = std::max(need, cuda::GlobalNormSquaredScratchBytes(P));
+    *bytes = need;
+    return ReserveScratch(need);
+  }
+  cudaStream_t stream() const { return stream_; }
+
+  void* Alloc(size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, std::max<size_t>(bytes, 256)) != cudaSuccess) return nullptr;
+    if (cudaMemset(p, 0, std::max<size_t>(bytes, 256)) != cudaSuccess) return nullptr;
+    return p;
+  }
+  void Free(void* p) { cudaFree(p); }
+  Status Zero(void* p, size_t bytes) {
+    FP8RT_CUDA_TRY(cudaMemsetAsync(p, 0, bytes, stream_));
+    return Status::Ok();
+  }
+  Status Upload(void* dst, const void* src, size_t bytes) {
+    FP8RT_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    // The host buffer may be reused right after: wait for the copy (inputs are tiny).
+    FP8RT_CUDA_TRY(cudaStreamSynchronize(stream_));
+    return Status::Ok();
+  }
+  Status Download(void* dst, const void* src, size_t bytes) {
+    FP8RT_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    FP8RT_CUDA_TRY(cudaStreamSynchronize(stream_));
+    return Status::Ok();
+  }
+  Status Sync() {
+    FP8RT_CUDA_TRY(cudaStreamSynchronize(stream_));
+    return Status::Ok();
+  }
+
+  template <typename T>
+  Status EmbeddingForward(T* out, const int32_t* tok, const T* wte, const T* wpe, int64_t B,
+                          int64_t T_, int64_t C, int64_t V) {
+    return cuda::EmbeddingForward(out, tok, wte, wpe, B, T_, C, V, stream_);
+  }
+  template <typename T>
+  Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t* tok, int64_t B,
+                           int64_t T_, int64_t C, int64_t V) {
+    return cuda::EmbeddingBackward(dwte, dwpe, dout, tok, B, T_, C, V, scratch_, scratch_bytes_,
+                                   stream_);
+  }
+  template <typename T>
+  Status LayerNormForward(T* out, float* mean, float* rstd, const T* in, const T* w, const T* b,
+                          int64_t N, int64_t C) {
+    return cuda::LayerNormForward(out, mean, rstd, in, w, b, N, C, 1e-5f, stream_);
+  }
+  template <typename T>
+  Status LayerNormBackward(T* din, float* dw, float* db, const T* dout, const T* in, const T* w,
+                           const float* mean, const float* rstd, int64_t N, int64_t C,
+                           bool accumulate) {
+    return cuda::LayerNormBackward(din, dw, db, dout, in, w, mean, rstd, N, C, accumulate, scratch_,
+                                   scratch_bytes_, stream_);
+  }
+  template <typename T>
+  Status Gelu(T* out, const T* in, int64_t n) {
+    return cuda::GeluForward(out, in, n, stream_);
+  }
+  template <typename T>
+  Status GeluBackward(T* din, const T* in, const T* dout, int64_t n) {
+    return cuda::GeluBackward(din, in, dout, n, stream_);
+  }
+  template <typename T>
+  Status Residual(T* out, const T* a, const T* b, int64_t n) {
+    return cuda::ResidualAdd(out, a, b, n, stream_);
+  }
+  template <typename T>
+  Status Attention(T* out, T* att, const T* qkv, const AttentionShape& s) {
+    return cuda::AttentionForward(*gemm_, out, att, qkv, scratch_, scratch_bytes_, s, stream_);
+  }
+  template <typename T>
+  Status AttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* att,
+                           const AttentionShape& s) {
+    return cuda::AttentionBackward(*gemm_, dqkv, dout, qkv, att, scratch_, scratch_bytes_, s,
+                                   stream_);
+  }
+  template <typename T>
+  Status CrossEntropy(float* losses, T* logits, const int32_t* targets, int64_t N, int64_t V,
+                      int64_t Vp, float dloss, bool grad) {
+    return cuda::SoftmaxCrossEntropy(losses, logits, targets, N, V, Vp, dloss, grad, stream_);
+  }
+  Status MeanLoss(float* out, const float* losses, int64_t N) {
+    return cuda::MeanLoss(out, losses, N, stream_);
+  }
+  Status Gemm(const GemmArgs& g) { return gemm_->Run(g, stream_); }
+  template <typename T>
+  Status Quantize(const T* in, const Fp8Tensor& out, Counter* saturated) {
+    return cuda::Quantize(in, out, saturated, stream_);
+  }
+  Status UpdateScaling(const ScalingState& s, const DelayedScalingConfig& c) {
+    return cuda::UpdateDelayedScaling(s, c, stream_);
+  }
+  Status InitScaling(const ScalingState& s) { return cuda::InitScalingState(s, stream_); }
+  Status NormSquared(float* out, const float* g, int64_t n) {
+    return cuda::GlobalNormSquared(out, g, n, scratch_, scratch_bytes_, stream_);
+  }
+  template <typename T>
+  Status AdamW(float* master, float* m, float* v, const float* g, T* working, int64_t n, int step,
+               const AdamWConfig& cfg, float wd, const float* norm_sq, float max_norm) {
+    return cuda::AdamW(master, m, v, g, working, n, step, cfg, wd, norm_sq, max_norm, stream_);
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<GemmRunner> gemm_;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+};
+
+}  // namespace fp8rt

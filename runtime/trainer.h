@@ -1,0 +1,54 @@
+// The fp8train loop: data -> model steps -> metrics, telemetry, checkpoints; resume and signals.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/config.h"
+#include "runtime/device.h"
+
+namespace fp8rt {
+
+// Process exit codes of fp8train (documented in configs/README.md).
+inline constexpr int kExitOk = 0;          // reached --steps / train.total_steps
+inline constexpr int kExitError = 1;       // runtime failure (message on stderr)
+inline constexpr int kExitUsage = 2;       // bad flag, config or checkpoint: nothing was written
+inline constexpr int kExitPreempted = 3;   // stopped by SIGTERM/SIGUSR1 after a checkpoint
+
+struct TrainOptions {
+  RunConfig config;
+  int64_t stop_step = -1;                  // --steps: stop after this global step (-1: total_steps)
+  std::string checkpoint_dir;              // empty: no checkpoints
+  bool resume = false;
+  bool reset_fp8_history = false;
+  std::optional<Precision> precision;      // --precision overrides the config
+  std::ostream* metrics = nullptr;         // one JSON line per logged step; null: none
+  std::ostream* progress = nullptr;        // human progress lines; null: none
+  const std::atomic<bool>* stop_flag = nullptr;  // set by SIGTERM/SIGUSR1
+};
+
+struct TrainResult {
+  int64_t first_step = 0;          // first step run by this invocation
+  int64_t last_step = 0;           // last completed step
+  bool stopped_by_signal = false;
+  Precision precision = Precision::kFp32;
+  std::string fallback_reason;
+  std::vector<float> losses;       // one per step run
+  std::vector<int64_t> weight_casts;
+  int fp8_weights = 0;
+};
+
+// Learning rate at 1-based `step`: linear warmup, then cosine decay to min_lr at total_steps.
+float LearningRate(const TrainConfig& t, int64_t step);
+
+Result<TrainResult> RunTraining(const TrainOptions& options, const DeviceInfo& device);
+
+// fp8train --inspect-scales DIR [--step S]: prints the FP8 scale state at S (default: latest).
+Status InspectScales(const std::string& checkpoint_dir, int64_t step, std::ostream& out);
+
+}  // namespace fp8rt
