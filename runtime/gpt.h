@@ -69,6 +69,10 @@ class GptModel {
   // Reads and clears the saturation counters.
   virtual Result<std::vector<Fp8TelemetryRow>> Telemetry() = 0;
 
+  // The FP8 bytes (row-major data) cached for weight tensor `name` (e.g. "h0.fc.weight") by the
+  // last cast: lets tests prove micro-batches 2..M use this step's cast, not last step's.
+  virtual Result<std::vector<uint8_t>> CachedFp8Weight(const std::string& name) = 0;
+
   virtual int64_t num_params() const = 0;  // including the vocabulary padding
   virtual int num_fp8_weights() const = 0;
   // Peak device (or host, on the CPU) bytes allocated by the model.

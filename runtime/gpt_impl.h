@@ -97,6 +97,21 @@ class Gpt final : public GptModel {
   Status ImportScales(const std::vector<TensorScaleRecord>& records) override;
   Status ResetFp8History() override;
   Result<std::vector<Fp8TelemetryRow>> Telemetry() override;
+  Result<std::vector<uint8_t>> CachedFp8Weight(const std::string& name) override {
+    for (int l = 0; l <= o_.model.n_layer; ++l) {
+      for (int kind = 0; kind <= kNumLinear; ++kind) {
+        if ((l == o_.model.n_layer) != (kind == kLmHead) || !Fp8On(kind)) continue;
+        if (Fp8Name(l, kind, kRoleW) != name) continue;
+        int64_t N, K;
+        LinearShape(kind, &N, &K);
+        const int slot = kind == kLmHead ? o_.model.n_layer * kNumLinear : l * kNumLinear + kind;
+        std::vector<uint8_t> bytes(static_cast<size_t>(N * K));
+        FP8RT_RETURN_IF_ERROR(ops_->Download(bytes.data(), w8_[slot], bytes.size()));
+        return bytes;
+      }
+    }
+    return Status::NotFound(StrCat("no FP8 weight named '", name, "'"));
+  }
   int64_t num_params() const override { return layout_.total; }
   int num_fp8_weights() const override { return num_fp8_weights_; }
   size_t allocated_bytes() const override { return allocated_bytes_; }

@@ -1,0 +1,280 @@
+// fp8train on the CPU: learning real text, exact resume, refused checkpoints, FP8 weight
+// caching across micro-batches, and the precision fallback rules.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "kernels/quantize.h"
+#include "runtime/checkpoint.h"
+#include "runtime/gpt.h"
+#include "runtime/trainer.h"
+#include "tests/common/corpus.h"
+
+namespace fp8rt {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("fp8rt_trainer_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    corpus_ = test::EnglishCorpus((dir_ / "corpus.txt").string());
+    ASSERT_FALSE(corpus_.empty()) << "no English text in /usr/share/common-licenses";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  RunConfig Tiny(Precision p, int total_steps) {
+    RunConfig c;
+    c.model = {2, 64, 4, 64, 256};
+    c.data.train_path = corpus_;
+    c.train.batch_size = 4;
+    c.train.seq_len = 64;
+    c.train.total_steps = total_steps;
+    c.train.lr = 3e-3f;
+    c.train.min_lr = 3e-4f;
+    c.train.warmup_steps = 10;
+    c.precision = p;
+    EXPECT_TRUE(c.Validate().ok());
+    return c;
+  }
+  std::string ckpt() const { return (dir_ / "ckpt").string(); }
+
+  fs::path dir_;
+  std::string corpus_;
+  DeviceInfo cpu_;
+};
+
+TEST_F(TrainerTest, TinyModelLearnsEnglishInFp8) {
+  TrainOptions o;
+  o.config = Tiny(Precision::kFp8, 200);
+  auto r = RunTraining(o, cpu_);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->losses.size(), 200u);
+  const float first = r->losses.front();
+  float last10 = 0;
+  for (int i = 190; i < 200; ++i) last10 += r->losses[i] / 10;
+  // ln(256) = 5.55 at the start (uniform over bytes); 200 steps of 256 tokens take a 2-layer
+  // byte model to about 3 nats, more than 2 nats below the start.
+  EXPECT_GT(first, 5.0f);
+  EXPECT_LT(last10, first - 2.0f);
+  EXPECT_LT(last10, 3.3f);
+  // One cast per FP8 weight per step: 4 linears x 2 layers.
+  EXPECT_EQ(r->fp8_weights, 8);
+  for (int64_t c : r->weight_casts) ASSERT_EQ(c, 8);
+}
+
+TEST_F(TrainerTest, Bf16AndFp32AlsoTrain) {
+  for (Precision p : {Precision::kBf16, Precision::kFp32}) {
+    TrainOptions o;
+    o.config = Tiny(p, 40);
+    auto r = RunTraining(o, cpu_);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_LT(r->losses.back(), r->losses.front() - 1.0f) << PrecisionName(p);
+    for (int64_t c : r->weight_casts) ASSERT_EQ(c, 0);
+  }
+}
+
+TEST_F(TrainerTest, ResumeIsBitIdenticalWithGradientAccumulation) {
+  RunConfig c = Tiny(Precision::kFp8, 16);
+  c.train.grad_accum = 2;
+  c.fp8.history_len = 4;  // wraps during the run
+  TrainOptions full;
+  full.config = c;
+  auto whole = RunTraining(full, cpu_);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+
+  TrainOptions first = full;
+  first.stop_step = 7;
+  first.checkpoint_dir = ckpt();
+  auto a = RunTraining(first, cpu_);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_EQ(a->last_step, 7);
+
+  TrainOptions second = first;
+  second.stop_step = 16;
+  second.resume = true;
+  auto b = RunTraining(second, cpu_);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_EQ(b->first_step, 8);
+  ASSERT_EQ(b->losses.size(), 9u);
+  for (size_t i = 0; i < 9; ++i) {
+    EXPECT_EQ(b->losses[i], whole->losses[7 + i]) << "step " << 8 + i;  // bit-identical
+  }
+  auto latest = LatestCheckpointStep(ckpt());
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, 16);
+  std::ostringstream inspect;
+  ASSERT_TRUE(InspectScales(ckpt(), 7, inspect).ok());
+  EXPECT_NE(inspect.str().find("h1.fc_proj.grad_output"), std::string::npos) << inspect.str();
+}
+
+// Reads every file under a directory (to prove a refused resume changed nothing).
+std::map<std::string, std::string> Snapshot(const std::string& dir) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    m[e.path().string()] = std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  return m;
+}
+
+TEST_F(TrainerTest, CorruptedTruncatedMissingAndMismatchedCheckpointsAreRefused) {
+  TrainOptions o;
+  o.config = Tiny(Precision::kFp8, 20);
+  o.stop_step = 3;
+  o.checkpoint_dir = ckpt();
+  ASSERT_TRUE(RunTraining(o, cpu_).ok());
+  const std::string master = CheckpointStepDir(ckpt(), 3) + "/master.bin";
+
+  TrainOptions resume = o;
+  resume.resume = true;
+  resume.stop_step = 6;
+
+  auto expect_refused = [&](const TrainOptions& opt, const std::string& needle) {
+    const auto before = Snapshot(ckpt());
+    auto r = RunTraining(opt, cpu_);
+    ASSERT_FALSE(r.ok()) << "resume accepted; expected an error mentioning '" << needle << "'";
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+    EXPECT_EQ(Snapshot(ckpt()), before) << "a refused resume changed the checkpoint directory";
+  };
+
+  {
+    TrainOptions other = resume;
+    other.config.model.n_layer = 3;
+    expect_refused(other, "model.n_layer is 2");
+  }
+  {
+    TrainOptions other = resume;
+    other.config.fp8.history_len = 32;
+    expect_refused(other, "fp8.history_len");
+  }
+  {
+    std::fstream f(master, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x42');
+  }
+  expect_refused(resume, "checksum");
+  fs::resize_file(master, 64);
+  expect_refused(resume, "truncated");
+  fs::remove(master);
+  expect_refused(resume, "missing");
+  fs::remove_all(ckpt());
+  fs::create_directories(ckpt());
+  expect_refused(resume, "no checkpoint");
+}
+
+TEST_F(TrainerTest, HistoryMismatchCanBeRecalibratedOnPurpose) {
+  TrainOptions o;
+  o.config = Tiny(Precision::kFp8, 20);
+  o.stop_step = 3;
+  o.checkpoint_dir = ckpt();
+  ASSERT_TRUE(RunTraining(o, cpu_).ok());
+  TrainOptions r = o;
+  r.resume = true;
+  r.stop_step = 5;
+  r.config.fp8.history_len = 32;
+  r.reset_fp8_history = true;
+  auto res = RunTraining(r, cpu_);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->first_step, 4);
+}
+
+TEST_F(TrainerTest, LaterMicroBatchesUseThisStepsFp8WeightBytes) {
+  ModelOptions mo;
+  mo.model = {2, 64, 4, 64, 256};
+  mo.precision = Precision::kFp8;
+  mo.B = 2, mo.T = 32, mo.grad_accum = 3;
+  auto model = CreateCpuGpt(mo);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  GptModel& g = **model;
+  ASSERT_TRUE(g.InitRandom(5).ok());
+  std::vector<int32_t> x(3 * 64), y(3 * 64);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t(i * 7 % 256), y[i] = int32_t(i * 11 % 256);
+  StepStats st;
+  ASSERT_TRUE(g.Step(1, 1e-2f, x.data(), y.data(), &st).ok());
+  const auto step1_bytes = g.CachedFp8Weight("h0.fc.weight");
+  ASSERT_TRUE(step1_bytes.ok());
+
+  // The weights and scales that step 2 starts from.
+  std::vector<float> master, m, v;
+  ASSERT_TRUE(g.ExportState(&master, &m, &v).ok());
+  auto scales = g.ExportScales();
+  ASSERT_TRUE(scales.ok());
+  float scale = 0;
+  for (const auto& r : *scales) {
+    if (r.name == "h0.fc.weight") scale = r.scale;
+  }
+  ASSERT_GT(scale, 0);
+
+  ASSERT_TRUE(g.Step(2, 1e-2f, x.data(), y.data(), &st).ok());
+  EXPECT_EQ(st.weight_casts, g.num_fp8_weights());  // once per weight, not once per micro-batch
+  auto cached = g.CachedFp8Weight("h0.fc.weight");
+  ASSERT_TRUE(cached.ok());
+
+  // Expected: step 2's weights, cast with the scale step 2 started with.
+  int64_t off = 0, n = 0;
+  for (const auto& [name, size] : g.ParamTensors()) {
+    if (name == "fc.weight") n = (size / 2);  // layer 0 of (L, 4C, C)
+    if (n) break;
+    off += (size + 63) / 64 * 64;
+  }
+  ASSERT_EQ(n, 4 * 64 * 64);
+  std::vector<uint8_t> want(n), want_t(n);
+  float s = scale, si = 0, amax = 0;
+  Fp8Tensor t;
+  t.data = want.data(), t.data_t = want_t.data(), t.rows = 256, t.cols = 64;
+  t.scale = &s, t.scale_inv = &si, t.amax = &amax;
+  ASSERT_TRUE(cpu::Quantize(master.data() + off, t).ok());
+  EXPECT_EQ(*cached, want) << "micro-batches used bytes that are not this step's cast";
+  EXPECT_NE(*cached, *step1_bytes) << "the cache did not change between steps";
+}
+
+TEST(PrecisionFallback, FollowsComputeCapability) {
+  auto gpu = [](int cc) {
+    DeviceInfo d;
+    d.is_cpu = false;
+    d.compute_capability = cc;
+    d.name = "GPU";
+    return d;
+  };
+  struct Case {
+    int cc;
+    Precision asked, got;
+    bool fallback;
+  } cases[] = {
+      {70, Precision::kFp8, Precision::kFp32, true},  {80, Precision::kFp8, Precision::kBf16, true},
+      {86, Precision::kFp8, Precision::kBf16, true},  {89, Precision::kFp8, Precision::kFp8, false},
+      {90, Precision::kFp8, Precision::kFp8, false},  {70, Precision::kBf16, Precision::kFp32, true},
+      {80, Precision::kBf16, Precision::kBf16, false}, {70, Precision::kFp32, Precision::kFp32, false},
+  };
+  for (const auto& c : cases) {
+    const PrecisionDecision d = DecidePrecision(c.asked, gpu(c.cc));
+    EXPECT_EQ(d.precision, c.got) << "cc " << c.cc << " asked " << PrecisionName(c.asked);
+    EXPECT_EQ(!d.fallback_reason.empty(), c.fallback) << d.fallback_reason;
+  }
+  EXPECT_NE(DecidePrecision(Precision::kFp8, gpu(86)).fallback_reason.find("8.9"),
+            std::string::npos);
+  DeviceInfo cpu;
+  EXPECT_EQ(DecidePrecision(Precision::kFp8, cpu).precision, Precision::kFp8);  // emulated
+}
+
+TEST(LearningRate, WarmupThenCosine) {
+  TrainConfig t;
+  t.lr = 1.0f, t.min_lr = 0.1f, t.warmup_steps = 10, t.total_steps = 110;
+  EXPECT_FLOAT_EQ(LearningRate(t, 5), 0.5f);
+  EXPECT_FLOAT_EQ(LearningRate(t, 10), 1.0f);
+  EXPECT_NEAR(LearningRate(t, 60), 0.55f, 1e-6);
+  EXPECT_NEAR(LearningRate(t, 110), 0.1f, 1e-6);
+  EXPECT_NEAR(LearningRate(t, 500), 0.1f, 1e-6);
+}
+
+}  // namespace
+}  // namespace fp8rt
