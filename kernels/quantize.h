@@ -51,7 +51,9 @@ Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin = 0,
 #if FP8RT_WITH_CUDA
 namespace cuda {
 // Instantiated for T in {float, bf16}. Device pointers; saturated is a device counter. No host
-// synchronisation; QuantizeCurrentScaling is a memset and three launches on `stream`.
+// synchronisation, no allocation. Quantize with data_t is one or two launches (interior tiles,
+// then edge tiles); without data_t one. QuantizeCurrentScaling adds a memset of the amax, the
+// amax pass and a one-thread scale kernel before it.
 template <typename T>
 Status Quantize(const T* in, const Fp8Tensor& out, unsigned long long* saturated,
                 cudaStream_t stream);

@@ -89,7 +89,8 @@ struct ScalingState {
   // (N) the Fp8Format of each tensor, as uint8_t. Set by the caller, never written here.
   const uint8_t* formats = nullptr;
   // (1) ring position in [0, H): the history row this step's amax goes to. Lives on the device so
-  // a captured CUDA graph sees it advance.
+  // a captured CUDA graph sees it advance. While the CUDA update runs, its high 16 bits count
+  // the blocks that have read it (zero again when the kernel ends): read it only between steps.
   int* pos = nullptr;
 };
 

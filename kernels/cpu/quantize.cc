@@ -107,6 +107,9 @@ Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin, uin
     return Status::InvalidArgument(
         StrCat("QuantizeCurrentScaling: margin=", margin, " is outside 0..32"));
   }
+  if (out.numel() > 0 && in == nullptr) {
+    return Status::InvalidArgument("QuantizeCurrentScaling: in is null");
+  }
   *out.amax = 0.0f;
   FP8RT_RETURN_IF_ERROR(ComputeAmax(in, out.numel(), out.amax));
   *out.scale = ComputeScale(*out.amax, *out.scale, Fp8MaxFinite(out.format), margin);
