@@ -3,6 +3,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -205,6 +206,11 @@ Result<RunConfig> LoadRunConfig(const std::string& path) {
   ss << in.rdbuf();
   auto r = ParseRunConfig(ss.str());
   if (!r.ok()) return Status(r.status().code(), StrCat(path, ": ", r.status().message()));
+  // Data paths are relative to the config file's directory.
+  const std::filesystem::path base = std::filesystem::path(path).parent_path();
+  for (std::string* p : {&r->data.train_path, &r->data.val_path}) {
+    if (!p->empty() && std::filesystem::path(*p).is_relative()) *p = (base / *p).string();
+  }
   return r;
 }
 

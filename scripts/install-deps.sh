@@ -6,7 +6,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config python3 patchelf file
+  build-essential cmake ninja-build pkg-config python3 patchelf file fortunes
   libboost-dev librocksdb-dev libspdlog-dev libfmt-dev
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev
