@@ -56,6 +56,17 @@ Result<DeviceInfo> QueryDevice(const std::string& spec) {
 #endif
 }
 
+double DeviceMemoryUsedBytes(const DeviceInfo& d) {
+  if (d.is_cpu) return 0;
+#if FP8RT_WITH_CUDA
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+  return static_cast<double>(total_b - free_b);
+#else
+  return 0;
+#endif
+}
+
 PrecisionDecision DecidePrecision(Precision requested, const DeviceInfo& d) {
   PrecisionDecision r;
   r.precision = requested;

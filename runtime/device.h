@@ -27,6 +27,9 @@ struct PrecisionDecision {
 };
 PrecisionDecision DecidePrecision(Precision requested, const DeviceInfo& device);
 
+// Bytes in use on the device (total - free, all processes); 0 on the CPU or on error.
+double DeviceMemoryUsedBytes(const DeviceInfo& device);
+
 // Dense BF16 tensor-core peak by GPU name (H100/H200 989 TFLOP/s, A100 312, ...); 0 if unknown.
 double Bf16PeakFlops(const std::string& gpu_name);
 

@@ -225,7 +225,9 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                           {"precision", PrecisionName(pd.precision)},
                           {"step_ms", sec * 1e3},
                           {"fp8_weight_casts", st.weight_casts},
-                          {"fp8_weights", model->num_fp8_weights()}};
+                          {"fp8_weights", model->num_fp8_weights()},
+                          {"model_gib", model->allocated_bytes() / 1073741824.0}};
+      if (!device.is_cpu) j["device_used_gib"] = DeviceMemoryUsedBytes(device) / 1073741824.0;
       if (!pd.fallback_reason.empty()) j["fallback_reason"] = pd.fallback_reason;
       *o.metrics << j.dump() << "\n" << std::flush;
     }

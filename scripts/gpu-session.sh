@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One call on a GPU node, from the repository root with bundle/ and data/ carried: device facts,
+# the gpu test suite, the kernel benchmark table, and fp8train runs. Logs go to $OUT (or ./out).
+# Usage: scripts/gpu-session.sh [tests] [bench] [train] [throughput]   (default: all four)
+set -uo pipefail
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+B=bundle/bin
+parts=${*:-tests bench train throughput}
+export NCCL_NVLS_ENABLE=0
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/device.txt"
+date -u | tee -a "$OUT/device.txt"
+cat bundle/VERSION | tee -a "$OUT/device.txt"
+ldd $B/fp8train | grep -E 'not found|cublasLt|rocksdb' | tee -a "$OUT/device.txt"
+
+if [[ $parts == *tests* ]]; then
+  echo "== gpu tests"
+  timeout 300 $B/fp8rt_gpu_tests --gtest_brief=1 > "$OUT/gpu_tests.log" 2>&1
+  echo "gpu tests exit $?"; tail -4 "$OUT/gpu_tests.log"
+fi
+if [[ $parts == *bench* ]]; then
+  echo "== kernel bench"
+  timeout 240 $B/fp8rt_kernel_bench > "$OUT/kernel_bench.log" 2>&1
+  echo "kernel bench exit $?"; sed -n '/^| op/,$p' "$OUT/kernel_bench.log"
+fi
+if [[ $parts == *train* ]]; then
+  echo "== quickstart on cuda:0"
+  timeout 120 $B/fp8train --config configs/quickstart.yaml --device cuda:0 \
+    --metrics "$OUT/quickstart.jsonl" --checkpoint-dir /tmp/qs > "$OUT/quickstart.log" 2>&1
+  echo "quickstart exit $?"; tail -3 "$OUT/quickstart.log"
+fi
+if [[ $parts == *throughput* ]]; then
+  echo "== throughput"
+  for cfg in gpt2-124m gpt-1.3b; do
+    steps=30; [ $cfg = gpt-1.3b ] && steps=15
+    for p in bf16 fp8; do
+      timeout 240 $B/fp8train --config configs/$cfg.yaml --device cuda:0 --precision $p \
+        --steps $steps --metrics "$OUT/tp_${cfg}_$p.jsonl" > "$OUT/tp_${cfg}_$p.log" 2>&1
+      echo "$cfg $p exit $?: $(tail -1 "$OUT/tp_${cfg}_$p.jsonl" | cut -c1-400)"
+    done
+  done
+fi
