@@ -168,7 +168,9 @@ class Gpt final : public GptModel {
     t.cols = cols;
     t.format = FormatFor(scaling_cfg_.recipe, role == kRoleDy);
     t.scale = scaling_.scale + i;
-    t.scale_inv = scaling_.scale_inv + i;
+    // The cast writes 1/scale here and the GEMMs read it: a 64-byte slot per tensor, because
+    // cuBLASLt needs 16-byte-aligned scale pointers and ScalingState's arrays are packed.
+    t.scale_inv = gemm_scale_inv_ + kScaleSlot * i;
     t.amax = scaling_.amax + i;
     return t;
   }
@@ -231,6 +233,8 @@ class Gpt final : public GptModel {
   std::vector<uint8_t*> w8_, w8t_, x8_, x8t_;  // per (layer, kind) slot
   uint8_t *dy8_ = nullptr, *dy8t_ = nullptr;   // shared, (B*T, max N)
   typename Ops::Counter* saturated_ = nullptr;  // per FP8 tensor
+  static constexpr int kScaleSlot = 16;          // floats per tensor in gemm_scale_inv_
+  float* gemm_scale_inv_ = nullptr;              // (N, kScaleSlot)
   int64_t weight_casts_ = 0;
 };
 
@@ -335,6 +339,7 @@ Status Gpt<Ops, T>::Setup() {
     FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling_base_ + sl.formats, formats.data(), formats.size()));
     FP8RT_RETURN_IF_ERROR(ops_->InitScaling(scaling_));
     FP8RT_RETURN_IF_ERROR(Alloc(&saturated_, num_fp8_tensors_));
+    FP8RT_RETURN_IF_ERROR(Alloc(&gemm_scale_inv_, int64_t{num_fp8_tensors_} * kScaleSlot));
     w8_.assign(slots, nullptr), w8t_.assign(slots, nullptr);
     x8_.assign(slots, nullptr), x8t_.assign(slots, nullptr);
     int64_t max_n = 0;

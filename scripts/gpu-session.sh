@@ -6,7 +6,7 @@ set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 B=bundle/bin
-parts=${*:-tests bench train throughput}
+parts=${*:-tests bench train torch throughput}
 export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/device.txt"
 date -u | tee -a "$OUT/device.txt"
@@ -28,6 +28,15 @@ if [[ $parts == *train* ]]; then
   timeout 120 $B/fp8train --config configs/quickstart.yaml --device cuda:0 \
     --metrics "$OUT/quickstart.jsonl" --checkpoint-dir /tmp/qs > "$OUT/quickstart.log" 2>&1
   echo "quickstart exit $?"; tail -3 "$OUT/quickstart.log"
+fi
+if [[ $parts == *torch* ]]; then
+  echo "== PyTorch reference check"
+  for p in fp32 bf16; do
+    mkdir -p /tmp/dump_$p
+    $B/fp8rt_gpt_dump --out /tmp/dump_$p --device cuda:0 --precision $p > /dev/null
+  done
+  PYTHONUNBUFFERED=1 timeout 120 python3 scripts/torch_check.py /tmp/dump_fp32 /tmp/dump_bf16 \
+    2>&1 | tee "$OUT/torch_check.log"
 fi
 if [[ $parts == *throughput* ]]; then
   echo "== throughput"

@@ -173,6 +173,14 @@ size_t GemmRunner::CachedAlgorithms() const { return impl_->cache.size(); }
 Status GemmRunner::Run(const GemmArgs& g, cudaStream_t stream) {
   FP8RT_RETURN_IF_ERROR(ValidateGemm(g));
   if (g.M == 0 || g.N == 0) return Status::Ok();
+  // cuBLASLt refuses FP8 scale pointers that are not 16-byte aligned, with only "not supported".
+  for (const GemmOperand* op : {&g.a, &g.b}) {
+    if (IsFp8(op->dtype) && reinterpret_cast<uintptr_t>(op->scale_inv) % 16 != 0) {
+      return Status::InvalidArgument(StrCat(
+          "gemm: operand ", op == &g.a ? "A" : "B", " scale_inv pointer ", op->scale_inv,
+          " is not 16-byte aligned, which cuBLASLt's FP8 kernels need"));
+    }
+  }
   const Resolved r = Resolve(g);
   const bool fp8 = IsFp8(g.a.dtype);
 
@@ -268,24 +276,47 @@ Status GemmRunner::Run(const GemmArgs& g, cudaStream_t stream) {
         pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
     FP8RT_LT_TRY(cublasLtMatmulPreferenceSetAttribute(
         pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
-    cublasLtMatmulHeuristicResult_t result{};
+    // Ask for several candidates: on some cuBLASLt builds the first one the heuristic returns is
+    // refused by cublasLtMatmul itself ("not supported") for some FP8 shapes, so the first call
+    // of a key tries them in order and caches the first that runs.
+    constexpr int kCandidates = 8;
+    cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
     int found = 0;
     FP8RT_LT_TRY(cublasLtMatmulAlgoGetHeuristic(impl_->handle.get(), desc.get(), la.get(), lb.get(),
-                                                ld.get(), ld.get(), pref.get(), 1, &result,
-                                                &found));
-    if (found == 0) {
-      return Status::Unimplemented(StrCat(
-          "GemmRunner: cuBLASLt has no algorithm for ", DTypeName(g.a.dtype), " x ",
-          DTypeName(g.b.dtype), " -> ", DTypeName(g.d_dtype), " M=", g.M, " N=", g.N, " K=", g.K,
-          " batch=", g.batch, " trans_a=", g.a.trans, " trans_b=", g.b.trans, " lda=", r.lda,
-          " ldb=", r.ldb, " ldd=", r.ldd, " epilogue=", EpilogueName(g.epilogue)));
+                                                ld.get(), ld.get(), pref.get(), kCandidates,
+                                                results, &found));
+    cublasStatus_t last = CUBLAS_STATUS_NOT_SUPPORTED;
+    for (int i = 0; i < found; ++i) {
+      if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+      last = cublasLtMatmul(impl_->handle.get(), desc.get(), &g.alpha, g.b.ptr, la.get(), g.a.ptr,
+                            lb.get(), &g.beta, g.d, ld.get(), g.d, ld.get(), &results[i].algo,
+                            impl_->workspace.get(), impl_->workspace_bytes, stream);
+      if (last == CUBLAS_STATUS_SUCCESS) {
+        impl_->cache.emplace(key, results[i].algo);
+        return Status::Ok();
+      }
+      if (last != CUBLAS_STATUS_NOT_SUPPORTED) break;
     }
-    it = impl_->cache.emplace(key, result.algo).first;
+    return Status::Unimplemented(StrCat(
+        "GemmRunner: no cuBLASLt algorithm runs (", found, " candidates, last: ",
+        cublasLtGetStatusString(last), ") for ", DTypeName(g.a.dtype), " x ",
+        DTypeName(g.b.dtype), " -> ", DTypeName(g.d_dtype), " M=", g.M, " N=", g.N, " K=", g.K,
+        " batch=", g.batch, " trans_a=", g.a.trans, " trans_b=", g.b.trans, " lda=", r.lda,
+        " ldb=", r.ldb, " ldd=", r.ldd, " epilogue=", EpilogueName(g.epilogue)));
   }
 
-  FP8RT_LT_TRY(cublasLtMatmul(impl_->handle.get(), desc.get(), &g.alpha, g.b.ptr, la.get(), g.a.ptr,
-                              lb.get(), &g.beta, g.d, ld.get(), g.d, ld.get(), &it->second,
-                              impl_->workspace.get(), impl_->workspace_bytes, stream));
+  const cublasStatus_t st =
+      cublasLtMatmul(impl_->handle.get(), desc.get(), &g.alpha, g.b.ptr, la.get(), g.a.ptr,
+                     lb.get(), &g.beta, g.d, ld.get(), g.d, ld.get(), &it->second,
+                     impl_->workspace.get(), impl_->workspace_bytes, stream);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    return Status::Internal(StrCat(
+        "GemmRunner: cublasLtMatmul failed (", cublasLtGetStatusString(st), ") for ",
+        DTypeName(g.a.dtype), " x ", DTypeName(g.b.dtype), " -> ", DTypeName(g.d_dtype),
+        " M=", g.M, " N=", g.N, " K=", g.K, " batch=", g.batch, " trans_a=", g.a.trans,
+        " trans_b=", g.b.trans, " lda=", r.lda, " ldb=", r.ldb, " ldd=", r.ldd,
+        " beta=", g.beta, " fast_accum=", g.fast_accum, " epilogue=", EpilogueName(g.epilogue)));
+  }
   return Status::Ok();
 }
 
