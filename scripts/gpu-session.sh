@@ -7,6 +7,7 @@ OUT=${OUT:-out}
 mkdir -p "$OUT"
 B=bundle/bin
 parts=${*:-tests bench train torch throughput}
+STEPS_124M=${STEPS_124M:-30}; STEPS_13B=${STEPS_13B:-15}
 export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/device.txt"
 date -u | tee -a "$OUT/device.txt"
@@ -41,11 +42,23 @@ fi
 if [[ $parts == *throughput* ]]; then
   echo "== throughput"
   for cfg in gpt2-124m gpt-1.3b; do
-    steps=30; [ $cfg = gpt-1.3b ] && steps=15
+    steps=$STEPS_124M; [ $cfg = gpt-1.3b ] && steps=$STEPS_13B
     for p in bf16 fp8; do
       timeout 240 $B/fp8train --config configs/$cfg.yaml --device cuda:0 --precision $p \
         --steps $steps --metrics "$OUT/tp_${cfg}_$p.jsonl" > "$OUT/tp_${cfg}_$p.log" 2>&1
-      echo "$cfg $p exit $?: $(tail -1 "$OUT/tp_${cfg}_$p.jsonl" | cut -c1-400)"
+      echo "$cfg $p exit $?"; tail -2 "$OUT/tp_${cfg}_$p.log"
     done
   done
+  python3 bench/train_summary.py gpt2-124m/bf16=$OUT/tp_gpt2-124m_bf16.jsonl \
+    gpt2-124m/fp8=$OUT/tp_gpt2-124m_fp8.jsonl gpt-1.3b/bf16=$OUT/tp_gpt-1.3b_bf16.jsonl \
+    gpt-1.3b/fp8=$OUT/tp_gpt-1.3b_fp8.jsonl | tee "$OUT/train_bench.md"
+fi
+if [[ $parts == *converge* ]]; then
+  echo "== FP8 vs BF16, gpt2-124m, ${CONVERGE_STEPS:=2000} steps"
+  for p in bf16 fp8; do
+    timeout 280 $B/fp8train --config configs/gpt2-124m.yaml --device cuda:0 --precision $p \
+      --steps $CONVERGE_STEPS --metrics "$OUT/conv_$p.jsonl" > "$OUT/conv_$p.log" 2>&1
+    echo "$p exit $?"; tail -1 "$OUT/conv_$p.log"
+  done
+  python3 bench/fp8_vs_bf16.py "$OUT/conv_bf16.jsonl" "$OUT/conv_fp8.jsonl" "$OUT/fp8_vs_bf16.png"
 fi
