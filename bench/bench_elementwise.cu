@@ -83,6 +83,30 @@ void AddRow(Context& ctx, const std::string& op, const std::string& shape, doubl
 
 const char* kBf16Shape = "8192x2048 bf16";
 
+// A device-to-device copy moving `bytes` (read + written) in the same rotating fashion: what the
+// copy ceiling (measured on 2 GiB) shrinks to at this size, where launch and ramp-up are no longer
+// negligible. Reported next to the small ops as a reference row, without a target.
+void AddCopyReference(Context& ctx, const std::string& what, double bytes) {
+  const size_t each = static_cast<size_t>(bytes / 2);
+  void* src[kSets];
+  void* dst[kSets];
+  for (int i = 0; i < kSets; ++i) {
+    src[i] = DeviceAlloc(each);
+    dst[i] = DeviceAlloc(each);
+  }
+  int it = 0;
+  const double ms = MedianMs(ctx, [&] {
+    const int i = it++ % kSets;
+    FP8RT_CUDA_CHECK(cudaMemcpyAsync(dst[i], src[i], each, cudaMemcpyDeviceToDevice, ctx.stream));
+  });
+  AddRow(ctx, "reference: d2d copy, " + what, std::to_string(each >> 20) + " MiB each way", ms,
+         2.0 * each, false, true);
+  for (int i = 0; i < kSets; ++i) {
+    DeviceFree(src[i]);
+    DeviceFree(dst[i]);
+  }
+}
+
 void BenchLayerNorm(Context& ctx) {
   const int64_t nc = kN * kC;
   struct Set {
@@ -90,8 +114,8 @@ void BenchLayerNorm(Context& ctx) {
     float *mean, *rstd;
   } sets[kSets];
   for (Set& s : sets) {
-    s = {Alloc<bf16>(nc), Alloc<bf16>(nc), Alloc<bf16>(nc), Alloc<bf16>(nc), Alloc<float>(kN),
-         Alloc<float>(kN)};
+    s = {Alloc<bf16>(nc), Alloc<bf16>(nc),  Alloc<bf16>(nc),
+         Alloc<bf16>(nc), Alloc<float>(kN), Alloc<float>(kN)};
     FillUniformBf16(s.in, nc, -2, 3, 11, ctx.stream);
     FillUniformBf16(s.dout, nc, -1, 1, 12, ctx.stream);
     FillUniformBf16(s.din, nc, -1, 1, 13, ctx.stream);
@@ -128,7 +152,8 @@ void BenchLayerNorm(Context& ctx) {
   FP8RT_CUDA_CHECK(cudaMemsetAsync(dw, 0, kC * sizeof(float), ctx.stream));
   FP8RT_CUDA_CHECK(cudaMemsetAsync(db, 0, kC * sizeof(float), ctx.stream));
   std::vector<bf16> din = Fetch(s.din, nc);
-  FP8RT_CHECK_OK(cuda::LayerNormForward(s.out, s.mean, s.rstd, s.in, w, b, kN, kC, eps, ctx.stream));
+  FP8RT_CHECK_OK(
+      cuda::LayerNormForward(s.out, s.mean, s.rstd, s.in, w, b, kN, kC, eps, ctx.stream));
   FP8RT_CHECK_OK(cuda::LayerNormBackward(s.din, dw, db, s.dout, s.in, w, s.mean, s.rstd, kN, kC,
                                          true, scratch, scratch_bytes, ctx.stream));
   const std::vector<bf16> in = Fetch(s.in, nc), dout = Fetch(s.dout, nc), hw = Fetch(w, kC),
@@ -140,8 +165,9 @@ void BenchLayerNorm(Context& ctx) {
   FP8RT_CHECK_OK(cpu::LayerNormBackward(din.data(), dw_ref.data(), db_ref.data(), dout.data(),
                                         in.data(), hw.data(), mean.data(), rstd.data(), kN, kC,
                                         true));
-  const bool fwd_ok = Close("layernorm out", Floats(Fetch(s.out, nc)), Floats(out_ref), 2e-3, 1.6e-2) &&
-                      Close("layernorm rstd", Fetch(s.rstd, kN), rstd, 1e-5, 1e-4);
+  const bool fwd_ok =
+      Close("layernorm out", Floats(Fetch(s.out, nc)), Floats(out_ref), 2e-3, 1.6e-2) &&
+      Close("layernorm rstd", Fetch(s.rstd, kN), rstd, 1e-5, 1e-4);
   const bool bwd_ok = Close("layernorm din", Floats(Fetch(s.din, nc)), Floats(din), 2e-3, 1.6e-2) &&
                       Close("layernorm dweight", Fetch(dw, kC), dw_ref, 1e-3, 1e-4) &&
                       Close("layernorm dbias", Fetch(db, kC), db_ref, 1e-3, 1e-4);
@@ -152,11 +178,13 @@ void BenchLayerNorm(Context& ctx) {
   // dout, in, din read + din written (accumulated), weight, mean, rstd, dweight/dbias read+written.
   AddRow(ctx, "layernorm bwd (accumulate din)", kBf16Shape, bwd_ms,
          4 * act + kC * 2.0 + 2.0 * kN * 4 + 4.0 * kC * 4, true, bwd_ok);
+  AddCopyReference(ctx, "layernorm fwd bytes", 2 * act);
+  AddCopyReference(ctx, "layernorm bwd bytes", 4 * act);
 
   for (Set& x : sets) {
-    for (void* p : {static_cast<void*>(x.in), static_cast<void*>(x.out), static_cast<void*>(x.dout),
-                    static_cast<void*>(x.din), static_cast<void*>(x.mean),
-                    static_cast<void*>(x.rstd)}) {
+    for (void* p :
+         {static_cast<void*>(x.in), static_cast<void*>(x.out), static_cast<void*>(x.dout),
+          static_cast<void*>(x.din), static_cast<void*>(x.mean), static_cast<void*>(x.rstd)}) {
       DeviceFree(p);
     }
   }
@@ -182,8 +210,10 @@ void BenchGelu(Context& ctx) {
     std::vector<bf16> y_ref(65536), dx_ref(65536);
     FP8RT_CHECK_OK(cpu::GeluForward(y_ref.data(), x.data(), 65536));
     FP8RT_CHECK_OK(cpu::GeluBackward(dx_ref.data(), x.data(), dy.data(), 65536));
-    fwd_ok = fwd_ok && Close("gelu out", Floats(Fetch(out + off, 65536)), Floats(y_ref), 1e-5, 8e-3);
-    bwd_ok = bwd_ok && Close("gelu din", Floats(Fetch(din + off, 65536)), Floats(dx_ref), 1e-5, 8e-3);
+    fwd_ok =
+        fwd_ok && Close("gelu out", Floats(Fetch(out + off, 65536)), Floats(y_ref), 1e-5, 8e-3);
+    bwd_ok =
+        bwd_ok && Close("gelu din", Floats(Fetch(din + off, 65536)), Floats(dx_ref), 1e-5, 8e-3);
   }
   const double bytes = static_cast<double>(n) * sizeof(bf16);
   AddRow(ctx, "gelu fwd", "8192x8192 bf16", fwd_ms, 2 * bytes, true, fwd_ok);
@@ -207,8 +237,8 @@ void BenchCrossEntropy(Context& ctx) {
   const float dloss = 1.0f / kN;
   // In place: later repeats read earlier dlogits as logits, which costs the same.
   const double ms = MedianMs(ctx, [&] {
-    FP8RT_CHECK_OK(cuda::SoftmaxCrossEntropy(losses, logits, targets, kN, kV, kVp, dloss, true,
-                                             ctx.stream));
+    FP8RT_CHECK_OK(
+        cuda::SoftmaxCrossEntropy(losses, logits, targets, kN, kV, kVp, dloss, true, ctx.stream));
   });
   // Verify rows 0, N/2 and N-1 from fresh logits.
   FillUniformBf16(logits, n, -8, 8, 32, ctx.stream);
@@ -221,8 +251,8 @@ void BenchCrossEntropy(Context& ctx) {
   bool ok = true;
   for (int k = 0; k < 3; ++k) {
     float loss_ref = 0;
-    FP8RT_CHECK_OK(cpu::SoftmaxCrossEntropy(&loss_ref, ref[k].data(), &ht[rows[k]], 1, kV, kVp,
-                                            dloss, true));
+    FP8RT_CHECK_OK(
+        cpu::SoftmaxCrossEntropy(&loss_ref, ref[k].data(), &ht[rows[k]], 1, kV, kVp, dloss, true));
     ok = ok && Close("xent loss", {got_losses[rows[k]]}, {loss_ref}, 1e-6, 1e-4) &&
          Close("xent dlogits", Floats(Fetch(logits + rows[k] * kVp, kVp)), Floats(ref[k]),
                1e-4 * dloss, 1.6e-2);
@@ -277,9 +307,8 @@ void BenchOptimizer(Context& ctx) {
   });
   AdamWConfig cfg;
   const double adam_ms = MedianMs(ctx, [&] {
-    FP8RT_CHECK_OK(
-        cuda::AdamW(master, m, v, grad, working, n, 10, cfg, cfg.weight_decay, norm, 1.0f,
-                    ctx.stream));
+    FP8RT_CHECK_OK(cuda::AdamW(master, m, v, grad, working, n, 10, cfg, cfg.weight_decay, norm,
+                               1.0f, ctx.stream));
   });
   // Verify: the norm over all n against an fp64 sum; AdamW on the first 64K elements.
   const std::vector<float> g = Fetch(grad, n);
@@ -300,9 +329,9 @@ void BenchOptimizer(Context& ctx) {
   AddRow(ctx, "grad norm^2", "256M fp32", norm_ms, 4.0 * n, false, norm_ok);
   // master, m, v, grad read; master, m, v written; bf16 working copy written.
   AddRow(ctx, "adamw (+bf16 working copy)", "256M fp32", adam_ms, 30.0 * n, false, adam_ok);
-  for (void* p : {static_cast<void*>(master), static_cast<void*>(m), static_cast<void*>(v),
-                  static_cast<void*>(grad), static_cast<void*>(norm), static_cast<void*>(working),
-                  scratch}) {
+  for (void* p :
+       {static_cast<void*>(master), static_cast<void*>(m), static_cast<void*>(v),
+        static_cast<void*>(grad), static_cast<void*>(norm), static_cast<void*>(working), scratch}) {
     DeviceFree(p);
   }
 }

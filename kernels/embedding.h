@@ -50,8 +50,8 @@ Status EmbeddingForward(T* out, const int32_t* tokens, const T* wte, const T* wp
 // scratch: at least EmbeddingBackwardScratchBytes(B, seq_len, V) bytes, 256-byte aligned.
 template <typename T>
 Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t* tokens, int64_t B,
-                         int64_t seq_len, int64_t C, int64_t V, void* scratch,
-                         size_t scratch_bytes, cudaStream_t stream);
+                         int64_t seq_len, int64_t C, int64_t V, void* scratch, size_t scratch_bytes,
+                         cudaStream_t stream);
 }  // namespace cuda
 #endif
 

@@ -20,10 +20,11 @@ Status Prepare(const char* op, int64_t n, int step, const AdamWConfig& cfg, floa
   if (n < 0) return Status::InvalidArgument(StrCat(op, ": n=", n, " must be >= 0"));
   if (step < 1) return Status::InvalidArgument(StrCat(op, ": step=", step, " must be >= 1"));
   if (!(cfg.beta1 >= 0.0f && cfg.beta1 < 1.0f) || !(cfg.beta2 >= 0.0f && cfg.beta2 < 1.0f)) {
-    return Status::InvalidArgument(StrCat(op, ": beta1=", cfg.beta1, " beta2=", cfg.beta2,
-                                          " must lie in [0, 1)"));
+    return Status::InvalidArgument(
+        StrCat(op, ": beta1=", cfg.beta1, " beta2=", cfg.beta2, " must lie in [0, 1)"));
   }
-  if (!(cfg.eps > 0.0f)) return Status::InvalidArgument(StrCat(op, ": eps=", cfg.eps, " must be > 0"));
+  if (!(cfg.eps > 0.0f))
+    return Status::InvalidArgument(StrCat(op, ": eps=", cfg.eps, " must be > 0"));
   if (!std::isfinite(cfg.lr)) {
     return Status::InvalidArgument(StrCat(op, ": lr=", cfg.lr, " must be finite"));
   }
@@ -100,10 +101,12 @@ Status AdamWFp8(float* master, float* m, float* v, const float* grad, const Fp8T
   FP8RT_RETURN_IF_ERROR(
       Prepare("AdamWFp8", n, step, cfg, weight_decay, grad_norm_sq, max_grad_norm, &k));
   if (!working.scale || !working.scale_inv) {
-    return Status::InvalidArgument("AdamWFp8: working.scale and working.scale_inv must be non-null");
+    return Status::InvalidArgument(
+        "AdamWFp8: working.scale and working.scale_inv must be non-null");
   }
   if (n > 0 && (!master || !m || !v || !grad || !working.data)) {
-    return Status::InvalidArgument("AdamWFp8: master, m, v, grad and working.data must be non-null");
+    return Status::InvalidArgument(
+        "AdamWFp8: master, m, v, grad and working.data must be non-null");
   }
   if (working.data_t != nullptr && working.data_t == working.data) {
     return Status::InvalidArgument("AdamWFp8: working.data_t must not alias working.data");

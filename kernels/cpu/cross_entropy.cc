@@ -23,8 +23,8 @@ Status SoftmaxCrossEntropyImpl(L* losses, T* logits, const int32_t* targets, int
                                int64_t Vp, double dloss, bool compute_grad) {
   if (N < 0) return Status::InvalidArgument(StrCat("SoftmaxCrossEntropy: N=", N, " must be >= 0"));
   if (V < 1 || V > INT32_MAX || Vp < V) {
-    return Status::InvalidArgument(StrCat("SoftmaxCrossEntropy: V=", V, " Vp=", Vp,
-                                          ": need 1 <= V <= Vp and V < 2^31"));
+    return Status::InvalidArgument(
+        StrCat("SoftmaxCrossEntropy: V=", V, " Vp=", Vp, ": need 1 <= V <= Vp and V < 2^31"));
   }
   if (!losses && !compute_grad) {
     return Status::InvalidArgument(
@@ -71,14 +71,12 @@ Status SoftmaxCrossEntropyImpl(L* losses, T* logits, const int32_t* targets, int
 template <typename T>
 Status SoftmaxCrossEntropy(float* losses, T* logits_or_dlogits, const int32_t* targets, int64_t N,
                            int64_t V, int64_t Vp, float dloss, bool compute_grad) {
-  return SoftmaxCrossEntropyImpl(losses, logits_or_dlogits, targets, N, V, Vp, dloss,
-                                 compute_grad);
+  return SoftmaxCrossEntropyImpl(losses, logits_or_dlogits, targets, N, V, Vp, dloss, compute_grad);
 }
 
 Status SoftmaxCrossEntropy(double* losses, double* logits_or_dlogits, const int32_t* targets,
                            int64_t N, int64_t V, int64_t Vp, double dloss, bool compute_grad) {
-  return SoftmaxCrossEntropyImpl(losses, logits_or_dlogits, targets, N, V, Vp, dloss,
-                                 compute_grad);
+  return SoftmaxCrossEntropyImpl(losses, logits_or_dlogits, targets, N, V, Vp, dloss, compute_grad);
 }
 
 Status MeanLoss(float* out, const float* losses, int64_t N) {
@@ -92,8 +90,8 @@ Status MeanLoss(float* out, const float* losses, int64_t N) {
 
 template Status SoftmaxCrossEntropy<float>(float*, float*, const int32_t*, int64_t, int64_t,
                                            int64_t, float, bool);
-template Status SoftmaxCrossEntropy<bf16>(float*, bf16*, const int32_t*, int64_t, int64_t,
-                                          int64_t, float, bool);
+template Status SoftmaxCrossEntropy<bf16>(float*, bf16*, const int32_t*, int64_t, int64_t, int64_t,
+                                          float, bool);
 template Status SoftmaxCrossEntropy<double>(float*, double*, const int32_t*, int64_t, int64_t,
                                             int64_t, float, bool);
 

@@ -21,8 +21,8 @@ T Store(double x) {
 Status CheckArgs(const char* op, int64_t B, int64_t seq_len, int64_t C, int64_t V,
                  const int32_t* tokens) {
   if (B < 0 || seq_len < 0 || C < 0) {
-    return Status::InvalidArgument(StrCat(op, ": B=", B, " T=", seq_len, " C=", C,
-                                          ": dimensions must be >= 0"));
+    return Status::InvalidArgument(
+        StrCat(op, ": B=", B, " T=", seq_len, " C=", C, ": dimensions must be >= 0"));
   }
   if (V < 1 || V > INT32_MAX) {
     return Status::InvalidArgument(StrCat(op, ": V=", V, " must be in [1, 2^31)"));
@@ -30,8 +30,8 @@ Status CheckArgs(const char* op, int64_t B, int64_t seq_len, int64_t C, int64_t 
   const int64_t n = B * seq_len;
   for (int64_t i = 0; i < n; ++i) {
     if (tokens[i] < 0 || tokens[i] >= V) {
-      return Status::InvalidArgument(StrCat(op, ": tokens[", i, "]=", tokens[i],
-                                            " is outside the vocabulary [0, ", V, ")"));
+      return Status::InvalidArgument(
+          StrCat(op, ": tokens[", i, "]=", tokens[i], " is outside the vocabulary [0, ", V, ")"));
     }
   }
   return Status::Ok();
@@ -63,7 +63,8 @@ template <typename T>
 Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t* tokens, int64_t B,
                          int64_t seq_len, int64_t C, int64_t V) {
   if (B * seq_len * C > 0 && (!dwte || !dwpe || !dout || !tokens)) {
-    return Status::InvalidArgument("EmbeddingBackward: dwte, dwpe, dout and tokens must be non-null");
+    return Status::InvalidArgument(
+        "EmbeddingBackward: dwte, dwpe, dout and tokens must be non-null");
   }
   if (B * seq_len > 0 && !tokens) return Status::InvalidArgument("EmbeddingBackward: null tokens");
   FP8RT_RETURN_IF_ERROR(CheckArgs("EmbeddingBackward", B, seq_len, C, V, tokens));
@@ -96,11 +97,11 @@ Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t*
   return Status::Ok();
 }
 
-#define FP8RT_INSTANTIATE(T)                                                                    \
-  template Status EmbeddingForward<T>(T*, const int32_t*, const T*, const T*, int64_t, int64_t, \
-                                      int64_t, int64_t);                                        \
-  template Status EmbeddingBackward<T>(float*, float*, const T*, const int32_t*, int64_t,       \
-                                       int64_t, int64_t, int64_t);
+#define FP8RT_INSTANTIATE(T)                                                                       \
+  template Status EmbeddingForward<T>(T*, const int32_t*, const T*, const T*, int64_t, int64_t,    \
+                                      int64_t, int64_t);                                           \
+  template Status EmbeddingBackward<T>(float*, float*, const T*, const int32_t*, int64_t, int64_t, \
+                                       int64_t, int64_t);
 FP8RT_INSTANTIATE(float)
 FP8RT_INSTANTIATE(bf16)
 FP8RT_INSTANTIATE(double)

@@ -53,8 +53,8 @@ Status GeluBackward(T* din, const T* in, const T* dout, int64_t n) {
   return Status::Ok();
 }
 
-#define FP8RT_INSTANTIATE(T)                                   \
-  template Status GeluForward<T>(T*, const T*, int64_t);       \
+#define FP8RT_INSTANTIATE(T)                             \
+  template Status GeluForward<T>(T*, const T*, int64_t); \
   template Status GeluBackward<T>(T*, const T*, const T*, int64_t);
 FP8RT_INSTANTIATE(float)
 FP8RT_INSTANTIATE(bf16)

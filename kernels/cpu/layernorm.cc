@@ -101,10 +101,10 @@ Status LayerNormBackward(T* din, float* dweight, float* dbias, const T* dout, co
   return Status::Ok();
 }
 
-#define FP8RT_INSTANTIATE(T)                                                                   \
-  template Status LayerNormForward<T>(T*, float*, float*, const T*, const T*, const T*,       \
-                                      int64_t, int64_t, float);                               \
-  template Status LayerNormBackward<T>(T*, float*, float*, const T*, const T*, const T*,      \
+#define FP8RT_INSTANTIATE(T)                                                                     \
+  template Status LayerNormForward<T>(T*, float*, float*, const T*, const T*, const T*, int64_t, \
+                                      int64_t, float);                                           \
+  template Status LayerNormBackward<T>(T*, float*, float*, const T*, const T*, const T*,         \
                                        const float*, const float*, int64_t, int64_t, bool);
 FP8RT_INSTANTIATE(float)
 FP8RT_INSTANTIATE(bf16)

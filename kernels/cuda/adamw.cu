@@ -1,10 +1,10 @@
 // AdamW on the GPU: one pass over master/m/v/grad (16-byte vectors) that also writes the working
 // copy; the clip factor is computed in the kernel from the device-side squared gradient norm.
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-
-#include <cuda_bf16.h>
 
 #include "common/cuda_check.h"
 #include "kernels/adamw.h"
@@ -80,12 +80,12 @@ __global__ void AdamWKernel(float* __restrict__ master, float* __restrict__ m_bu
 constexpr int kTile = 32;
 template <Fp8Format F>
 __global__ void __launch_bounds__(256)
-    AdamWFp8Kernel(float* __restrict__ master, float* __restrict__ m_buf,
-                   float* __restrict__ v_buf, const float* __restrict__ grad,
-                   uint8_t* __restrict__ data, uint8_t* __restrict__ data_t,
-                   float* __restrict__ amax, const float* __restrict__ scale_ptr,
-                   float* __restrict__ scale_inv, int64_t rows, int64_t cols, int64_t col_tiles,
-                   Consts k, const float* __restrict__ grad_norm_sq) {
+    AdamWFp8Kernel(float* __restrict__ master, float* __restrict__ m_buf, float* __restrict__ v_buf,
+                   const float* __restrict__ grad, uint8_t* __restrict__ data,
+                   uint8_t* __restrict__ data_t, float* __restrict__ amax,
+                   const float* __restrict__ scale_ptr, float* __restrict__ scale_inv, int64_t rows,
+                   int64_t cols, int64_t col_tiles, Consts k,
+                   const float* __restrict__ grad_norm_sq) {
   __shared__ uint8_t tile[kTile][kTile + 4];
   __shared__ int warp_max[8];
   const int64_t r0 = blockIdx.x / col_tiles * kTile, c0 = blockIdx.x % col_tiles * kTile;
@@ -137,10 +137,11 @@ Status Prepare(const char* op, int64_t n, int step, const AdamWConfig& cfg, floa
   if (n < 0) return Status::InvalidArgument(StrCat(op, ": n=", n, " must be >= 0"));
   if (step < 1) return Status::InvalidArgument(StrCat(op, ": step=", step, " must be >= 1"));
   if (!(cfg.beta1 >= 0.0f && cfg.beta1 < 1.0f) || !(cfg.beta2 >= 0.0f && cfg.beta2 < 1.0f)) {
-    return Status::InvalidArgument(StrCat(op, ": beta1=", cfg.beta1, " beta2=", cfg.beta2,
-                                          " must lie in [0, 1)"));
+    return Status::InvalidArgument(
+        StrCat(op, ": beta1=", cfg.beta1, " beta2=", cfg.beta2, " must lie in [0, 1)"));
   }
-  if (!(cfg.eps > 0.0f)) return Status::InvalidArgument(StrCat(op, ": eps=", cfg.eps, " must be > 0"));
+  if (!(cfg.eps > 0.0f))
+    return Status::InvalidArgument(StrCat(op, ": eps=", cfg.eps, " must be > 0"));
   if (!std::isfinite(cfg.lr)) {
     return Status::InvalidArgument(StrCat(op, ": lr=", cfg.lr, " must be finite"));
   }
@@ -193,8 +194,8 @@ Status AdamW(float* master, float* m, float* v, const float* grad, T* working, i
   if (done < n) {
     const int64_t rest = n - done;
     AdamWKernel<T, 1><<<static_cast<unsigned>((rest + 255) / 256), 256, 0, stream>>>(
-        master + done, m + done, v + done, grad + done, working ? working + done : nullptr, rest,
-        k, grad_norm_sq);
+        master + done, m + done, v + done, grad + done, working ? working + done : nullptr, rest, k,
+        grad_norm_sq);
   }
   FP8RT_CUDA_TRY_LAUNCH("AdamW");
   return Status::Ok();
@@ -212,10 +213,12 @@ Status AdamWFp8(float* master, float* m, float* v, const float* grad, const Fp8T
   FP8RT_RETURN_IF_ERROR(
       Prepare("AdamWFp8", n, step, cfg, weight_decay, grad_norm_sq, max_grad_norm, &k));
   if (!working.scale || !working.scale_inv) {
-    return Status::InvalidArgument("AdamWFp8: working.scale and working.scale_inv must be non-null");
+    return Status::InvalidArgument(
+        "AdamWFp8: working.scale and working.scale_inv must be non-null");
   }
   if (n > 0 && (!master || !m || !v || !grad || !working.data)) {
-    return Status::InvalidArgument("AdamWFp8: master, m, v, grad and working.data must be non-null");
+    return Status::InvalidArgument(
+        "AdamWFp8: master, m, v, grad and working.data must be non-null");
   }
   if (working.data_t != nullptr && working.data_t == working.data) {
     return Status::InvalidArgument("AdamWFp8: working.data_t must not alias working.data");

@@ -1,10 +1,10 @@
 // Fused softmax + cross-entropy on the GPU: one block per row; pass 1 reads the row once with an
 // online (max, sum of exponentials), pass 2 re-reads it (from L2) and writes dlogits in place.
 // Several 16-byte loads per thread are in flight before their first use, in both passes.
+#include <cuda_bf16.h>
+
 #include <cmath>
 #include <cstdint>
-
-#include <cuda_bf16.h>
 
 #include "common/cuda_check.h"
 #include "kernels/cross_entropy.h"
@@ -32,12 +32,21 @@ __device__ __forceinline__ bf16 Round<bf16>(float x) {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
+// 2^x in one MUFU instruction (relative error ~2^-22; results below 2^-126 flush to 0, far below
+// anything a loss or its gradient can resolve). exp2f would add denormal handling around it, and
+// this kernel issues two exponentials per logit: it is limited by instruction issue, not memory.
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Merges the running softmax state (m, s) = (max, sum exp(x - max)) of two parts. Commutative to
 // the bit, so butterfly shuffles leave every lane with the same state.
 __device__ __forceinline__ void Merge(float& m, float& s, float m2, float s2) {
   const float mx = fmaxf(m, m2);
   if (mx == -INFINITY) return;  // both parts empty
-  s = s * exp2f((m - mx) * kLog2e) + s2 * exp2f((m2 - mx) * kLog2e);
+  s = s * Exp2((m - mx) * kLog2e) + s2 * Exp2((m2 - mx) * kLog2e);
   m = mx;
 }
 
@@ -93,7 +102,10 @@ __global__ void __launch_bounds__(kXentThreads, 2)
   const float target_logit = (tid == 0 && !bad) ? ToFloat(logits[row * Vp + target]) : 0.0f;
 
   // Pass 1: running (max, sum of exp(x - max)) over this thread's vectors, kUnroll at a time.
-  float m = -INFINITY, s = 0.0f;
+  // m is the max in natural units (the loss needs it exactly); m2 = m * log2(e) is the exponent
+  // offset, the same for every term, so its rounding cancels in the softmax.
+  const int full = V / kPack;  // vectors entirely inside [0, V): no per-column checks
+  float m = -INFINITY, m2 = -INFINITY, s = 0.0f;
   for (int base = tid; base < nvec; base += kUnroll * nthreads) {
     P p[kUnroll];
 #pragma unroll
@@ -102,25 +114,38 @@ __global__ void __launch_bounds__(kXentThreads, 2)
     }
     float xv[kUnroll][kPack];
     float pm = -INFINITY;
+    if (base + (kUnroll - 1) * nthreads < full) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int v = base + u * nthreads;
+      for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-      for (int j = 0; j < kPack; ++j) {
-        // Padding columns and vectors past the row leave the softmax.
-        xv[u][j] = (v < nvec && v * kPack + j < V) ? ToFloat(p[u].v[j]) : -INFINITY;
-        pm = fmaxf(pm, xv[u][j]);
+        for (int j = 0; j < kPack; ++j) {
+          xv[u][j] = ToFloat(p[u].v[j]);
+          pm = fmaxf(pm, xv[u][j]);
+        }
       }
+    } else {  // the row's end: padding columns and vectors past the row leave the softmax
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int v = base + u * nthreads;
+#pragma unroll
+        for (int j = 0; j < kPack; ++j) {
+          xv[u][j] = (v < nvec && v * kPack + j < V) ? ToFloat(p[u].v[j]) : -INFINITY;
+          pm = fmaxf(pm, xv[u][j]);
+        }
+      }
+      if (pm == -INFINITY) continue;  // nothing but padding
     }
-    if (pm == -INFINITY) continue;  // nothing but padding
     if (pm > m) {
-      s *= exp2f((m - pm) * kLog2e);
+      s *= Exp2((m - pm) * kLog2e);
       m = pm;
+      m2 = m * kLog2e;
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
+      float t = 0.0f;
 #pragma unroll
-      for (int j = 0; j < kPack; ++j) s += exp2f((xv[u][j] - m) * kLog2e);
+      for (int j = 0; j < kPack; ++j) t += Exp2(fmaf(xv[u][j], kLog2e, -m2));
+      s += t;
     }
   }
 #pragma unroll
@@ -137,8 +162,10 @@ __global__ void __launch_bounds__(kXentThreads, 2)
     losses[row] = bad ? NAN : (m - target_logit) + logf(s);
   }
   if (!compute_grad) return;
-  // Pass 2: the row again (from L2, read-once from here on) and dlogits in its place.
-  const float inv_s = 1.0f / s;
+  // Pass 2: the row again (from L2, read-once from here on) and dlogits in its place. A bad
+  // target makes the scale NaN: the whole row's gradient (padding aside) becomes NaN.
+  m2 = m * kLog2e;
+  const float scale = bad ? NAN : dloss / s;
   for (int base = tid; base < nvec; base += kUnroll * nthreads) {
     P p[kUnroll];
 #pragma unroll
@@ -150,15 +177,22 @@ __global__ void __launch_bounds__(kXentThreads, 2)
       const int v = base + u * nthreads;
       if (v >= nvec) continue;
       P out;
+      if (v < full && static_cast<unsigned>(target - v * kPack) >= static_cast<unsigned>(kPack)) {
 #pragma unroll
-      for (int j = 0; j < kPack; ++j) {
-        const int col = v * kPack + j;
-        float g = 0.0f;
-        if (col < V) {
-          const float prob = exp2f((ToFloat(p[u].v[j]) - m) * kLog2e) * inv_s;
-          g = dloss * (col == target ? prob - 1.0f : prob);
+        for (int j = 0; j < kPack; ++j) {
+          out.v[j] = Round<T>(Exp2(fmaf(ToFloat(p[u].v[j]), kLog2e, -m2)) * scale);
         }
-        out.v[j] = Round<T>(bad ? NAN : g);
+      } else {  // the target's vector, or the row's end
+#pragma unroll
+        for (int j = 0; j < kPack; ++j) {
+          const int col = v * kPack + j;
+          float g = 0.0f;
+          if (col < V) {
+            g = Exp2(fmaf(ToFloat(p[u].v[j]), kLog2e, -m2)) * scale;
+            if (col == target) g -= dloss;
+          }
+          out.v[j] = Round<T>(g);
+        }
       }
       StoreStreaming(x + v, out);
     }
@@ -186,8 +220,8 @@ __global__ void __launch_bounds__(kMeanThreads)
 }
 
 template <typename T, int kPack>
-void Launch(float* losses, T* logits, const int32_t* targets, int64_t N, int V, int Vp,
-            float dloss, bool compute_grad, cudaStream_t stream) {
+void Launch(float* losses, T* logits, const int32_t* targets, int64_t N, int V, int Vp, float dloss,
+            bool compute_grad, cudaStream_t stream) {
   // kXentThreads for wide rows (GPT-2's 50304 columns: about 12 vectors per thread); fewer for
   // narrow rows, never below a warp.
   const int nvec = Vp / kPack;
@@ -206,12 +240,11 @@ Status SoftmaxCrossEntropy(float* losses, T* logits_or_dlogits, const int32_t* t
                            int64_t V, int64_t Vp, float dloss, bool compute_grad,
                            cudaStream_t stream) {
   if (N < 0 || N > INT32_MAX) {
-    return Status::InvalidArgument(
-        StrCat("SoftmaxCrossEntropy: N=", N, " must be in [0, 2^31)"));
+    return Status::InvalidArgument(StrCat("SoftmaxCrossEntropy: N=", N, " must be in [0, 2^31)"));
   }
   if (V < 1 || Vp < V || Vp > INT32_MAX / 2) {
-    return Status::InvalidArgument(StrCat("SoftmaxCrossEntropy: V=", V, " Vp=", Vp,
-                                          ": need 1 <= V <= Vp < 2^30"));
+    return Status::InvalidArgument(
+        StrCat("SoftmaxCrossEntropy: V=", V, " Vp=", Vp, ": need 1 <= V <= Vp < 2^30"));
   }
   if (!losses && !compute_grad) {
     return Status::InvalidArgument(
@@ -244,8 +277,8 @@ Status MeanLoss(float* out, const float* losses, int64_t N, cudaStream_t stream)
 
 template Status SoftmaxCrossEntropy<float>(float*, float*, const int32_t*, int64_t, int64_t,
                                            int64_t, float, bool, cudaStream_t);
-template Status SoftmaxCrossEntropy<bf16>(float*, bf16*, const int32_t*, int64_t, int64_t,
-                                          int64_t, float, bool, cudaStream_t);
+template Status SoftmaxCrossEntropy<bf16>(float*, bf16*, const int32_t*, int64_t, int64_t, int64_t,
+                                          float, bool, cudaStream_t);
 
 }  // namespace cuda
 }  // namespace fp8rt

@@ -1,10 +1,10 @@
 // Token + position embedding on the GPU. Forward: one 16-byte vector per thread. Backward:
 // positions are radix-sorted by token (CUB, stable), then one block per run of equal tokens sums
 // that token's rows in increasing position order: deterministic, no float atomics.
-#include <cstdint>
-
-#include <cub/device/device_radix_sort.cuh>
 #include <cuda_bf16.h>
+
+#include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
 
 #include "common/cuda_check.h"
 #include "kernels/embedding.h"
@@ -121,10 +121,9 @@ struct Scratch {
 };
 
 cudaError_t SortTempBytes(int n, int64_t V, size_t* bytes) {
-  return cub::DeviceRadixSort::SortPairs(nullptr, *bytes, static_cast<const int32_t*>(nullptr),
-                                         static_cast<int32_t*>(nullptr),
-                                         static_cast<const int32_t*>(nullptr),
-                                         static_cast<int32_t*>(nullptr), n, 0, KeyBits(V));
+  return cub::DeviceRadixSort::SortPairs(
+      nullptr, *bytes, static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
+      static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), n, 0, KeyBits(V));
 }
 
 }  // namespace
@@ -163,14 +162,13 @@ Status EmbeddingForward(T* out, const int32_t* tokens, const T* wte, const T* wp
   const int64_t npack = n / pack;
   const unsigned blocks = static_cast<unsigned>((npack + 255) / 256);
   if (vec) {
-    EmbeddingForwardKernel<T, kPack><<<blocks, 256, 0, stream>>>(
-        out, tokens, wte, wpe, npack, static_cast<int>(seq_len), static_cast<int>(C),
-        static_cast<int>(V));
+    EmbeddingForwardKernel<T, kPack>
+        <<<blocks, 256, 0, stream>>>(out, tokens, wte, wpe, npack, static_cast<int>(seq_len),
+                                     static_cast<int>(C), static_cast<int>(V));
   } else {
-    EmbeddingForwardKernel<T, 1><<<blocks, 256, 0, stream>>>(out, tokens, wte, wpe, npack,
-                                                             static_cast<int>(seq_len),
-                                                             static_cast<int>(C),
-                                                             static_cast<int>(V));
+    EmbeddingForwardKernel<T, 1>
+        <<<blocks, 256, 0, stream>>>(out, tokens, wte, wpe, npack, static_cast<int>(seq_len),
+                                     static_cast<int>(C), static_cast<int>(V));
   }
   FP8RT_CUDA_TRY_LAUNCH("EmbeddingForward");
   return Status::Ok();
@@ -178,11 +176,10 @@ Status EmbeddingForward(T* out, const int32_t* tokens, const T* wte, const T* wp
 
 template <typename T>
 Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t* tokens, int64_t B,
-                         int64_t seq_len, int64_t C, int64_t V, void* scratch,
-                         size_t scratch_bytes, cudaStream_t stream) {
+                         int64_t seq_len, int64_t C, int64_t V, void* scratch, size_t scratch_bytes,
+                         cudaStream_t stream) {
   const int64_t n = B * seq_len;
-  if (B < 0 || seq_len < 0 || C < 0 || C > INT32_MAX || n > INT32_MAX || V < 1 ||
-      V >= INT32_MAX) {
+  if (B < 0 || seq_len < 0 || C < 0 || C > INT32_MAX || n > INT32_MAX || V < 1 || V >= INT32_MAX) {
     return Status::InvalidArgument(StrCat("EmbeddingBackward: B=", B, " T=", seq_len, " C=", C,
                                           " V=", V,
                                           ": need B, T, C >= 0, B*T < 2^31, 1 <= V < 2^31 - 1"));
@@ -202,9 +199,12 @@ Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t*
                                           " bytes; need ", need, " bytes, 256-byte aligned"));
   }
   char* base = static_cast<char*>(scratch);
-  Scratch s{reinterpret_cast<int32_t*>(base), reinterpret_cast<int32_t*>(base + slot),
-            reinterpret_cast<int32_t*>(base + 2 * slot), reinterpret_cast<int32_t*>(base + 3 * slot),
-            base + 4 * slot, temp_bytes};
+  Scratch s{reinterpret_cast<int32_t*>(base),
+            reinterpret_cast<int32_t*>(base + slot),
+            reinterpret_cast<int32_t*>(base + 2 * slot),
+            reinterpret_cast<int32_t*>(base + 3 * slot),
+            base + 4 * slot,
+            temp_bytes};
   const int ni = static_cast<int>(n), ci = static_cast<int>(C), vi = static_cast<int>(V);
 
   EmbeddingKeysKernel<<<(ni + 255) / 256, 256, 0, stream>>>(s.keys_in, s.pos_in, tokens, ni, vi);
@@ -221,8 +221,8 @@ Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t*
   return Status::Ok();
 }
 
-template Status EmbeddingForward<float>(float*, const int32_t*, const float*, const float*,
-                                        int64_t, int64_t, int64_t, int64_t, cudaStream_t);
+template Status EmbeddingForward<float>(float*, const int32_t*, const float*, const float*, int64_t,
+                                        int64_t, int64_t, int64_t, cudaStream_t);
 template Status EmbeddingForward<bf16>(bf16*, const int32_t*, const bf16*, const bf16*, int64_t,
                                        int64_t, int64_t, int64_t, cudaStream_t);
 template Status EmbeddingBackward<float>(float*, float*, const float*, const int32_t*, int64_t,

@@ -1,8 +1,8 @@
 // tanh-GELU on the GPU: one 16-byte vector (8 bf16 / 4 fp32) per thread, fp32 math in the
 // sigmoid form 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)), which has no cancellation for x < 0.
-#include <cstdint>
-
 #include <cuda_bf16.h>
+
+#include <cstdint>
 
 #include "common/cuda_check.h"
 #include "kernels/gelu.h"

@@ -1,11 +1,13 @@
-// LayerNorm on the GPU. Forward: one warp per row, the row held in registers as 16-byte vectors
-// (one DRAM read, exact two-pass variance). Backward: a block-wide group of threads per row, each
-// thread owning fixed columns so that it accumulates their dweight/dbias in registers across the
-// rows its block visits; per-block partials are then summed in a fixed order.
+// LayerNorm on the GPU. Forward: a group of threads per row (one to four warps), the row held in
+// registers as 16-byte vectors (one DRAM read, exact two-pass variance). Backward: the same row
+// layout, each thread owning fixed columns so that it accumulates their dweight/dbias in registers
+// across the rows its block visits (loading the next row while it works on this one); per-block
+// partial sums are then added in a fixed order.
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cstdint>
-
-#include <cuda_bf16.h>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "kernels/layernorm.h"
@@ -38,70 +40,139 @@ __device__ __forceinline__ float WarpSum(float x) {
   return x;
 }
 
+// A 16-byte vector to fp32 and back. bf16 pairs unpack with one shift or mask each: LayerNorm
+// is bound by instruction issue once its loads are in flight, and the generic per-element
+// conversion costs about twice that.
+template <typename T, int kPack>
+__device__ __forceinline__ void Unpack(const Pack<T, kPack>& p, float (&f)[kPack]) {
+  if constexpr (std::is_same_v<T, bf16> && kPack % 2 == 0) {
+    const uint32_t* u = reinterpret_cast<const uint32_t*>(&p);
+#pragma unroll
+    for (int i = 0; i < kPack / 2; ++i) {
+      f[2 * i] = __uint_as_float(u[i] << 16);
+      f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPack; ++j) f[j] = ToFloat(p.v[j]);
+  }
+}
+
+template <typename T, int kPack>
+__device__ __forceinline__ Pack<T, kPack> Repack(const float (&f)[kPack]) {
+  Pack<T, kPack> p;
+  if constexpr (std::is_same_v<T, bf16> && kPack % 2 == 0) {
+    uint32_t* u = reinterpret_cast<uint32_t*>(&p);
+#pragma unroll
+    for (int i = 0; i < kPack / 2; ++i) {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+      u[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPack; ++j) p.v[j] = Round<T>(f[j]);
+  }
+  return p;
+}
+
+// Loads of data read exactly once (evict-first), so that weight and bias stay cached.
+template <typename P>
+__device__ __forceinline__ P LoadStreaming(const P* p) {
+  if constexpr (sizeof(P) == 16) {
+    const int4 r = __ldcs(reinterpret_cast<const int4*>(p));
+    return *reinterpret_cast<const P*>(&r);
+  } else {
+    return *p;
+  }
+}
+
 // ---- forward ----
 
-constexpr int kFwdWarps = 4;  // rows per block
+// Block shape (tpr, rpb) as in the backward: tpr threads per row, rpb rows per block, at most
+// kFwdThreads threads. Thread (tx, ty) holds vectors tx, tx + tpr, ..., tx + tpr (kVec - 1) of
+// row blockIdx.x * rpb + ty in registers (unpacked to fp32 once). Many small blocks keep the SMs
+// full; the row sums cross warps through shared memory. Measured on H200 at 8192 x 2048 bf16:
+// 4 warps per row (16 columns per thread) beat 1, 2 and 8 (the barrier waits on the slowest
+// warp's loads, while one warp per row needs too many registers for good occupancy).
+constexpr int kFwdThreads = 128;
 
-// Lane l holds vectors l, l + 32, ..., l + 32 (kVec - 1) of its row.
-// Up to 8 vectors per lane the kernel is held to 64 registers: 32 warps per SM, so GPT-2's 8192
-// rows of 2048 take two full waves.
 template <typename T, int kPack, int kVec>
-__global__ void __launch_bounds__(kFwdWarps * 32, kVec <= 8 ? 8 : 1)
+__global__ void __launch_bounds__(kFwdThreads)
     LayerNormForwardKernel(T* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
                            const T* __restrict__ in, const T* __restrict__ weight,
                            const T* __restrict__ bias, int64_t N, int C, float eps) {
   using P = Pack<T, kPack>;
-  const int lane = threadIdx.x % 32;
-  const int64_t row = blockIdx.x * int64_t{kFwdWarps} + threadIdx.x / 32;
-  if (row >= N) return;
+  __shared__ float red[2][kFwdThreads / 32];  // [sum, variance][warp]
+  const int tpr = blockDim.x, tx = threadIdx.x, ty = threadIdx.y;
+  const int wpr = tpr / 32, lane = tx % 32, wid = ty * wpr + tx / 32;
   const int nvec = C / kPack;
-  const P* x = reinterpret_cast<const P*>(in + row * C);
+  const int64_t row = blockIdx.x * int64_t{blockDim.y} + ty;
+  const bool valid = row < N;
   P xv[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {  // every load in flight before the first use
+    if (valid && tx + k * tpr < nvec) {
+      xv[k] = LoadStreaming(reinterpret_cast<const P*>(in + row * C) + tx + k * tpr);
+    }
+  }
+  float f[kVec][kPack];
   float sum = 0.0f;
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
-    const int v = lane + 32 * k;
-    if (v < nvec) {
-      xv[k] = x[v];
+    if (valid && tx + k * tpr < nvec) {
+      Unpack(xv[k], f[k]);
 #pragma unroll
-      for (int j = 0; j < kPack; ++j) sum += ToFloat(xv[k].v[j]);
+      for (int j = 0; j < kPack; ++j) sum += f[k][j];
     }
   }
-  const float mu = WarpSum(sum) / C;
+  sum = WarpSum(sum);
+  if (wpr > 1) {
+    if (lane == 0) red[0][wid] = sum;
+    __syncthreads();
+    sum = 0.0f;
+    for (int i = 0; i < wpr; ++i) sum += red[0][ty * wpr + i];
+  }
+  const float mu = sum / C;
   float var = 0.0f;
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
-    if (lane + 32 * k < nvec) {
+    if (valid && tx + k * tpr < nvec) {
 #pragma unroll
-      for (int j = 0; j < kPack; ++j) {
-        const float d = ToFloat(xv[k].v[j]) - mu;
-        var += d * d;
-      }
+      for (int j = 0; j < kPack; ++j) var = fmaf(f[k][j] - mu, f[k][j] - mu, var);
     }
   }
-  const float rs = 1.0f / sqrtf(WarpSum(var) / C + eps);
+  var = WarpSum(var);
+  if (wpr > 1) {
+    if (lane == 0) red[1][wid] = var;
+    __syncthreads();
+    var = 0.0f;
+    for (int i = 0; i < wpr; ++i) var += red[1][ty * wpr + i];
+  }
+  if (!valid) return;
+  const float rs = 1.0f / sqrtf(var / C + eps);
   P* o = reinterpret_cast<P*>(out + row * C);
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
-    const int v = lane + 32 * k;
+    const int v = tx + k * tpr;
     if (v < nvec) {
-      const P w = reinterpret_cast<const P*>(weight)[v];
-      const P b = reinterpret_cast<const P*>(bias)[v];
-      P y;
+      float w[kPack], b[kPack];
+      Unpack(reinterpret_cast<const P*>(weight)[v], w);
+      Unpack(reinterpret_cast<const P*>(bias)[v], b);
 #pragma unroll
-      for (int j = 0; j < kPack; ++j) {
-        y.v[j] = Round<T>((ToFloat(xv[k].v[j]) - mu) * rs * ToFloat(w.v[j]) + ToFloat(b.v[j]));
-      }
-      o[v] = y;
+      for (int j = 0; j < kPack; ++j) f[k][j] = fmaf((f[k][j] - mu) * rs, w[j], b[j]);
+      o[v] = Repack<T, kPack>(f[k]);
     }
   }
-  if (lane == 0 && mean != nullptr) {
+  if (tx == 0 && mean != nullptr) {
     mean[row] = mu;
     rstd[row] = rs;
   }
 }
 
-// Rows too wide for registers: the same math, re-reading the row (from L1/L2) in each pass.
+// Rows too wide for registers: one warp per row, the same math, re-reading the row (from L1/L2)
+// in each pass.
+constexpr int kFwdWarps = 4;
+
 template <typename T, int kPack>
 __global__ void __launch_bounds__(kFwdWarps * 32)
     LayerNormForwardWideKernel(T* __restrict__ out, float* __restrict__ mean,
@@ -151,40 +222,66 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
 
 // ---- backward ----
 
-// A fixed grid (a function of N and C only, so the partial sums and their order are too): 256
-// blocks of <= 256 threads (<= 512 or 1024 for wide rows) fit one wave on 132-SM parts, and the
-// partials (grid * 2C floats) stay small next to the (N, C) tensors.
-constexpr int kBwdMaxBlocks = 256;
-constexpr int kBwdBlockThreads = 256;
+// The backward's grid is a function of (N, C, pack) only, so the partial sums and the order they
+// are added in are too: results do not depend on the device. It is sized for 132-SM Hopper parts
+// (kBwdSms times the blocks that fit an SM: one wave); elsewhere it is just more or fewer waves.
+// The partials (grid * 2C floats) stay small next to the (N, C) tensors.
+constexpr int kBwdSms = 132;
 
+// One row's inputs as thread (tx, ty) sees them.
+template <typename T, int kPack, int kVec>
+struct BwdRow {
+  Pack<T, kPack> x[kVec], dy[kVec], old[kVec];
+  float mu, rs;
+};
+
+template <typename T, int kPack, int kVec>
+__device__ __forceinline__ void LoadBwdRow(BwdRow<T, kPack, kVec>& r, const T* __restrict__ in,
+                                           const T* __restrict__ dout, const T* din,
+                                           const float* __restrict__ mean,
+                                           const float* __restrict__ rstd, int64_t row, int C,
+                                           int tx, int tpr, bool accumulate) {
+  using P = Pack<T, kPack>;
+  r.mu = mean[row];
+  r.rs = rstd[row];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    const int v = tx + k * tpr;
+    if (v < C / kPack) {
+      r.x[k] = LoadStreaming(reinterpret_cast<const P*>(in + row * C) + v);
+      r.dy[k] = LoadStreaming(reinterpret_cast<const P*>(dout + row * C) + v);
+      if (accumulate) r.old[k] = LoadStreaming(reinterpret_cast<const P*>(din + row * C) + v);
+    }
+  }
+}
 
 // Block shape (tpr, rpb): tpr threads per row (a multiple of 32), rpb row groups. Thread (tx, ty)
-// owns vectors tx, tx + tpr, ..., tx + tpr (kVec - 1) of rows base + r * rpb + ty, r < kRows, and
-// keeps their dweight/dbias in registers across every row its block visits; base starts at
-// blockIdx.x * rpb * kRows and steps by gridDim.x * rpb * kRows. All loads of an iteration (x,
-// dout and, when accumulating, the old din) are issued before the first use.
-// kThreads bounds the block size (256, 512 or 1024); below 1024 two blocks fit an SM.
-template <typename T, int kPack, int kVec, int kRows, int kThreads>
-__global__ void __launch_bounds__(kThreads, kThreads < 1024 ? 2 : 1)
+// owns vectors tx, tx + tpr, ..., tx + tpr (kVec - 1) of rows base + ty, where base starts at
+// blockIdx.x * rpb and steps by gridDim.x * rpb; it accumulates their dweight/dbias in registers.
+// With kPrefetch, the next row's loads (x, dout and, when accumulating, the old din) are issued
+// before this row's math.
+template <typename T, int kPack, int kVec, int kThreads, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     LayerNormBackwardKernel(T* __restrict__ din, float* __restrict__ partials,
                             const T* __restrict__ dout, const T* __restrict__ in,
                             const T* __restrict__ weight, const float* __restrict__ mean,
                             const float* __restrict__ rstd, int64_t N, int C, bool accumulate) {
   using P = Pack<T, kPack>;
+  constexpr bool kPrefetch = kThreads < 1024;  // the 1024-thread shapes have no registers to spare
   extern __shared__ float smem[];
   const int tpr = blockDim.x, rpb = blockDim.y;
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int wpr = tpr / 32, warp = tx / 32, lane = tx % 32;
   const int nvec = C / kPack;
   const float inv_c = 1.0f / C;
-  // Row sums of the warps, double-buffered so that one barrier per iteration suffices: a buffer
-  // is rewritten two iterations later, after every thread has passed the next barrier.
-  float2* red = reinterpret_cast<float2*>(smem);  // [2][rpb][kRows][wpr]
+  // Row sums of the warps, double-buffered so that one barrier per row suffices: a buffer is
+  // rewritten two rows later, after every thread has passed the next row's barrier.
+  float2* red = reinterpret_cast<float2*>(smem);  // [2][rpb][wpr]
 
-  P w[kVec];
+  float w[kVec][kPack];
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
-    if (tx + k * tpr < nvec) w[k] = reinterpret_cast<const P*>(weight)[tx + k * tpr];
+    if (tx + k * tpr < nvec) Unpack(reinterpret_cast<const P*>(weight)[tx + k * tpr], w[k]);
   }
   float dw[kVec][kPack], db[kVec][kPack];
 #pragma unroll
@@ -194,97 +291,85 @@ __global__ void __launch_bounds__(kThreads, kThreads < 1024 ? 2 : 1)
   }
 
   int parity = 0;
-  const int64_t step = int64_t{gridDim.x} * rpb * kRows;
-  for (int64_t base = blockIdx.x * int64_t{rpb} * kRows; base < N; base += step) {
-    P xv[kRows][kVec], dv[kRows][kVec], ov[kRows][kVec];
-    float mu[kRows], rs[kRows];
+  const int64_t step = int64_t{gridDim.x} * rpb;
+  int64_t base = blockIdx.x * int64_t{rpb};
+  BwdRow<T, kPack, kVec> cur;
+  if (base + ty < N) {
+    LoadBwdRow(cur, in, dout, din, mean, rstd, base + ty, C, tx, tpr, accumulate);
+  }
+  // Every thread runs the same iterations (the barriers); rows past N only skip their math.
+  for (; base < N; base += step) {
+    const int64_t row = base + ty;
+    const bool valid = row < N;
+    BwdRow<T, kPack, kVec> next;
+    if constexpr (kPrefetch) {
+      if (row + step < N) {
+        LoadBwdRow(next, in, dout, din, mean, rstd, row + step, C, tx, tpr, accumulate);
+      }
+    }
+    float s_g = 0.0f, s_gx = 0.0f;
+    float xhat[kVec][kPack], g[kVec][kPack];  // kept for din
+    if (valid) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int64_t row = base + r * rpb + ty;
-      if (row < N) {
-        mu[r] = mean[row];
-        rs[r] = rstd[row];
+      for (int k = 0; k < kVec; ++k) {
+        if (tx + k * tpr < nvec) {
+          float xf[kPack], df[kPack];
+          Unpack(cur.x[k], xf);
+          Unpack(cur.dy[k], df);
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          const int v = tx + k * tpr;
-          if (v < nvec) {
-            xv[r][k] = reinterpret_cast<const P*>(in + row * C)[v];
-            dv[r][k] = reinterpret_cast<const P*>(dout + row * C)[v];
-            if (accumulate) ov[r][k] = reinterpret_cast<const P*>(din + row * C)[v];
+          for (int j = 0; j < kPack; ++j) {
+            xhat[k][j] = (xf[j] - cur.mu) * cur.rs;
+            g[k][j] = df[j] * w[k][j];
+            s_g += g[k][j];
+            s_gx = fmaf(g[k][j], xhat[k][j], s_gx);
+            dw[k][j] = fmaf(df[j], xhat[k][j], dw[k][j]);
+            db[k][j] += df[j];
           }
         }
       }
     }
-    float s_g[kRows], s_gx[kRows];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      s_g[r] = s_gx[r] = 0.0f;
-      if (base + r * rpb + ty < N) {
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          if (tx + k * tpr < nvec) {
-#pragma unroll
-            for (int j = 0; j < kPack; ++j) {
-              const float d = ToFloat(dv[r][k].v[j]);
-              const float xhat = (ToFloat(xv[r][k].v[j]) - mu[r]) * rs[r];
-              const float g = d * ToFloat(w[k].v[j]);
-              s_g[r] += g;
-              s_gx[r] += g * xhat;
-              dw[k][j] += d * xhat;
-              db[k][j] += d;
-            }
-          }
-        }
-      }
-      s_g[r] = WarpSum(s_g[r]);
-      s_gx[r] = WarpSum(s_gx[r]);
-    }
+    s_g = WarpSum(s_g);
+    s_gx = WarpSum(s_gx);
     if (wpr > 1) {
-      float2* buf = red + ((parity * rpb + ty) * kRows) * wpr;
-      if (lane == 0) {
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) buf[r * wpr + warp] = make_float2(s_g[r], s_gx[r]);
-      }
+      float2* buf = red + (parity * rpb + ty) * wpr;
+      if (lane == 0) buf[warp] = make_float2(s_g, s_gx);
       __syncthreads();
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        s_g[r] = s_gx[r] = 0.0f;
-        for (int i = 0; i < wpr; ++i) {
-          s_g[r] += buf[r * wpr + i].x;
-          s_gx[r] += buf[r * wpr + i].y;
-        }
+      s_g = s_gx = 0.0f;
+      for (int i = 0; i < wpr; ++i) {
+        s_g += buf[i].x;
+        s_gx += buf[i].y;
       }
       parity ^= 1;
     }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int64_t row = base + r * rpb + ty;
-      if (row >= N) continue;
-      const float mean_g = s_g[r] * inv_c, mean_gx = s_gx[r] * inv_c;
+    if (valid) {
+      const float mean_g = s_g * inv_c, mean_gx = s_gx * inv_c;
       P* dx = reinterpret_cast<P*>(din + row * C);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         const int v = tx + k * tpr;
         if (v < nvec) {
-          P out;
+          float d[kPack], old[kPack];
+          if (accumulate) Unpack(cur.old[k], old);
 #pragma unroll
           for (int j = 0; j < kPack; ++j) {
-            const float xhat = (ToFloat(xv[r][k].v[j]) - mu[r]) * rs[r];
-            const float g = ToFloat(dv[r][k].v[j]) * ToFloat(w[k].v[j]);
-            float d = rs[r] * (g - mean_g - xhat * mean_gx);
-            if (accumulate) d += ToFloat(ov[r][k].v[j]);
-            out.v[j] = Round<T>(d);
+            d[j] = cur.rs * (g[k][j] - mean_g - xhat[k][j] * mean_gx);
+            if (accumulate) d[j] += old[j];
           }
-          dx[v] = out;
+          dx[v] = Repack<T, kPack>(d);
         }
       }
     }
+    if constexpr (kPrefetch) {
+      cur = next;
+    } else if (row + step < N) {
+      LoadBwdRow(cur, in, dout, din, mean, rstd, row + step, C, tx, tpr, accumulate);
+    }
   }
 
-  // Fold the rpb row groups into ty == 0, in order ty = 1, 2, ... (rpb > 1 only where
-  // tpr < kBwdBlockThreads, see BackwardShape, so this buffer is under 2 * 256 * 8 floats).
+  // Fold the rpb row groups into ty == 0, in order ty = 1, 2, ... (rpb > 1 only where tpr < 256,
+  // see BackwardShape, so this buffer is under 2 * 256 * 8 floats).
   if (rpb > 1) {
-    float* comb = smem + 4 * rpb * kRows * wpr;  // [2][tpr * kPack], after the float2 buffers
+    float* comb = smem + 4 * rpb * wpr;  // [2][tpr * kPack], after the float2 buffers
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       for (int y = 1; y < rpb; ++y) {
@@ -350,31 +435,31 @@ __global__ void __launch_bounds__(1024)
 
 // Backward launch geometry, a function of (N, C, pack) only.
 struct BwdShape {
-  int kvec;     // vectors per thread: 1, 2, 4, 8 or 16 (kvec * pack <= 16)
-  int rows;     // rows in flight per thread: 4, 2 or 1
-  int threads;  // block size bound: 256, 512 or 1024
-  int tpr;      // threads per row
-  int rpb;   // row groups per block
-  int grid;  // blocks = partial sums
+  int kvec;        // vectors per thread: 1, 2, 4, 8 or 16, kvec * pack <= 16
+  int threads;     // block size bound: 256 or 1024
+  int min_blocks;  // resident blocks per SM the kernel is compiled for
+  int tpr;         // threads per row
+  int rpb;         // row groups per block
+  int grid;        // blocks = partial sums
 };
 
 BwdShape BackwardShape(int64_t N, int64_t C, int pack) {
   const int64_t nvec = C / pack;
-  BwdShape s{1, 1, 1024, 32, 1, 1};
+  BwdShape s{1, 256, 3, 32, 1, 1};
+  // Rows of at most 256 threads while the accumulators (2 * kvec * pack floats) fit; up to 1024
+  // threads per row beyond (C > 4096; C <= 16384 keeps kvec * pack <= 16).
+  while ((nvec + s.kvec - 1) / s.kvec > 256 && s.kvec * pack < 16) s.kvec *= 2;
   while ((nvec + s.kvec - 1) / s.kvec > 1024) s.kvec *= 2;
-  const int64_t per_thread = (nvec + s.kvec - 1) / s.kvec;
-  s.tpr = static_cast<int>((per_thread + 31) / 32 * 32);
-  // Rows in flight: as many as 128 registers hold (bf16 packs unpack to twice the floats).
-  if (s.tpr <= kBwdBlockThreads) {
-    s.threads = kBwdBlockThreads;
-    s.rows = pack == 8 ? 2 : 4;
-  } else if (s.tpr <= 512) {
-    s.threads = 512;
+  s.tpr = static_cast<int>(((nvec + s.kvec - 1) / s.kvec + 31) / 32 * 32);
+  if (s.tpr <= 256) {
+    s.min_blocks = s.kvec * pack <= 8 ? 3 : 2;
+    s.rpb = 256 / s.tpr;
+  } else {
+    s.threads = 1024;
+    s.min_blocks = 1;
   }
-  s.rpb = s.tpr >= kBwdBlockThreads ? 1 : kBwdBlockThreads / s.tpr;
-  const int64_t rows_per_iter = int64_t{s.rpb} * s.rows;
-  s.grid = static_cast<int>(std::min<int64_t>(
-      std::max<int64_t>((N + rows_per_iter - 1) / rows_per_iter, 1), kBwdMaxBlocks));
+  s.grid = static_cast<int>(std::min<int64_t>(std::max<int64_t>((N + s.rpb - 1) / s.rpb, 1),
+                                              int64_t{kBwdSms} * s.min_blocks));
   return s;
 }
 
@@ -391,70 +476,83 @@ int PackFor(int64_t C, std::initializer_list<const void*> ptrs) {
 template <typename T, int kPack>
 void LaunchForward(T* out, float* mean, float* rstd, const T* in, const T* weight, const T* bias,
                    int64_t N, int C, float eps, cudaStream_t stream) {
-  const unsigned blocks = static_cast<unsigned>((N + kFwdWarps - 1) / kFwdWarps);
-  const int threads = kFwdWarps * 32;
-  const int per_lane = (C / kPack + 31) / 32;  // vectors per lane
-#define FP8RT_LN_FWD(KVEC)                                                               \
-  LayerNormForwardKernel<T, kPack, KVEC>                                                 \
-      <<<blocks, threads, 0, stream>>>(out, mean, rstd, in, weight, bias, N, C, eps)
-  // Registers hold kVec * 16 bytes of the row per lane: up to 64 registers.
-  if (per_lane <= 1) {
-    FP8RT_LN_FWD(1);
-  } else if (per_lane <= 2) {
-    FP8RT_LN_FWD(2);
-  } else if (per_lane <= 4 && kPack * 4 <= 64) {
-    FP8RT_LN_FWD(4);
-  } else if (per_lane <= 8 && kPack * 8 <= 64) {
-    FP8RT_LN_FWD(8);
-  } else if (per_lane <= 16 && kPack > 1) {
-    FP8RT_LN_FWD(16);
-  } else {
+  const int nvec = C / kPack;
+  // Up to 8 vectors (128 bytes) per thread in registers; wider rows are re-read.
+  int kvec = 1;
+  while ((nvec + kvec - 1) / kvec > kFwdThreads && kvec < 8) kvec *= 2;
+  const int tpr = ((nvec + kvec - 1) / kvec + 31) / 32 * 32;
+  if (tpr > kFwdThreads) {
+    const unsigned blocks = static_cast<unsigned>((N + kFwdWarps - 1) / kFwdWarps);
     LayerNormForwardWideKernel<T, kPack>
-        <<<blocks, threads, 0, stream>>>(out, mean, rstd, in, weight, bias, N, C, eps);
+        <<<blocks, kFwdWarps * 32, 0, stream>>>(out, mean, rstd, in, weight, bias, N, C, eps);
+    return;
   }
-#undef FP8RT_LN_FWD
+  const int rpb = kFwdThreads / tpr;
+  const dim3 block(tpr, rpb);
+  const unsigned blocks = static_cast<unsigned>((N + rpb - 1) / rpb);
+  auto launch = [&]<int kVec>() {
+    LayerNormForwardKernel<T, kPack, kVec>
+        <<<blocks, block, 0, stream>>>(out, mean, rstd, in, weight, bias, N, C, eps);
+  };
+  switch (kvec) {
+    case 1:
+      launch.template operator()<1>();
+      break;
+    case 2:
+      launch.template operator()<2>();
+      break;
+    case 4:
+      launch.template operator()<4>();
+      break;
+    default:
+      launch.template operator()<8>();
+      break;
+  }
 }
 
-template <typename T, int kPack, int kVec, int kRows, int kThreads>
+template <typename T, int kPack, int kVec, int kThreads, int kMinBlocks>
 void LaunchBackwardKernel(const BwdShape& s, T* din, float* partials, const T* dout, const T* in,
                           const T* weight, const float* mean, const float* rstd, int64_t N, int C,
                           bool accumulate, cudaStream_t stream) {
-  size_t smem = sizeof(float2) * 2 * s.rpb * kRows * (s.tpr / 32);
+  size_t smem = sizeof(float2) * 2 * s.rpb * (s.tpr / 32);
   if (s.rpb > 1) smem += sizeof(float) * 2 * s.tpr * kPack;
-  LayerNormBackwardKernel<T, kPack, kVec, kRows, kThreads>
-      <<<s.grid, dim3(s.tpr, s.rpb), smem, stream>>>(
-      din, partials, dout, in, weight, mean, rstd, N, C, accumulate);
+  LayerNormBackwardKernel<T, kPack, kVec, kThreads, kMinBlocks>
+      <<<s.grid, dim3(s.tpr, s.rpb), smem, stream>>>(din, partials, dout, in, weight, mean, rstd, N,
+                                                     C, accumulate);
 }
 
 template <typename T, int kPack>
 void LaunchBackward(const BwdShape& s, T* din, float* dweight, float* dbias, float* partials,
                     const T* dout, const T* in, const T* weight, const float* mean,
                     const float* rstd, int64_t N, int C, bool accumulate, cudaStream_t stream) {
-  auto launch = [&]<int kVec, int kRows, int kThreads>() {
-    LaunchBackwardKernel<T, kPack, kVec, kRows, kThreads>(s, din, partials, dout, in, weight,
-                                                          mean, rstd, N, C, accumulate, stream);
-  };
-  constexpr int kRowsNarrow = kPack == 8 ? 2 : 4;  // BackwardShape's choice for tpr <= 256
-  if (s.kvec == 1) {
-    if (s.threads == kBwdBlockThreads) {
-      launch.template operator()<1, kRowsNarrow, kBwdBlockThreads>();
-    } else if (s.threads == 512) {
-      launch.template operator()<1, 1, 512>();
-    } else {
-      launch.template operator()<1, 1, 1024>();
-    }
-  } else if (s.kvec == 2) {
-    launch.template operator()<2, 1, 1024>();
-  } else if constexpr (kPack <= 4) {
-    if (s.kvec == 4) {
-      launch.template operator()<4, 1, 1024>();
-    } else if constexpr (kPack == 1) {
-      if (s.kvec == 8) {
-        launch.template operator()<8, 1, 1024>();
-      } else {
-        launch.template operator()<16, 1, 1024>();
+  // One instantiation per (kvec, threads) that BackwardShape can pick for this pack.
+  auto launch = [&]<int kVec>() {
+    if constexpr (kVec * kPack <= 16) {
+      if (s.threads == 256) {
+        LaunchBackwardKernel<T, kPack, kVec, 256, (kVec * kPack <= 8 ? 3 : 2)>(
+            s, din, partials, dout, in, weight, mean, rstd, N, C, accumulate, stream);
+      } else if constexpr (kVec * kPack == 16) {
+        LaunchBackwardKernel<T, kPack, kVec, 1024, 1>(s, din, partials, dout, in, weight, mean,
+                                                      rstd, N, C, accumulate, stream);
       }
     }
+  };
+  switch (s.kvec) {
+    case 1:
+      launch.template operator()<1>();
+      break;
+    case 2:
+      launch.template operator()<2>();
+      break;
+    case 4:
+      launch.template operator()<4>();
+      break;
+    case 8:
+      launch.template operator()<8>();
+      break;
+    default:
+      launch.template operator()<16>();
+      break;
   }
   const unsigned reduce_blocks = static_cast<unsigned>((2 * C + 31) / 32);
   LayerNormReducePartialsKernel<<<reduce_blocks, dim3(32, 32), 0, stream>>>(dweight, dbias,
@@ -466,8 +564,7 @@ void LaunchBackward(const BwdShape& s, T* din, float* dweight, float* dbias, flo
 namespace cuda {
 
 size_t LayerNormBackwardScratchBytes(int64_t N, int64_t C) {
-  // The scalar layout (pack 1) has the most rows per block, hence the fewest blocks; the largest
-  // grid over the possible packs bounds every launch.
+  // The largest grid over the packs a launch can pick (it depends on the pointers' alignment).
   size_t most = 0;
   for (int pack : {1, 4, 8}) {
     if (C % pack != 0) continue;
@@ -540,11 +637,11 @@ Status LayerNormBackward(T* din, float* dweight, float* dbias, const T* dout, co
 
 template Status LayerNormForward<float>(float*, float*, float*, const float*, const float*,
                                         const float*, int64_t, int64_t, float, cudaStream_t);
-template Status LayerNormForward<bf16>(bf16*, float*, float*, const bf16*, const bf16*,
-                                       const bf16*, int64_t, int64_t, float, cudaStream_t);
+template Status LayerNormForward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*,
+                                       int64_t, int64_t, float, cudaStream_t);
 template Status LayerNormBackward<float>(float*, float*, float*, const float*, const float*,
-                                         const float*, const float*, const float*, int64_t,
-                                         int64_t, bool, void*, size_t, cudaStream_t);
+                                         const float*, const float*, const float*, int64_t, int64_t,
+                                         bool, void*, size_t, cudaStream_t);
 template Status LayerNormBackward<bf16>(bf16*, float*, float*, const bf16*, const bf16*,
                                         const bf16*, const float*, const float*, int64_t, int64_t,
                                         bool, void*, size_t, cudaStream_t);

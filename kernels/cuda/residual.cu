@@ -1,7 +1,7 @@
 // Residual add on the GPU: one 16-byte vector per thread, the sum in fp32 rounded once to T.
-#include <cstdint>
-
 #include <cuda_bf16.h>
+
+#include <cstdint>
 
 #include "common/cuda_check.h"
 #include "kernels/residual.h"
@@ -59,7 +59,8 @@ template <typename T>
 Status ResidualAdd(T* out, const T* a, const T* b, int64_t n, cudaStream_t stream) {
   if (n < 0) return Status::InvalidArgument(StrCat("ResidualAdd: n=", n, " must be >= 0"));
   if (n == 0) return Status::Ok();
-  if (!out || !a || !b) return Status::InvalidArgument("ResidualAdd: out, a and b must be non-null");
+  if (!out || !a || !b)
+    return Status::InvalidArgument("ResidualAdd: out, a and b must be non-null");
   constexpr int kPack = 16 / sizeof(T);
   int64_t done = 0;
   if (Aligned16(out) && Aligned16(a) && Aligned16(b) && n >= kPack) {

@@ -59,8 +59,8 @@ void CheckAdamW(int64_t n) {
                     .ok());
     DeviceBuffer<T> d_working(n);
     d_working.Poison();
-    FP8RT_CHECK_OK(cuda::AdamW(d_master.get(), d_m.get(), d_v.get(), d_grad.get(),
-                               d_working.get(), n, 7, cfg, wd, d_norm.get(), max_norm, nullptr));
+    FP8RT_CHECK_OK(cuda::AdamW(d_master.get(), d_m.get(), d_v.get(), d_grad.get(), d_working.get(),
+                               n, 7, cfg, wd, d_norm.get(), max_norm, nullptr));
     EXPECT_TRUE(test::AllClose(d_master.Download(), ref.master, tol32, "master"));
     EXPECT_TRUE(test::AllClose(d_m.Download(), ref.m, tol32, "m"));
     EXPECT_TRUE(test::AllClose(d_v.Download(), ref.v, tol32, "v"));
@@ -86,8 +86,8 @@ void CheckAdamWUnaligned(int64_t n) {
                             ref.grad.data() + 1, nullptr, n, 1, cfg, 0.1f, nullptr, 0.f)
                   .ok());
   DeviceBuffer<float> d_master(s0.master), d_m(s0.m), d_v(s0.v), d_grad(s0.grad);
-  FP8RT_CHECK_OK(cuda::AdamW<T>(d_master.get() + 1, d_m.get() + 1, d_v.get() + 1,
-                                d_grad.get() + 1, nullptr, n, 1, cfg, 0.1f, nullptr, 0.f, nullptr));
+  FP8RT_CHECK_OK(cuda::AdamW<T>(d_master.get() + 1, d_m.get() + 1, d_v.get() + 1, d_grad.get() + 1,
+                                nullptr, n, 1, cfg, 0.1f, nullptr, 0.f, nullptr));
   EXPECT_TRUE(test::AllClose(d_master.Download(), ref.master, tol32, "master (unaligned)"));
   EXPECT_TRUE(test::AllClose(d_v.Download(), ref.v, tol32, "v (unaligned)"));
 }
@@ -121,8 +121,8 @@ void CheckAdamWFp8(int64_t rows, int64_t cols, Fp8Format format) {
   t.scale = d_scale.get();
   t.scale_inv = d_scale_inv.get();
   t.amax = d_amax.get();
-  FP8RT_CHECK_OK(cuda::AdamWFp8(d_master.get(), d_m.get(), d_v.get(), d_grad.get(), t, 2, cfg,
-                                0.1f, nullptr, 0.f, nullptr));
+  FP8RT_CHECK_OK(cuda::AdamWFp8(d_master.get(), d_m.get(), d_v.get(), d_grad.get(), t, 2, cfg, 0.1f,
+                                nullptr, 0.f, nullptr));
   const std::vector<float> master = d_master.Download();
   EXPECT_TRUE(test::AllClose(master, ref.master, tol32, "master"));
   EXPECT_TRUE(test::AllClose(d_m.Download(), ref.m, tol32, "m"));
@@ -177,8 +177,8 @@ TEST_P(OptimizerGpu, GlobalNormSquaredMatchesReferenceAndIsDeterministic) {
     float first = 0;
     for (int run = 0; run < 2; ++run) {
       d_out.Poison();
-      FP8RT_CHECK_OK(cuda::GlobalNormSquared(d_out.get(), d_g.get() + off, n, scratch.get(), bytes,
-                                             nullptr));
+      FP8RT_CHECK_OK(
+          cuda::GlobalNormSquared(d_out.get(), d_g.get() + off, n, scratch.get(), bytes, nullptr));
       const float got = d_out.Download()[0];
       EXPECT_TRUE(test::AllClose({got}, {want}, ToleranceFor(OpKind::kOptimizer, DType::kFloat32),
                                  "norm^2"));

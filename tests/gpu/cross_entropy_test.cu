@@ -43,8 +43,8 @@ void CheckCrossEntropy(int64_t N, int64_t V) {
 
   std::vector<T> dlogits_ref = logits;
   std::vector<float> losses_ref(N);
-  ASSERT_TRUE(cpu::SoftmaxCrossEntropy(losses_ref.data(), dlogits_ref.data(), targets.data(), N,
-                                       V, Vp, dloss, true)
+  ASSERT_TRUE(cpu::SoftmaxCrossEntropy(losses_ref.data(), dlogits_ref.data(), targets.data(), N, V,
+                                       Vp, dloss, true)
                   .ok());
 
   DeviceBuffer<T> d_logits(logits);
@@ -121,14 +121,14 @@ TEST_F(CrossEntropyGpuEdge, UnpaddedUnalignedRowsUseScalarLoads) {
   std::vector<float> logits = test::RandomNormal(N * V, 211, 0.f, 3.f);
   const std::vector<int32_t> targets = Targets(N, V, 212);
   std::vector<float> ref = logits, losses_ref(N);
-  ASSERT_TRUE(cpu::SoftmaxCrossEntropy(losses_ref.data(), ref.data(), targets.data(), N, V, V,
-                                       1.f, true)
-                  .ok());
+  ASSERT_TRUE(
+      cpu::SoftmaxCrossEntropy(losses_ref.data(), ref.data(), targets.data(), N, V, V, 1.f, true)
+          .ok());
   DeviceBuffer<float> d_logits(logits), d_losses(N);
   DeviceBuffer<int32_t> d_targets(targets);
   d_losses.Poison();
-  FP8RT_CHECK_OK(cuda::SoftmaxCrossEntropy(d_losses.get(), d_logits.get(), d_targets.get(), N, V,
-                                           V, 1.f, true, nullptr));
+  FP8RT_CHECK_OK(cuda::SoftmaxCrossEntropy(d_losses.get(), d_logits.get(), d_targets.get(), N, V, V,
+                                           1.f, true, nullptr));
   const auto tol = ToleranceFor(OpKind::kLoss, DType::kFloat32);
   EXPECT_TRUE(test::AllClose(d_losses.Download(), losses_ref, tol, "losses"));
   EXPECT_TRUE(test::AllClose(d_logits.Download(), ref, tol, "dlogits"));
@@ -159,10 +159,10 @@ TEST_F(CrossEntropyGpuEdge, RejectsBadArguments) {
   EXPECT_EQ(cuda::SoftmaxCrossEntropy(buf.get(), buf.get(), t.get(), 1, 17, 16, 1.f, true, nullptr)
                 .code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(cuda::SoftmaxCrossEntropy<float>(nullptr, buf.get(), t.get(), 1, 16, 16, 1.f, false,
-                                             nullptr)
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      cuda::SoftmaxCrossEntropy<float>(nullptr, buf.get(), t.get(), 1, 16, 16, 1.f, false, nullptr)
+          .code(),
+      StatusCode::kInvalidArgument);
   EXPECT_EQ(cuda::MeanLoss(buf.get(), buf.get(), 0, nullptr).code(), StatusCode::kInvalidArgument);
 }
 

@@ -45,9 +45,9 @@ void CheckEmbedding(int64_t rows, int64_t C) {
   const std::vector<int32_t> tokens = SkewedTokens(n, V, 303);
 
   std::vector<T> out_ref(n * C);
-  ASSERT_TRUE(cpu::EmbeddingForward(out_ref.data(), tokens.data(), wte.data(), wpe.data(), B, Tn,
-                                    C, V)
-                  .ok());
+  ASSERT_TRUE(
+      cpu::EmbeddingForward(out_ref.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C, V)
+          .ok());
   DeviceBuffer<T> d_wte(wte), d_wpe(wpe), d_out(n * C);
   DeviceBuffer<int32_t> d_tokens(tokens);
   d_out.Poison();
@@ -75,9 +75,8 @@ void CheckEmbedding(int64_t rows, int64_t C) {
     d_dwte.Upload(dwte0);
     d_dwpe.Upload(dwpe0);
     scratch->Poison();
-    FP8RT_CHECK_OK(cuda::EmbeddingBackward(d_dwte.get(), d_dwpe.get(), d_dout.get(),
-                                           d_tokens.get(), B, Tn, C, V, scratch->get(),
-                                           scratch_bytes, nullptr));
+    FP8RT_CHECK_OK(cuda::EmbeddingBackward(d_dwte.get(), d_dwpe.get(), d_dout.get(), d_tokens.get(),
+                                           B, Tn, C, V, scratch->get(), scratch_bytes, nullptr));
     std::vector<float> dwte = d_dwte.Download(), dwpe = d_dwpe.Download();
     EXPECT_TRUE(test::AllClose(dwte, dwte_ref, tol, "dwte"));
     EXPECT_TRUE(test::AllClose(dwpe, dwpe_ref, tol, "dwpe"));
@@ -126,7 +125,8 @@ class EmbeddingGpuEdge : public test::GpuTest {};
 
 TEST_F(EmbeddingGpuEdge, OutOfVocabularyIdsAreFlaggedNotRead) {
   const int64_t B = 1, Tn = 4, C = 8, V = 5;
-  const std::vector<float> wte = test::RandomNormal(V * C, 311), wpe = test::RandomNormal(Tn * C, 312);
+  const std::vector<float> wte = test::RandomNormal(V * C, 311),
+                           wpe = test::RandomNormal(Tn * C, 312);
   const std::vector<int32_t> tokens = {1, 5, -3, 1};  // positions 1, 2 are out of the vocabulary
   DeviceBuffer<float> d_wte(wte), d_wpe(wpe), d_out(Tn * C);
   DeviceBuffer<int32_t> d_tokens(tokens);

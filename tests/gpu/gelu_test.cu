@@ -43,18 +43,18 @@ void CheckGelu(int64_t n) {
     FP8RT_CHECK_OK(cuda::GeluForward(d_out.get() + off, d_x.get() + off, m, nullptr));
     FP8RT_CHECK_OK(
         cuda::GeluBackward(d_din.get() + off, d_x.get() + off, d_dout.get() + off, m, nullptr));
-    EXPECT_TRUE(test::AllClose(Slice(Download(d_out), off, m), test::ToFloatVector(out_ref),
-                               tol, "gelu out"));
-    EXPECT_TRUE(test::AllClose(Slice(Download(d_din), off, m), test::ToFloatVector(din_ref),
-                               tol, "gelu din"));
+    EXPECT_TRUE(test::AllClose(Slice(Download(d_out), off, m), test::ToFloatVector(out_ref), tol,
+                               "gelu out"));
+    EXPECT_TRUE(test::AllClose(Slice(Download(d_din), off, m), test::ToFloatVector(din_ref), tol,
+                               "gelu din"));
     // In place: out over in, din over dout.
-    FP8RT_CHECK_OK(cuda::GeluBackward(d_dout.get() + off, d_x.get() + off, d_dout.get() + off, m,
-                                      nullptr));
+    FP8RT_CHECK_OK(
+        cuda::GeluBackward(d_dout.get() + off, d_x.get() + off, d_dout.get() + off, m, nullptr));
     FP8RT_CHECK_OK(cuda::GeluForward(d_x.get() + off, d_x.get() + off, m, nullptr));
     EXPECT_TRUE(test::AllClose(Slice(Download(d_x), off, m), test::ToFloatVector(out_ref), tol,
                                "gelu out in place"));
-    EXPECT_TRUE(test::AllClose(Slice(Download(d_dout), off, m), test::ToFloatVector(din_ref),
-                               tol, "gelu din in place"));
+    EXPECT_TRUE(test::AllClose(Slice(Download(d_dout), off, m), test::ToFloatVector(din_ref), tol,
+                               "gelu din in place"));
   }
 }
 
@@ -70,8 +70,8 @@ void CheckResidual(int64_t n) {
     ASSERT_TRUE(cpu::ResidualAdd(ref.data(), a.data() + off, b.data() + off, m).ok());
     DeviceBuffer<T> d_a(a), d_b(b), d_out(n + 1);
     d_out.Poison();
-    FP8RT_CHECK_OK(cuda::ResidualAdd(d_out.get() + off, d_a.get() + off, d_b.get() + off, m,
-                                     nullptr));
+    FP8RT_CHECK_OK(
+        cuda::ResidualAdd(d_out.get() + off, d_a.get() + off, d_b.get() + off, m, nullptr));
     EXPECT_TRUE(
         test::AllClose(Slice(Download(d_out), off, m), test::ToFloatVector(ref), tol, "out"));
     FP8RT_CHECK_OK(

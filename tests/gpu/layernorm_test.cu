@@ -83,8 +83,8 @@ void CheckLayerNorm(int64_t N, int64_t C) {
       d_db.Upload(db0);
       scratch.Poison();
       FP8RT_CHECK_OK(cuda::LayerNormBackward(d_din.get(), d_dw.get(), d_db.get(), d_dout.get(),
-                                             d_x.get(), d_w.get(), d_mean.get(), d_rstd.get(), N,
-                                             C, accumulate, scratch.get(), scratch_bytes, nullptr));
+                                             d_x.get(), d_w.get(), d_mean.get(), d_rstd.get(), N, C,
+                                             accumulate, scratch.get(), scratch_bytes, nullptr));
       const std::vector<float> din = Download(d_din), dw = d_dw.Download(), db = d_db.Download();
       if (run == 0) {
         EXPECT_TRUE(test::AllClose(din, test::ToFloatVector(din_ref), tol, "din"));
@@ -118,11 +118,8 @@ TEST_P(LayerNormGpu, MatchesReference) {
 // vectors per thread in the backward) and the backward's largest C.
 const std::vector<test::Shape2D>& KernelPathShapes() {
   static const std::vector<test::Shape2D> shapes = {
-      {64, 2048, "64x2048"},
-      {5, 5000, "5x5000"},
-      {7, 2050, "7x2050"},
-      {3, 16384, "3x16384"},
-      {33, 3, "33x3"},
+      {64, 2048, "64x2048"}, {5, 5000, "5x5000"}, {7, 2050, "7x2050"},
+      {3, 16384, "3x16384"}, {33, 3, "33x3"},
   };
   return shapes;
 }
@@ -145,9 +142,9 @@ class LayerNormGpuArgs : public test::GpuTest {};
 TEST_F(LayerNormGpuArgs, BackwardRejectsShortScratch) {
   const int64_t N = 4, C = 64;
   DeviceBuffer<float> buf(N * C), stat(N), scratch(1);
-  const Status s = cuda::LayerNormBackward(buf.get(), buf.get(), buf.get(), buf.get(), buf.get(),
-                                           buf.get(), stat.get(), stat.get(), N, C, false,
-                                           scratch.get(), 4, nullptr);
+  const Status s =
+      cuda::LayerNormBackward(buf.get(), buf.get(), buf.get(), buf.get(), buf.get(), buf.get(),
+                              stat.get(), stat.get(), N, C, false, scratch.get(), 4, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
 }
 

@@ -104,9 +104,9 @@ TEST(AdamWReference, Fp8WorkingCopyEncodesTheNewMasterWeights) {
   t.scale = &scale;
   t.scale_inv = &scale_inv;
   t.amax = &amax;
-  ASSERT_TRUE(cpu::AdamWFp8(master.data(), m.data(), v.data(), grad.data(), t, 3, cfg, 0.1f,
-                            nullptr, 0.f)
-                  .ok());
+  ASSERT_TRUE(
+      cpu::AdamWFp8(master.data(), m.data(), v.data(), grad.data(), t, 3, cfg, 0.1f, nullptr, 0.f)
+          .ok());
   EXPECT_EQ(master, master_ref);
   EXPECT_EQ(m, m_ref);
   EXPECT_EQ(v, v_ref);

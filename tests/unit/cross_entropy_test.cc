@@ -18,8 +18,8 @@ TEST(CrossEntropyReference, HandComputedRowWithPadding) {
   const std::vector<int32_t> targets = {2};
   float loss = -1;
   const float dloss = 0.5f;
-  ASSERT_TRUE(cpu::SoftmaxCrossEntropy(&loss, logits.data(), targets.data(), 1, 3, 4, dloss, true)
-                  .ok());
+  ASSERT_TRUE(
+      cpu::SoftmaxCrossEntropy(&loss, logits.data(), targets.data(), 1, 3, 4, dloss, true).ok());
   // lse = 3 + log(1 + e^-1 + e^-2); softmax = [0.0900..., 0.2447..., 0.6652...].
   EXPECT_FLOAT_EQ(loss, 0.4076059644443806f);
   EXPECT_FLOAT_EQ(logits[0], dloss * 0.09003057317038043f);
@@ -55,8 +55,8 @@ TEST(CrossEntropyReference, WithoutGradientLogitsAreUntouched) {
   EXPECT_EQ(loss, loss_with_grad);
   // Uniform logits: loss = log V exactly.
   std::vector<float> flat(5, 0.25f);
-  ASSERT_TRUE(cpu::SoftmaxCrossEntropy(&loss, flat.data(), targets.data(), 1, 5, 5, 1.f, false)
-                  .ok());
+  ASSERT_TRUE(
+      cpu::SoftmaxCrossEntropy(&loss, flat.data(), targets.data(), 1, 5, 5, 1.f, false).ok());
   EXPECT_FLOAT_EQ(loss, std::log(5.f));
 }
 
@@ -70,9 +70,9 @@ TEST(CrossEntropyReference, RejectsBadArguments) {
   const std::vector<int32_t> ok = {0, 1};
   EXPECT_EQ(cpu::SoftmaxCrossEntropy(losses, logits.data(), ok.data(), 2, 5, 4, 1.f, true).code(),
             StatusCode::kInvalidArgument);  // Vp < V
-  EXPECT_EQ(
-      cpu::SoftmaxCrossEntropy<float>(nullptr, logits.data(), ok.data(), 2, 4, 4, 1.f, false).code(),
-      StatusCode::kInvalidArgument);
+  EXPECT_EQ(cpu::SoftmaxCrossEntropy<float>(nullptr, logits.data(), ok.data(), 2, 4, 4, 1.f, false)
+                .code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(CrossEntropyReference, DlogitsMatchFiniteDifferences) {
@@ -85,17 +85,17 @@ TEST(CrossEntropyReference, DlogitsMatchFiniteDifferences) {
   std::vector<double> losses(N), work(N * Vp);
   auto loss = [&] {
     work = logits;
-    EXPECT_TRUE(cpu::SoftmaxCrossEntropy(losses.data(), work.data(), targets.data(), N, V, Vp,
-                                         dloss, false)
-                    .ok());
+    EXPECT_TRUE(
+        cpu::SoftmaxCrossEntropy(losses.data(), work.data(), targets.data(), N, V, Vp, dloss, false)
+            .ok());
     double l = 0;
     for (double x : losses) l += dloss * x;
     return l;
   };
   std::vector<double> dlogits = logits;
-  ASSERT_TRUE(cpu::SoftmaxCrossEntropy(losses.data(), dlogits.data(), targets.data(), N, V, Vp,
-                                       dloss, true)
-                  .ok());
+  ASSERT_TRUE(
+      cpu::SoftmaxCrossEntropy(losses.data(), dlogits.data(), targets.data(), N, V, Vp, dloss, true)
+          .ok());
   const double h = 1e-5;
   double err = 0, scale = 0;
   for (size_t i = 0; i < logits.size(); ++i) {

@@ -40,12 +40,12 @@ double MaxRelError(const std::vector<A>& analytic, const std::vector<double>& nu
 }
 
 TEST(EmbeddingReference, ForwardAddsTokenAndPositionRows) {
-  const std::vector<float> wte = {1, 2, 3, 4, 5, 6};         // (V=3, C=2)
+  const std::vector<float> wte = {1, 2, 3, 4, 5, 6};           // (V=3, C=2)
   const std::vector<float> wpe = {0.5f, 0.25f, 10, 20, 7, 7};  // (maxT=3, C=2)
-  const std::vector<int32_t> tokens = {2, 0};                // (B=1, T=2)
+  const std::vector<int32_t> tokens = {2, 0};                  // (B=1, T=2)
   std::vector<float> out(4, -1.f);
-  ASSERT_TRUE(cpu::EmbeddingForward(out.data(), tokens.data(), wte.data(), wpe.data(), 1, 2, 2, 3)
-                  .ok());
+  ASSERT_TRUE(
+      cpu::EmbeddingForward(out.data(), tokens.data(), wte.data(), wpe.data(), 1, 2, 2, 3).ok());
   EXPECT_EQ(out, (std::vector<float>{5.5f, 6.25f, 11, 22}));
 }
 
@@ -56,7 +56,8 @@ TEST(EmbeddingReference, BackwardAccumulatesPerTokenAndPerPosition) {
   std::vector<float> dwte = {100, 100, 100, 100, 100, 100};  // accumulated into
   std::vector<float> dwpe = {0, 0, 0, 0, -1, -1};            // maxT=3: row 2 untouched
   ASSERT_TRUE(
-      cpu::EmbeddingBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), 2, 2, 2, 3).ok());
+      cpu::EmbeddingBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), 2, 2, 2, 3)
+          .ok());
   EXPECT_EQ(dwte, (std::vector<float>{105, 106, 100 + 1 + 3 + 7, 100 + 2 + 4 + 8, 100, 100}));
   EXPECT_EQ(dwpe, (std::vector<float>{1 + 5, 2 + 6, 3 + 7, 4 + 8, -1, -1}));
 }
@@ -83,8 +84,8 @@ TEST(EmbeddingReference, Bf16RoundsTheSumOnce) {
   const std::vector<bf16> wpe = {bf16(std::ldexp(1.f, -8)), bf16(3 * std::ldexp(1.f, -8))};
   const std::vector<int32_t> tokens = {0, 0};
   std::vector<bf16> out(2);
-  ASSERT_TRUE(cpu::EmbeddingForward(out.data(), tokens.data(), wte.data(), wpe.data(), 1, 2, 1, 1)
-                  .ok());
+  ASSERT_TRUE(
+      cpu::EmbeddingForward(out.data(), tokens.data(), wte.data(), wpe.data(), 1, 2, 1, 1).ok());
   EXPECT_EQ(ToFloat(out[0]), 1.0f);
   EXPECT_EQ(ToFloat(out[1]), 1.0f + std::ldexp(1.f, -6));
 }

@@ -67,9 +67,9 @@ TEST(LayerNormReference, EpsEntersTheVariance) {
   EXPECT_EQ(rstd[0], 2.0f);  // 1 / sqrt(0 + 0.25)
   EXPECT_EQ(out, std::vector<float>(4, 0.f));
   // Inference: no statistics wanted.
-  ASSERT_TRUE(cpu::LayerNormForward(out.data(), nullptr, nullptr, x.data(), w.data(), b.data(), 1,
-                                    4, 0.25f)
-                  .ok());
+  ASSERT_TRUE(
+      cpu::LayerNormForward(out.data(), nullptr, nullptr, x.data(), w.data(), b.data(), 1, 4, 0.25f)
+          .ok());
 }
 
 TEST(LayerNormReference, RejectsBadArguments) {
@@ -109,8 +109,8 @@ TEST(LayerNormReference, BackwardMatchesFiniteDifferences) {
   const std::vector<float> mean0 = mean, rstd0 = rstd;
   std::vector<double> din(N * C, 0.0);
   std::vector<float> dw(C, 0.f), db(C, 0.f);
-  ASSERT_TRUE(cpu::LayerNormBackward(din.data(), dw.data(), db.data(), R.data(), x.data(),
-                                     w.data(), mean0.data(), rstd0.data(), N, C, false)
+  ASSERT_TRUE(cpu::LayerNormBackward(din.data(), dw.data(), db.data(), R.data(), x.data(), w.data(),
+                                     mean0.data(), rstd0.data(), N, C, false)
                   .ok());
   // The statistics are saved as fp32, so the analytic gradient carries ~1e-7 relative error.
   EXPECT_LT(MaxRelError(din, NumericGrad(x, loss)), 1e-6);

@@ -24,9 +24,9 @@ TEST(ResidualReference, Bf16SumIsRoundedOnceToNearestEven) {
   const std::vector<bf16> b = {bf16(0.5f * ulp), bf16(0.75f * ulp), bf16(0.5f * ulp)};
   std::vector<bf16> out(3);
   ASSERT_TRUE(cpu::ResidualAdd(out.data(), a.data(), b.data(), 3).ok());
-  EXPECT_EQ(ToFloat(out[0]), 1.0f);              // tie, 1 is even: down
-  EXPECT_EQ(ToFloat(out[1]), 1.0f + ulp);        // 0.75 ulp: up
-  EXPECT_EQ(ToFloat(out[2]), 1.0f + 2 * ulp);    // tie, 1 + ulp is odd: up
+  EXPECT_EQ(ToFloat(out[0]), 1.0f);            // tie, 1 is even: down
+  EXPECT_EQ(ToFloat(out[1]), 1.0f + ulp);      // 0.75 ulp: up
+  EXPECT_EQ(ToFloat(out[2]), 1.0f + 2 * ulp);  // tie, 1 + ulp is odd: up
 }
 
 TEST(ResidualReference, GradientIsTheIdentity) {
