@@ -1,0 +1,55 @@
+// A job as a user submits it: YAML or JSON text -> JobSpec, validated strictly (unknown fields
+// refused by name; errors name the field, the value and what is allowed).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace fp8rt::sched {
+
+enum class Precision { kFp8, kBf16, kFp32 };
+const char* PrecisionName(Precision p);
+Result<Precision> ParsePrecision(const std::string& s);
+
+// What a job asking for fp8 does when the GPUs it can get are not FP8-capable.
+enum class Fallback {
+  kBf16,  // run bf16 at once on whatever fits
+  kWait,  // wait up to fallback_timeout_s for FP8 GPUs, then run bf16
+  kFail,  // fail if the cluster has no FP8-capable placement for it at all
+};
+const char* FallbackName(Fallback f);
+
+struct JobSpec {
+  std::string name;                       // [A-Za-z0-9._-], 1..128 chars. Default: "" (required)
+  std::string config_yaml;                // trainer config given inline, as YAML text. Default: ""
+  std::string config_path;                // or a path to it; exactly one of the two. Default: ""
+  int nodes = 1;                          // gang size in nodes, >= 1. Default: 1
+  int gpus_per_node = 1;                  // >= 1. Default: 1
+  std::vector<std::string> gpu_types;     // allowed GpuInfo::name values; empty = any. Default: {}
+  int min_compute_capability = 0;         // 10 * major + minor (8.9 -> 89). Default: 0 (any)
+  double min_memory_gib = 0;              // per GPU. Default: 0
+  Precision precision = Precision::kFp8;  // Default: fp8
+  Fallback fallback = Fallback::kBf16;    // only used when precision is fp8. Default: bf16
+  int64_t fallback_timeout_s = 3600;      // only with fallback wait. Default: 3600
+  int priority = 0;                       // higher runs first and may preempt lower. Default: 0
+  bool preemptible = true;                // Default: true
+  int64_t checkpoint_interval = 1000;     // steps between checkpoints, >= 1. Default: 1000
+  int max_restarts = 3;                   // node-loss requeues before FAILED, >= 0. Default: 3
+  bool allow_mixed_gpu_types = false;     // may one gang span GPU types. Default: false
+
+  int total_gpus() const { return nodes * gpus_per_node; }
+  // Canonical JSON; ParseJobSpec(ToJson()) gives back an equal spec.
+  std::string ToJson() const;
+  bool operator==(const JobSpec&) const = default;
+};
+
+// Parses YAML or JSON (JSON is YAML) and validates.
+Result<JobSpec> ParseJobSpec(const std::string& text);
+
+// "8.9" for 89.
+std::string FormatComputeCapability(int cc);
+
+}  // namespace fp8rt::sched

@@ -1,0 +1,203 @@
+// Job state machine edges, transitions with their events, and the JSON the job store keeps.
+#include "scheduler/job_state.h"
+
+#include <nlohmann/json.hpp>
+
+namespace fp8rt::sched {
+namespace {
+
+constexpr JobState kAllStates[] = {
+    JobState::kPending,   JobState::kScheduled, JobState::kRunning, JobState::kPreempting,
+    JobState::kPreempted, JobState::kCompleted, JobState::kFailed,  JobState::kCancelled};
+
+bool Allowed(JobState from, JobState to) {
+  using S = JobState;
+  switch (from) {
+    case S::kPending:  // FAILED: fallback fail with no FP8-capable placement
+      return to == S::kScheduled || to == S::kCancelled || to == S::kFailed;
+    case S::kScheduled:  // PENDING: node lost or launch refused before the job started
+      return to == S::kRunning || to == S::kPending || to == S::kFailed || to == S::kCancelled;
+    case S::kRunning:
+      return to == S::kCompleted || to == S::kFailed || to == S::kCancelled ||
+             to == S::kPreempting || to == S::kPending;
+    case S::kPreempting:  // the job may finish or die before it acknowledges the stop
+      return to == S::kPreempted || to == S::kCompleted || to == S::kFailed ||
+             to == S::kCancelled || to == S::kPending;
+    case S::kPreempted:
+      return to == S::kPending || to == S::kCancelled;
+    case S::kCompleted:
+    case S::kFailed:
+    case S::kCancelled:
+      return false;
+  }
+  return false;
+}
+
+using json = nlohmann::ordered_json;
+
+json AssignmentsToJson(const std::vector<NodeAssignment>& as) {
+  json arr = json::array();
+  for (const auto& a : as) arr.push_back({{"node", a.node_id}, {"gpus", a.gpus}});
+  return arr;
+}
+
+}  // namespace
+
+const char* JobStateName(JobState s) {
+  switch (s) {
+    case JobState::kPending:
+      return "PENDING";
+    case JobState::kScheduled:
+      return "SCHEDULED";
+    case JobState::kRunning:
+      return "RUNNING";
+    case JobState::kPreempting:
+      return "PREEMPTING";
+    case JobState::kPreempted:
+      return "PREEMPTED";
+    case JobState::kCompleted:
+      return "COMPLETED";
+    case JobState::kFailed:
+      return "FAILED";
+    case JobState::kCancelled:
+      return "CANCELLED";
+  }
+  return "?";
+}
+
+Result<JobState> ParseJobState(const std::string& s) {
+  std::string list;
+  for (JobState st : kAllStates) {
+    if (s == JobStateName(st)) return st;
+    list += (list.empty() ? "" : ", ") + std::string(JobStateName(st));
+  }
+  return Status::InvalidArgument(StrCat("job state '", s, "' is not one of: ", list));
+}
+
+bool IsTerminal(JobState s) {
+  return s == JobState::kCompleted || s == JobState::kFailed || s == JobState::kCancelled;
+}
+
+Status CheckTransition(JobState from, JobState to) {
+  if (Allowed(from, to)) return Status::Ok();
+  std::string allowed;
+  for (JobState st : kAllStates) {
+    if (Allowed(from, st)) allowed += (allowed.empty() ? "" : ", ") + std::string(JobStateName(st));
+  }
+  return Status::FailedPrecondition(StrCat("job state transition ", JobStateName(from), " -> ",
+                                           JobStateName(to), " is not allowed; from ",
+                                           JobStateName(from), ": ",
+                                           allowed.empty() ? "none (terminal state)" : allowed));
+}
+
+Result<Event> Transition(Job* job, JobState to, int64_t now, std::string reason) {
+  const Status s = CheckTransition(job->state, to);
+  if (!s.ok()) return Status(s.code(), StrCat("job ", job->id, ": ", s.message()));
+  Event e{now, job->id, job->state, to, reason};
+  job->state = to;
+  job->updated_at = now;
+  job->reason = std::move(reason);
+  return e;
+}
+
+Result<Event> RequeueAfterNodeLoss(Job* job, int64_t now, const std::string& node_id) {
+  if (job->state != JobState::kScheduled && job->state != JobState::kRunning &&
+      job->state != JobState::kPreempting) {
+    return Status::FailedPrecondition(StrCat("job ", job->id, " is ", JobStateName(job->state),
+                                             "; only SCHEDULED, RUNNING or PREEMPTING jobs hold "
+                                             "nodes that can be lost"));
+  }
+  const int restarts = job->restarts + 1;
+  if (restarts > job->spec.max_restarts) {
+    return Transition(job, JobState::kFailed, now,
+                      StrCat("node ", node_id, " lost; restart ", restarts,
+                             " would exceed max_restarts ", job->spec.max_restarts));
+  }
+  FP8RT_ASSIGN_OR_RETURN(
+      Event e, Transition(job, JobState::kPending, now,
+                          StrCat("node ", node_id, " lost; requeued (restart ", restarts, " of ",
+                                 job->spec.max_restarts, ")")));
+  job->restarts = restarts;
+  job->placement.clear();
+  return e;
+}
+
+std::string JobToJson(const Job& job) {
+  json j;
+  j["id"] = job.id;
+  j["owner"] = job.owner;
+  j["spec"] = json::parse(job.spec.ToJson());
+  j["state"] = JobStateName(job.state);
+  j["precision"] = job.precision ? PrecisionName(*job.precision) : "";
+  j["placement"] = AssignmentsToJson(job.placement);
+  j["restarts"] = job.restarts;
+  j["checkpoint_step"] = job.checkpoint_step;
+  j["submitted_at"] = job.submitted_at;
+  j["updated_at"] = job.updated_at;
+  j["reason"] = job.reason;
+  return j.dump();
+}
+
+Result<Job> JobFromJson(const std::string& text) {
+  Job job;
+  std::string state, precision, spec;
+  try {
+    const json j = json::parse(text);
+    job.id = j.at("id").get<int64_t>();
+    job.owner = j.at("owner").get<std::string>();
+    spec = j.at("spec").dump();
+    state = j.at("state").get<std::string>();
+    precision = j.at("precision").get<std::string>();
+    for (const auto& a : j.at("placement")) {
+      job.placement.push_back(
+          {a.at("node").get<std::string>(), a.at("gpus").get<std::vector<int>>()});
+    }
+    job.restarts = j.at("restarts").get<int>();
+    job.checkpoint_step = j.at("checkpoint_step").get<int64_t>();
+    job.submitted_at = j.at("submitted_at").get<int64_t>();
+    job.updated_at = j.at("updated_at").get<int64_t>();
+    job.reason = j.at("reason").get<std::string>();
+  } catch (const json::exception& e) {
+    return Status::Corruption(StrCat("job record is not valid: ", e.what()));
+  }
+  auto parsed = ParseJobSpec(spec);
+  if (!parsed.ok()) {
+    return Status::Corruption(StrCat("job ", job.id, " spec: ", parsed.status().message()));
+  }
+  job.spec = std::move(parsed).value();
+  FP8RT_ASSIGN_OR_RETURN(job.state, ParseJobState(state));
+  if (!precision.empty()) {
+    FP8RT_ASSIGN_OR_RETURN(job.precision, ParsePrecision(precision));
+  }
+  return job;
+}
+
+std::string EventToJson(const Event& e) {
+  json j;
+  j["time"] = e.time;
+  j["job_id"] = e.job_id;
+  j["from"] = JobStateName(e.from);
+  j["to"] = JobStateName(e.to);
+  j["reason"] = e.reason;
+  return j.dump();
+}
+
+Result<Event> EventFromJson(const std::string& text) {
+  Event e;
+  std::string from, to;
+  try {
+    const json j = json::parse(text);
+    e.time = j.at("time").get<int64_t>();
+    e.job_id = j.at("job_id").get<int64_t>();
+    from = j.at("from").get<std::string>();
+    to = j.at("to").get<std::string>();
+    e.reason = j.at("reason").get<std::string>();
+  } catch (const json::exception& ex) {
+    return Status::Corruption(StrCat("event record is not valid: ", ex.what()));
+  }
+  FP8RT_ASSIGN_OR_RETURN(e.from, ParseJobState(from));
+  FP8RT_ASSIGN_OR_RETURN(e.to, ParseJobState(to));
+  return e;
+}
+
+}  // namespace fp8rt::sched

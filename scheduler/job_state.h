@@ -1,0 +1,74 @@
+// The job record, its state machine and the events that record every transition.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "scheduler/cluster.h"
+#include "scheduler/job_spec.h"
+
+namespace fp8rt::sched {
+
+// PENDING -> SCHEDULED -> RUNNING -> COMPLETED | FAILED | CANCELLED
+// RUNNING -> PREEMPTING -> PREEMPTED -> PENDING (requeue)
+// SCHEDULED | RUNNING | PREEMPTING -> PENDING when a node is lost (see RequeueAfterNodeLoss)
+enum class JobState {
+  kPending,
+  kScheduled,
+  kRunning,
+  kPreempting,
+  kPreempted,
+  kCompleted,
+  kFailed,
+  kCancelled,
+};
+const char* JobStateName(JobState s);  // "PENDING", ...
+Result<JobState> ParseJobState(const std::string& s);
+bool IsTerminal(JobState s);
+
+// Ok if from -> to is an edge of the state machine; otherwise FailedPrecondition naming both.
+Status CheckTransition(JobState from, JobState to);
+
+struct Job {
+  int64_t id = 0;
+  std::string owner;  // submitting user
+  JobSpec spec;
+  JobState state = JobState::kPending;
+  std::optional<Precision> precision;     // decided at placement; unset while never placed
+  std::vector<NodeAssignment> placement;  // current or last placement
+  int restarts = 0;                       // node-loss requeues so far
+  int64_t checkpoint_step = -1;           // latest checkpoint the job reported; -1: none
+  int64_t submitted_at = 0;               // seconds
+  int64_t updated_at = 0;                 // seconds, time of the last transition
+  std::string reason;                     // why it is in its current state
+
+  bool operator==(const Job&) const = default;
+};
+
+struct Event {
+  int64_t time = 0;
+  int64_t job_id = 0;
+  JobState from = JobState::kPending;
+  JobState to = JobState::kPending;
+  std::string reason;
+
+  bool operator==(const Event&) const = default;
+};
+
+// Moves `job` to `to` if legal, stamping updated_at and reason; returns the event to store with it.
+Result<Event> Transition(Job* job, JobState to, int64_t now, std::string reason);
+
+// A node under a SCHEDULED/RUNNING/PREEMPTING job was lost: requeue it (PENDING, restarts + 1,
+// placement cleared) or, once restarts would exceed spec.max_restarts, FAILED.
+Result<Event> RequeueAfterNodeLoss(Job* job, int64_t now, const std::string& node_id);
+
+// Storage encoding (JSON); JobFromJson(JobToJson(j)) == j.
+std::string JobToJson(const Job& job);
+Result<Job> JobFromJson(const std::string& text);
+std::string EventToJson(const Event& e);
+Result<Event> EventFromJson(const std::string& text);
+
+}  // namespace fp8rt::sched

@@ -1,0 +1,259 @@
+// Placement policy: gang search over free GPUs, the FP8/BF16 decision and the head-of-queue
+// reservation that keeps large gangs from starving.
+#include "scheduler/placement.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace fp8rt::sched {
+namespace {
+
+// [node][gpu] != 0: held back for the reserved job, not usable by others this round.
+using Mask = std::vector<std::vector<char>>;
+
+enum class Occupancy {
+  kFreeOnly,  // only GPUs no job holds: "can it start now"
+  kIgnore,    // every GPU: "could it ever fit on the nodes we have"
+};
+
+bool NodeUp(const NodeInfo& n, int64_t now, const PlacementOptions& o) {
+  if (n.state != NodeState::kReady) return false;
+  return o.heartbeat_timeout_s == 0 || now - n.last_heartbeat <= o.heartbeat_timeout_s;
+}
+
+bool GpuFits(const GpuInfo& g, const JobSpec& s, int min_cc) {
+  if (!g.healthy) return false;
+  if (g.compute_capability < std::max(min_cc, s.min_compute_capability)) return false;
+  if (g.memory_gib < s.min_memory_gib) return false;
+  return s.gpu_types.empty() ||
+         std::find(s.gpu_types.begin(), s.gpu_types.end(), g.name) != s.gpu_types.end();
+}
+
+struct Candidate {
+  size_t node;
+  std::vector<int> usable;  // free GPUs first, then (kIgnore only) busy ones
+  size_t free_count;
+};
+
+// One gang of spec.nodes distinct nodes with spec.gpus_per_node fitting GPUs each, all of one GPU
+// type unless the spec allows mixing. kFreeOnly packs best-fit (fullest nodes first) to keep whole
+// nodes free for big gangs; kIgnore prefers the emptiest nodes, which free up soonest.
+std::optional<std::vector<NodeAssignment>> FindGang(const ClusterSnapshot& c, const JobSpec& s,
+                                                    int min_cc, Occupancy occ, const Mask* blocked,
+                                                    const PlacementOptions& o) {
+  std::set<std::string> types;  // "" stands for "any type" when mixing is allowed
+  if (s.allow_mixed_gpu_types) {
+    types.insert("");
+  } else {
+    for (const auto& n : c.nodes) {
+      for (const auto& g : n.gpus) types.insert(g.name);
+    }
+  }
+  for (const std::string& type : types) {
+    std::vector<Candidate> cands;
+    for (size_t i = 0; i < c.nodes.size(); ++i) {
+      const NodeInfo& n = c.nodes[i];
+      if (!NodeUp(n, c.now, o)) continue;
+      std::vector<int> free_idx, busy_idx;
+      for (size_t g = 0; g < n.gpus.size(); ++g) {
+        if (!GpuFits(n.gpus[g], s, min_cc)) continue;
+        if (!type.empty() && n.gpus[g].name != type) continue;
+        if (blocked != nullptr && (*blocked)[i][g]) continue;
+        (n.free(g) ? free_idx : busy_idx).push_back(static_cast<int>(g));
+      }
+      Candidate cand{i, free_idx, free_idx.size()};
+      if (occ == Occupancy::kIgnore) {
+        cand.usable.insert(cand.usable.end(), busy_idx.begin(), busy_idx.end());
+      }
+      if (cand.usable.size() >= static_cast<size_t>(s.gpus_per_node)) cands.push_back(cand);
+    }
+    if (cands.size() < static_cast<size_t>(s.nodes)) continue;
+    std::sort(cands.begin(), cands.end(), [&](const Candidate& a, const Candidate& b) {
+      const std::string& ida = c.nodes[a.node].id;
+      const std::string& idb = c.nodes[b.node].id;
+      if (occ == Occupancy::kFreeOnly) {
+        return std::tie(a.free_count, ida) < std::tie(b.free_count, idb);
+      }
+      return std::tie(b.free_count, ida) < std::tie(a.free_count, idb);
+    });
+    std::vector<NodeAssignment> out;
+    for (int k = 0; k < s.nodes; ++k) {
+      const Candidate& cand = cands[k];
+      NodeAssignment a{c.nodes[cand.node].id,
+                       {cand.usable.begin(), cand.usable.begin() + s.gpus_per_node}};
+      std::sort(a.gpus.begin(), a.gpus.end());
+      out.push_back(std::move(a));
+    }
+    return out;
+  }
+  return std::nullopt;
+}
+
+std::string GangText(const JobSpec& s) {
+  return StrCat(s.nodes, " node(s) x ", s.gpus_per_node, " GPU(s)");
+}
+
+JobDecision Placed(const ClusterSnapshot& c, int64_t id, std::vector<NodeAssignment> a, Precision p,
+                   const std::string& why) {
+  JobDecision d{id, DecisionKind::kPlace, std::move(a), p, ""};
+  d.reason = StrCat("placed on ", DescribeGpus(c, d.assignment), ": ", why);
+  return d;
+}
+
+JobDecision Waiting(int64_t id, std::string why) {
+  return {id, DecisionKind::kWait, {}, Precision::kFp8, std::move(why)};
+}
+
+bool FallbackAllowedNow(const ClusterSnapshot& c, const PendingJob& job) {
+  const JobSpec& s = job.spec;
+  if (s.fallback == Fallback::kBf16) return true;
+  return s.fallback == Fallback::kWait && c.now - job.submitted_at >= s.fallback_timeout_s;
+}
+
+JobDecision Decide(const ClusterSnapshot& c, const PendingJob& job, const PlacementOptions& o,
+                   const Mask* blocked) {
+  const JobSpec& s = job.spec;
+  if (s.precision != Precision::kFp8) {
+    const int cc = s.precision == Precision::kBf16 ? o.bf16_min_compute_capability : 0;
+    if (auto a = FindGang(c, s, cc, Occupancy::kFreeOnly, blocked, o)) {
+      return Placed(c, job.id, *a, s.precision,
+                    StrCat("running ", PrecisionName(s.precision), " as requested"));
+    }
+    return Waiting(job.id, StrCat("waiting for ", GangText(s), " of free GPUs matching the job"));
+  }
+  if (auto a = FindGang(c, s, o.fp8_min_compute_capability, Occupancy::kFreeOnly, blocked, o)) {
+    return Placed(c, job.id, *a, Precision::kFp8, "running fp8");
+  }
+  const std::string fp8_needs = StrCat("FP8 needs compute capability ",
+                                       FormatComputeCapability(o.fp8_min_compute_capability));
+  const int64_t waited = c.now - job.submitted_at;
+  if (FallbackAllowedNow(c, job)) {
+    if (auto a = FindGang(c, s, o.bf16_min_compute_capability, Occupancy::kFreeOnly, blocked, o)) {
+      std::string why = StrCat(fp8_needs, "; running bf16 per fallback policy");
+      if (s.fallback == Fallback::kWait) why += StrCat(" after waiting ", waited, "s");
+      return Placed(c, job.id, *a, Precision::kBf16, why);
+    }
+    return Waiting(job.id, StrCat("waiting for ", GangText(s),
+                                  " of free GPUs matching the job (fp8, or bf16 per fallback)"));
+  }
+  if (s.fallback == Fallback::kWait) {
+    return Waiting(job.id, StrCat("waiting for ", GangText(s), " of free FP8-capable GPUs; ",
+                                  "falls back to bf16 after ", s.fallback_timeout_s, "s (waited ",
+                                  waited, "s)"));
+  }
+  // Fallback fail: "could ever" is judged against the nodes that are up now, occupancy ignored.
+  // A job that fits them only has to wait for running jobs to end; one that does not would wait
+  // for hardware that may never come, so it fails now with the reason rather than pend forever.
+  if (!FindGang(c, s, o.fp8_min_compute_capability, Occupancy::kIgnore, nullptr, o)) {
+    return {job.id,
+            DecisionKind::kFail,
+            {},
+            Precision::kFp8,
+            StrCat("no FP8-capable placement exists: ", fp8_needs, " and the cluster has no ",
+                   GangText(s), " of such GPUs matching the job; fallback policy is fail")};
+  }
+  return Waiting(job.id, StrCat("waiting for ", GangText(s),
+                                " of free FP8-capable GPUs (fallback policy is fail)"));
+}
+
+// The gang the blocked job would take with occupancy ignored, in the best precision it may use now.
+std::optional<std::vector<NodeAssignment>> Reserve(const ClusterSnapshot& c, const PendingJob& job,
+                                                   const PlacementOptions& o) {
+  const JobSpec& s = job.spec;
+  std::vector<int> ccs;
+  if (s.precision == Precision::kFp8) {
+    ccs.push_back(o.fp8_min_compute_capability);
+    if (FallbackAllowedNow(c, job)) ccs.push_back(o.bf16_min_compute_capability);
+  } else {
+    ccs.push_back(s.precision == Precision::kBf16 ? o.bf16_min_compute_capability : 0);
+  }
+  for (int cc : ccs) {
+    if (auto a = FindGang(c, s, cc, Occupancy::kIgnore, nullptr, o)) return a;
+  }
+  return std::nullopt;
+}
+
+ClusterSnapshot Normalized(const ClusterSnapshot& c) {
+  ClusterSnapshot out = c;
+  for (auto& n : out.nodes) n.gpu_job.resize(n.gpus.size(), kNoJob);
+  return out;
+}
+
+}  // namespace
+
+const char* DecisionKindName(DecisionKind k) {
+  switch (k) {
+    case DecisionKind::kPlace:
+      return "place";
+    case DecisionKind::kWait:
+      return "wait";
+    case DecisionKind::kFail:
+      return "fail";
+  }
+  return "?";
+}
+
+void SortQueue(std::vector<PendingJob>* queue) {
+  std::stable_sort(queue->begin(), queue->end(), [](const PendingJob& a, const PendingJob& b) {
+    return std::make_tuple(-static_cast<int64_t>(a.spec.priority), a.submitted_at, a.id) <
+           std::make_tuple(-static_cast<int64_t>(b.spec.priority), b.submitted_at, b.id);
+  });
+}
+
+std::string DescribeGpus(const ClusterSnapshot& c, const std::vector<NodeAssignment>& a) {
+  std::map<std::string, int> counts;
+  for (const auto& na : a) {
+    const NodeInfo* node = nullptr;
+    for (const auto& n : c.nodes) {
+      if (n.id == na.node_id) node = &n;
+    }
+    for (int g : na.gpus) {
+      const bool known = node != nullptr && g >= 0 && static_cast<size_t>(g) < node->gpus.size();
+      ++counts[known ? node->gpus[g].name : "?"];
+    }
+  }
+  std::string out;
+  for (const auto& [name, n] : counts) out += StrCat(out.empty() ? "" : " + ", n, " x ", name);
+  return out;
+}
+
+JobDecision DecideOne(const ClusterSnapshot& cluster, const PendingJob& job,
+                      const PlacementOptions& options) {
+  return Decide(Normalized(cluster), job, options, nullptr);
+}
+
+PlacementDecision Place(const ClusterSnapshot& cluster, std::vector<PendingJob> queue,
+                        const PlacementOptions& options) {
+  SortQueue(&queue);
+  ClusterSnapshot work = Normalized(cluster);
+  std::map<std::string, size_t> node_index;
+  Mask blocked(work.nodes.size());
+  for (size_t i = 0; i < work.nodes.size(); ++i) {
+    node_index[work.nodes[i].id] = i;
+    blocked[i].assign(work.nodes[i].gpus.size(), 0);
+  }
+  PlacementDecision out;
+  for (const PendingJob& job : queue) {
+    JobDecision d = Decide(work, job, options, &blocked);
+    if (d.kind == DecisionKind::kPlace) {
+      for (const auto& a : d.assignment) {
+        for (int g : a.gpus) work.nodes[node_index[a.node_id]].gpu_job[g] = job.id;
+      }
+    } else if (d.kind == DecisionKind::kWait && !out.reserved_job_id) {
+      if (auto r = Reserve(work, job, options)) {
+        for (const auto& a : *r) {
+          for (int g : a.gpus) blocked[node_index[a.node_id]][g] = 1;
+        }
+        out.reserved_job_id = job.id;
+        out.reservation = *r;
+        d.reason += StrCat("; holds a reservation on ", DescribeGpus(work, *r));
+      }
+    }
+    out.jobs.push_back(std::move(d));
+  }
+  return out;
+}
+
+}  // namespace fp8rt::sched

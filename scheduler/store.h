@@ -1,0 +1,54 @@
+// The job store: jobs, their event logs and the job id counter, behind one small interface with an
+// in-memory twin and a RocksDB implementation. Both pass tests/unit/scheduler_store_test.cc.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "scheduler/job_state.h"
+
+namespace fp8rt::sched {
+
+struct JobFilter {
+  std::optional<JobState> state;     // only jobs in this state. Default: any
+  std::optional<std::string> owner;  // only jobs of this user. Default: any
+};
+
+class JobStore {
+ public:
+  virtual ~JobStore() = default;
+
+  // Writes `job` (insert or replace) and, if given, appends `event` to its log, atomically: after
+  // a crash both or neither are there. Returns only once the write is durable.
+  // event->job_id must be job.id and event->to must be job.state.
+  virtual Status Put(const Job& job, const std::optional<Event>& event) = 0;
+  // NotFound if there is no such job.
+  virtual Result<Job> Get(int64_t id) const = 0;
+  // Matching jobs in ascending id order.
+  virtual Result<std::vector<Job>> List(const JobFilter& filter = {}) const = 0;
+  // The job's events in the order they were put (empty for an unknown job).
+  virtual Result<std::vector<Event>> Events(int64_t job_id) const = 0;
+  // 1, 2, 3, ...; never hands out an id twice, across reopen too.
+  virtual Result<int64_t> NextJobId() = 0;
+};
+
+// Keeps everything in memory; for tests and for callers that want a store without a disk.
+std::unique_ptr<JobStore> NewMemoryJobStore();
+
+struct RocksDbJobStoreOptions {
+  bool create_if_missing = true;  // Default: true
+  bool sync = true;               // fsync every write before acknowledging it. Default: true
+};
+
+Result<std::unique_ptr<JobStore>> OpenRocksDbJobStore(const std::string& path,
+                                                      const RocksDbJobStoreOptions& options = {});
+
+// Shared by both implementations: the checks Put makes before writing anything.
+Status ValidatePut(const Job& job, const std::optional<Event>& event);
+bool MatchesFilter(const Job& job, const JobFilter& filter);
+
+}  // namespace fp8rt::sched

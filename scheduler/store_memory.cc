@@ -1,0 +1,81 @@
+// The in-memory JobStore twin (same contract as the RocksDB store, no durability), and the checks
+// both implementations share.
+#include <map>
+#include <mutex>
+
+#include "scheduler/store.h"
+
+namespace fp8rt::sched {
+
+Status ValidatePut(const Job& job, const std::optional<Event>& event) {
+  if (job.id <= 0) return Status::InvalidArgument(StrCat("job id ", job.id, " must be > 0"));
+  if (event && event->job_id != job.id) {
+    return Status::InvalidArgument(
+        StrCat("event for job ", event->job_id, " cannot be stored with job ", job.id));
+  }
+  // The log must end in the state the record holds, or replaying it would disagree with the job.
+  if (event && event->to != job.state) {
+    return Status::InvalidArgument(StrCat("event of job ", job.id, " ends in ",
+                                          JobStateName(event->to), " but the job is ",
+                                          JobStateName(job.state)));
+  }
+  return Status::Ok();
+}
+
+bool MatchesFilter(const Job& job, const JobFilter& filter) {
+  if (filter.state && job.state != *filter.state) return false;
+  return !filter.owner || job.owner == *filter.owner;
+}
+
+namespace {
+
+class MemoryJobStore final : public JobStore {
+ public:
+  Status Put(const Job& job, const std::optional<Event>& event) override {
+    FP8RT_RETURN_IF_ERROR(ValidatePut(job, event));
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_[job.id] = job;
+    if (event) events_[job.id].push_back(*event);
+    return Status::Ok();
+  }
+
+  Result<Job> Get(int64_t id) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return Status::NotFound(StrCat("no job ", id));
+    return it->second;
+  }
+
+  Result<std::vector<Job>> List(const JobFilter& filter) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Job> out;
+    for (const auto& [id, job] : jobs_) {
+      if (MatchesFilter(job, filter)) out.push_back(job);
+    }
+    return out;
+  }
+
+  Result<std::vector<Event>> Events(int64_t job_id) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = events_.find(job_id);
+    if (it == events_.end()) return std::vector<Event>{};
+    return it->second;
+  }
+
+  Result<int64_t> NextJobId() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ++last_id_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<int64_t, Job> jobs_;
+  std::map<int64_t, std::vector<Event>> events_;
+  int64_t last_id_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<JobStore> NewMemoryJobStore() { return std::make_unique<MemoryJobStore>(); }
+
+}  // namespace fp8rt::sched
