@@ -79,6 +79,7 @@ class Gpt final : public GptModel {
       : o_(o), ops_(std::move(ops)), layout_(o.model) {}
   ~Gpt() override {
     for (void* p : allocations_) ops_->Free(p);
+    if (staging_) ops_->FreeHost(staging_);
   }
 
   Status Setup();
@@ -208,8 +209,10 @@ class Gpt final : public GptModel {
   float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
   T* working_ = nullptr;
 
-  // Inputs.
+  // Inputs, and the pinned host staging of one step's (grad_accum, 2, B*T) token ids, so their
+  // uploads need no host synchronisation.
   int32_t *tokens_ = nullptr, *targets_ = nullptr;
+  int32_t* staging_ = nullptr;
   // Activations, per layer where the backward needs them.
   T* encoded_ = nullptr;                                    // (B, T, C)
   std::vector<T*> ln1_, qkv_, att_, atty_, res2_, ln2_, fch_, fch_gelu_, res3_;
@@ -267,6 +270,8 @@ Status Gpt<Ops, T>::Setup() {
   FP8RT_RETURN_IF_ERROR(Alloc(&working_, P));
   FP8RT_RETURN_IF_ERROR(Alloc(&tokens_, M_));
   FP8RT_RETURN_IF_ERROR(Alloc(&targets_, M_));
+  staging_ = static_cast<int32_t*>(ops_->AllocHost(sizeof(int32_t) * 2 * M_ * o_.grad_accum));
+  if (staging_ == nullptr) return Status(StatusCode::kResourceExhausted, "pinned host memory");
   FP8RT_RETURN_IF_ERROR(Alloc(&encoded_, M_ * C));
 
   // In FP8 layers the backward reads the saved FP8 copies of a linear layer's input, so its
@@ -498,8 +503,9 @@ Status Gpt<Ops, T>::ForwardPass(const int32_t* x_host, const int32_t* y_host, bo
   const ModelConfig& m = o_.model;
   const int64_t C = m.n_embd, Vp = m.padded_vocab(), V = m.vocab_size;
   const AttentionShape as{o_.B, o_.T, m.n_head, C / m.n_head};
-  FP8RT_RETURN_IF_ERROR(ops_->Upload(tokens_, x_host, M_ * sizeof(int32_t)));
-  FP8RT_RETURN_IF_ERROR(ops_->Upload(targets_, y_host, M_ * sizeof(int32_t)));
+  // x_host, y_host point into staging_, which stays untouched until the step's one Download.
+  FP8RT_RETURN_IF_ERROR(ops_->UploadAsync(tokens_, x_host, M_ * sizeof(int32_t)));
+  FP8RT_RETURN_IF_ERROR(ops_->UploadAsync(targets_, y_host, M_ * sizeof(int32_t)));
   FP8RT_RETURN_IF_ERROR(
       ops_->EmbeddingForward(encoded_, tokens_, W(kWte), W(kWpe), o_.B, o_.T, C, V));
   const T* res = encoded_;
@@ -575,10 +581,15 @@ template <typename Ops, typename T>
 Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y, StepStats* out) {
   const int64_t P = layout_.total;
   weight_casts_ = 0;
+  // The previous step ended with a Download, so the staging buffer is free to refill.
+  const int64_t n = M_ * o_.grad_accum;
+  std::memcpy(staging_, x, n * sizeof(int32_t));
+  std::memcpy(staging_ + n, y, n * sizeof(int32_t));
   FP8RT_RETURN_IF_ERROR(ops_->Zero(grads_, P * sizeof(float)));
   for (int micro = 0; micro < o_.grad_accum; ++micro) {
     // FP8 weights are cast on the first micro-batch only and reused by the others.
-    FP8RT_RETURN_IF_ERROR(ForwardPass(x + micro * M_, y + micro * M_, micro == 0, true, micro));
+    FP8RT_RETURN_IF_ERROR(
+        ForwardPass(staging_ + micro * M_, staging_ + n + micro * M_, micro == 0, true, micro));
     FP8RT_RETURN_IF_ERROR(BackwardPass());
   }
   FP8RT_RETURN_IF_ERROR(ops_->NormSquared(norm_sq_, grads_, P));
@@ -606,7 +617,9 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::Forward(const int32_t* x, const int32_t* y, float* loss,
                             std::vector<float>* logits) {
-  FP8RT_RETURN_IF_ERROR(ForwardPass(x, y, true, false, 0));
+  std::memcpy(staging_, x, M_ * sizeof(int32_t));
+  std::memcpy(staging_ + M_, y, M_ * sizeof(int32_t));
+  FP8RT_RETURN_IF_ERROR(ForwardPass(staging_, staging_ + M_, true, false, 0));
   float l = 0;
   FP8RT_RETURN_IF_ERROR(ops_->Download(&l, step_losses_, sizeof(float)));
   *loss = l;
@@ -630,7 +643,9 @@ Status Gpt<Ops, T>::Gradients(const int32_t* x, const int32_t* y, float* loss,
   const int saved = o_.grad_accum;
   o_.grad_accum = 1;
   FP8RT_RETURN_IF_ERROR(ops_->Zero(grads_, layout_.total * sizeof(float)));
-  Status s = ForwardPass(x, y, true, true, 0);
+  std::memcpy(staging_, x, M_ * sizeof(int32_t));
+  std::memcpy(staging_ + M_, y, M_ * sizeof(int32_t));
+  Status s = ForwardPass(staging_, staging_ + M_, true, true, 0);
   if (s.ok()) s = BackwardPass();
   o_.grad_accum = saved;
   FP8RT_RETURN_IF_ERROR(s);

@@ -45,6 +45,11 @@ class CpuOps {
     std::memcpy(dst, src, bytes);
     return Status::Ok();
   }
+  // Host staging memory for inputs, and an upload that does not wait (the caller keeps `src`
+  // unchanged until the next Download or Sync).
+  void* AllocHost(size_t bytes) { return Alloc(bytes); }
+  void FreeHost(void* p) { Free(p); }
+  Status UploadAsync(void* dst, const void* src, size_t bytes) { return Upload(dst, src, bytes); }
   Status Sync() { return Status::Ok(); }
   // The CPU references need no scratch.
   Status ReserveScratchFor(const AttentionShape&, DType, int64_t V, int64_t P, size_t* bytes) {

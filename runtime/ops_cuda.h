@@ -76,6 +76,16 @@ class CudaOps {
     FP8RT_CUDA_TRY(cudaStreamSynchronize(stream_));
     return Status::Ok();
   }
+  void* AllocHost(size_t bytes) {
+    void* p = nullptr;
+    return cudaMallocHost(&p, std::max<size_t>(bytes, 256)) == cudaSuccess ? p : nullptr;
+  }
+  void FreeHost(void* p) { cudaFreeHost(p); }
+  // From pinned memory (AllocHost) this is truly asynchronous: no host synchronisation.
+  Status UploadAsync(void* dst, const void* src, size_t bytes) {
+    FP8RT_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    return Status::Ok();
+  }
   Status Sync() {
     FP8RT_CUDA_TRY(cudaStreamSynchronize(stream_));
     return Status::Ok();

@@ -1,0 +1,58 @@
+// fp8train on the GPU: a run stopped and resumed from its checkpoint continues with the same
+// losses as an uninterrupted run (FP8 scale state restored from RocksDB, grad accumulation on).
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "runtime/trainer.h"
+#include "tests/common/corpus.h"
+#include "tests/common/gpu_util.h"
+
+namespace fp8rt {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TrainerGpu : public test::GpuTest {};
+
+TEST_F(TrainerGpu, ResumeContinuesExactlyInFp8AndBf16) {
+  const fs::path dir = fs::temp_directory_path() / ("fp8rt_trainer_gpu_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string corpus = test::EnglishCorpus((dir / "corpus.txt").string());
+  ASSERT_FALSE(corpus.empty());
+  auto dev = QueryDevice("cuda:0");
+  ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+  for (Precision p : {Precision::kFp8, Precision::kBf16}) {
+    if (p == Precision::kFp8 && test::ComputeCapability() < 89) continue;
+    RunConfig c;
+    c.model = {2, 128, 4, 128, 256};
+    c.data.train_path = corpus;
+    c.train.batch_size = 4, c.train.seq_len = 128, c.train.grad_accum = 2;
+    c.train.total_steps = 12, c.train.lr = 2e-3f, c.train.warmup_steps = 3;
+    c.precision = p;
+    c.fp8.history_len = 4;
+    ASSERT_TRUE(c.Validate().ok());
+    TrainOptions whole;
+    whole.config = c;
+    auto w = RunTraining(whole, *dev);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    TrainOptions first = whole;
+    first.stop_step = 5;
+    first.checkpoint_dir = (dir / PrecisionName(p)).string();
+    ASSERT_TRUE(RunTraining(first, *dev).ok());
+    TrainOptions second = first;
+    second.stop_step = 12;
+    second.resume = true;
+    auto r = RunTraining(second, *dev);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->losses.size(), 7u);
+    for (size_t i = 0; i < 7; ++i) {
+      EXPECT_EQ(r->losses[i], w->losses[5 + i]) << PrecisionName(p) << " step " << 6 + i;
+    }
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace fp8rt
