@@ -7,28 +7,14 @@
 #include <cstdint>
 
 #include "common/cuda_check.h"
+#include "kernels/cuda/vec.cuh"
 #include "kernels/cross_entropy.h"
 
 namespace fp8rt {
 namespace {
 
-template <typename T, int kPack>
-struct alignas(sizeof(T) * kPack) Pack {
-  T v[kPack];
-};
-
-template <typename T>
-__device__ __forceinline__ T Round(float x);
-template <>
-__device__ __forceinline__ float Round<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ bf16 Round<bf16>(float x) {
-  bf16 r;
-  r.bits = __bfloat16_as_ushort(__float2bfloat16_rn(x));
-  return r;
-}
+using cuda_detail::Pack;
+using cuda_detail::Round;
 
 constexpr float kLog2e = 1.4426950408889634f;
 

@@ -7,28 +7,14 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "common/cuda_check.h"
+#include "kernels/cuda/vec.cuh"
 #include "kernels/embedding.h"
 
 namespace fp8rt {
 namespace {
 
-template <typename T, int kPack>
-struct alignas(sizeof(T) * kPack) Pack {
-  T v[kPack];
-};
-
-template <typename T>
-__device__ __forceinline__ T Round(float x);
-template <>
-__device__ __forceinline__ float Round<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ bf16 Round<bf16>(float x) {
-  bf16 r;
-  r.bits = __bfloat16_as_ushort(__float2bfloat16_rn(x));
-  return r;
-}
+using cuda_detail::Pack;
+using cuda_detail::Round;
 
 template <typename T, int kPack>
 __global__ void EmbeddingForwardKernel(T* __restrict__ out, const int32_t* __restrict__ tokens,
