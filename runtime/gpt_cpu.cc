@@ -13,3 +13,13 @@ Result<std::unique_ptr<GptModel>> CreateCpuGpt(const ModelOptions& options) {
 }
 
 }  // namespace fp8rt
+
+#if !FP8RT_WITH_CUDA
+namespace fp8rt {
+// A CPU-only build has no CUDA backend; --device cuda:K is refused before this is reached, so
+// this only answers callers that skip QueryDevice.
+Result<std::unique_ptr<GptModel>> CreateCudaGpt(const ModelOptions&, int device) {
+  return Status::Unavailable(StrCat("cuda:", device, ": this build has no CUDA backend"));
+}
+}  // namespace fp8rt
+#endif
