@@ -99,19 +99,16 @@ class Gpt final : public GptModel {
   Status ResetFp8History() override;
   Result<std::vector<Fp8TelemetryRow>> Telemetry() override;
   Result<std::vector<uint8_t>> CachedFp8Weight(const std::string& name) override {
-    for (int l = 0; l <= o_.model.n_layer; ++l) {
-      for (int kind = 0; kind <= kNumLinear; ++kind) {
-        if ((l == o_.model.n_layer) != (kind == kLmHead) || !Fp8On(kind)) continue;
-        if (Fp8Name(l, kind, kRoleW) != name) continue;
-        int64_t N, K;
-        LinearShape(kind, &N, &K);
-        const int slot = kind == kLmHead ? o_.model.n_layer * kNumLinear : l * kNumLinear + kind;
-        std::vector<uint8_t> bytes(static_cast<size_t>(N * K));
-        FP8RT_RETURN_IF_ERROR(ops_->Download(bytes.data(), w8_[slot], bytes.size()));
-        return bytes;
-      }
-    }
-    return Status::NotFound(StrCat("no FP8 weight named '", name, "'"));
+    std::vector<uint8_t> bytes;
+    FP8RT_RETURN_IF_ERROR(ForEachFp8Linear([&](int l, int kind) -> Status {
+      if (Fp8Name(l, kind, kRoleW) != name) return Status::Ok();
+      int64_t N, K;
+      LinearShape(kind, &N, &K);
+      bytes.resize(static_cast<size_t>(N * K));
+      return ops_->Download(bytes.data(), w8_[Slot(l, kind)], bytes.size());
+    }));
+    if (bytes.empty()) return Status::NotFound(StrCat("no FP8 weight named '", name, "'"));
+    return bytes;
   }
   int64_t num_params() const override { return layout_.total; }
   int num_fp8_weights() const override { return num_fp8_weights_; }
@@ -151,10 +148,11 @@ class Gpt final : public GptModel {
     }
     return false;
   }
-  int Fp8Index(int l, int kind, int role) const {
-    const int slot = kind == kLmHead ? o_.model.n_layer * kNumLinear : l * kNumLinear + kind;
-    return slot * kNumRoles + role;
+  // The (layer, kind) slot of FP8 buffers; the LM head comes after the layers' linears.
+  int Slot(int l, int kind) const {
+    return kind == kLmHead ? o_.model.n_layer * kNumLinear : l * kNumLinear + kind;
   }
+  int Fp8Index(int l, int kind, int role) const { return Slot(l, kind) * kNumRoles + role; }
   std::string Fp8Name(int l, int kind, int role) const {
     return kind == kLmHead ? StrCat("lm_head.", kRoleNames[role])
                            : StrCat("h", l, ".", kLinearNames[kind], ".", kRoleNames[role]);
@@ -174,6 +172,18 @@ class Gpt final : public GptModel {
     t.scale_inv = gemm_scale_inv_ + kScaleSlot * i;
     t.amax = scaling_.amax + i;
     return t;
+  }
+  // Calls fn(l, kind) for every linear layer running in FP8, in a fixed order (layers, then the
+  // LM head): the order of ExportScales, ImportScales and Telemetry.
+  template <typename Fn>
+  Status ForEachFp8Linear(Fn&& fn) const {
+    for (int l = 0; l <= o_.model.n_layer; ++l) {
+      for (int kind = 0; kind <= kNumLinear; ++kind) {
+        if ((l == o_.model.n_layer) != (kind == kLmHead) || !Fp8On(kind)) continue;
+        FP8RT_RETURN_IF_ERROR(fn(l, kind));
+      }
+    }
+    return Status::Ok();
   }
   // (N, K) of each linear layer.
   void LinearShape(int kind, int64_t* N, int64_t* K) const {
@@ -443,7 +453,7 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* w,
     g.epilogue = b ? Epilogue::kBias : Epilogue::kNone;
     return ops_->Gemm(g);
   }
-  const int slot = kind == kLmHead ? o_.model.n_layer * kNumLinear : l * kNumLinear + kind;
+  const int slot = Slot(l, kind);
   const Fp8Tensor xq = Fp8Of(l, kind, kRoleX, x8_[slot], x8t_[slot], M_, K);
   FP8RT_RETURN_IF_ERROR(ops_->Quantize(x, xq, saturated_ + Fp8Index(l, kind, kRoleX)));
   const Fp8Tensor wq = Fp8Of(l, kind, kRoleW, w8_[slot], w8t_[slot], N, K);
@@ -486,7 +496,7 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
     gw.d = dw, gw.d_dtype = DType::kFloat32, gw.beta = 1.0f;
     return ops_->Gemm(gw);
   }
-  const int slot = kind == kLmHead ? o_.model.n_layer * kNumLinear : l * kNumLinear + kind;
+  const int slot = Slot(l, kind);
   const Fp8Tensor dyq = Fp8Of(l, kind, kRoleDy, dy8_, dy8t_, M_, N);
   FP8RT_RETURN_IF_ERROR(ops_->Quantize(dy, dyq, saturated_ + Fp8Index(l, kind, kRoleDy)));
   const Fp8Tensor wq = Fp8Of(l, kind, kRoleW, w8_[slot], w8t_[slot], N, K);
@@ -694,21 +704,19 @@ Result<std::vector<TensorScaleRecord>> Gpt<Ops, T>::ExportScales() {
   FP8RT_RETURN_IF_ERROR(ops_->Download(scale_inv.data(), scaling_.scale_inv, N * 4));
   FP8RT_RETURN_IF_ERROR(ops_->Download(amax.data(), scaling_.amax, N * 4));
   FP8RT_RETURN_IF_ERROR(ops_->Download(&pos, scaling_.pos, sizeof(int)));
-  for (int l = 0; l <= o_.model.n_layer; ++l) {
-    for (int kind = 0; kind <= kNumLinear; ++kind) {
-      if ((l == o_.model.n_layer) != (kind == kLmHead) || !Fp8On(kind)) continue;
-      for (int role = 0; role < kNumRoles; ++role) {
-        const int i = Fp8Index(l, kind, role);
-        TensorScaleRecord r;
-        r.name = Fp8Name(l, kind, role);
-        r.format = FormatFor(scaling_cfg_.recipe, role == kRoleDy);
-        r.pos = pos, r.amax = amax[i], r.scale = scale[i], r.scale_inv = scale_inv[i];
-        r.amax_history.resize(H);
-        for (int h = 0; h < H; ++h) r.amax_history[h] = hist[static_cast<size_t>(h) * N + i];
-        out.push_back(std::move(r));
-      }
+  FP8RT_RETURN_IF_ERROR(ForEachFp8Linear([&](int l, int kind) -> Status {
+    for (int role = 0; role < kNumRoles; ++role) {
+      const int i = Fp8Index(l, kind, role);
+      TensorScaleRecord r;
+      r.name = Fp8Name(l, kind, role);
+      r.format = FormatFor(scaling_cfg_.recipe, role == kRoleDy);
+      r.pos = pos, r.amax = amax[i], r.scale = scale[i], r.scale_inv = scale_inv[i];
+      r.amax_history.resize(H);
+      for (int h = 0; h < H; ++h) r.amax_history[h] = hist[static_cast<size_t>(h) * N + i];
+      out.push_back(std::move(r));
     }
-  }
+    return Status::Ok();
+  }));
   return out;
 }
 
@@ -726,37 +734,35 @@ Status Gpt<Ops, T>::ImportScales(const std::vector<TensorScaleRecord>& records) 
   int pos = records.empty() ? 0 : records[0].pos;
   std::map<std::string, const TensorScaleRecord*> by_name;
   for (const auto& r : records) by_name[r.name] = &r;
-  for (int l = 0; l <= o_.model.n_layer; ++l) {
-    for (int kind = 0; kind <= kNumLinear; ++kind) {
-      if ((l == o_.model.n_layer) != (kind == kLmHead) || !Fp8On(kind)) continue;
-      for (int role = 0; role < kNumRoles; ++role) {
-        const int i = Fp8Index(l, kind, role);
-        const std::string name = Fp8Name(l, kind, role);
-        auto it = by_name.find(name);
-        if (it == by_name.end()) {
-          return Status::FailedPrecondition(StrCat("FP8 scale state has no tensor '", name, "'"));
-        }
-        const TensorScaleRecord& r = *it->second;
-        if (static_cast<int>(r.amax_history.size()) != H) {
-          return Status::FailedPrecondition(
-              StrCat("FP8 scale state of '", name, "' has history length ", r.amax_history.size(),
-                     ", fp8.history_len is ", H, " (use --reset-fp8-history to recalibrate)"));
-        }
-        if (r.format != FormatFor(scaling_cfg_.recipe, role == kRoleDy)) {
-          return Status::FailedPrecondition(
-              StrCat("FP8 scale state of '", name, "' is ", Fp8FormatName(r.format),
-                     ", fp8.recipe needs ",
-                     Fp8FormatName(FormatFor(scaling_cfg_.recipe, role == kRoleDy))));
-        }
-        if (r.pos != pos || r.pos < 0 || r.pos >= H) {
-          return Status::Corruption(StrCat("FP8 scale state of '", name, "' has ring position ",
-                                           r.pos, " (expected ", pos, " in [0, ", H, "))"));
-        }
-        scale[i] = r.scale, scale_inv[i] = r.scale_inv, amax[i] = r.amax;
-        for (int h = 0; h < H; ++h) hist[static_cast<size_t>(h) * N + i] = r.amax_history[h];
+  FP8RT_RETURN_IF_ERROR(ForEachFp8Linear([&](int l, int kind) -> Status {
+    for (int role = 0; role < kNumRoles; ++role) {
+      const int i = Fp8Index(l, kind, role);
+      const std::string name = Fp8Name(l, kind, role);
+      auto it = by_name.find(name);
+      if (it == by_name.end()) {
+        return Status::FailedPrecondition(StrCat("FP8 scale state has no tensor '", name, "'"));
       }
+      const TensorScaleRecord& r = *it->second;
+      if (static_cast<int>(r.amax_history.size()) != H) {
+        return Status::FailedPrecondition(
+            StrCat("FP8 scale state of '", name, "' has history length ", r.amax_history.size(),
+                   ", fp8.history_len is ", H, " (use --reset-fp8-history to recalibrate)"));
+      }
+      if (r.format != FormatFor(scaling_cfg_.recipe, role == kRoleDy)) {
+        return Status::FailedPrecondition(
+            StrCat("FP8 scale state of '", name, "' is ", Fp8FormatName(r.format),
+                   ", fp8.recipe needs ",
+                   Fp8FormatName(FormatFor(scaling_cfg_.recipe, role == kRoleDy))));
+      }
+      if (r.pos != pos || r.pos < 0 || r.pos >= H) {
+        return Status::Corruption(StrCat("FP8 scale state of '", name, "' has ring position ",
+                                         r.pos, " (expected ", pos, " in [0, ", H, "))"));
+      }
+      scale[i] = r.scale, scale_inv[i] = r.scale_inv, amax[i] = r.amax;
+      for (int h = 0; h < H; ++h) hist[static_cast<size_t>(h) * N + i] = r.amax_history[h];
     }
-  }
+    return Status::Ok();
+  }));
   FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling_.amax_history, hist.data(), hist.size() * 4));
   FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling_.scale, scale.data(), N * 4));
   FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling_.scale_inv, scale_inv.data(), N * 4));
@@ -787,14 +793,12 @@ Result<std::vector<Fp8TelemetryRow>> Gpt<Ops, T>::Telemetry() {
   }
   // Same order as ExportScales: walk the indices again for the counters.
   size_t k = 0;
-  for (int l = 0; l <= o_.model.n_layer; ++l) {
-    for (int kind = 0; kind <= kNumLinear; ++kind) {
-      if ((l == o_.model.n_layer) != (kind == kLmHead) || !Fp8On(kind)) continue;
-      for (int role = 0; role < kNumRoles; ++role) {
-        rows[k++].saturated = static_cast<uint64_t>(sat[Fp8Index(l, kind, role)]);
-      }
+  FP8RT_RETURN_IF_ERROR(ForEachFp8Linear([&](int l, int kind) -> Status {
+    for (int role = 0; role < kNumRoles; ++role) {
+      rows[k++].saturated = static_cast<uint64_t>(sat[Fp8Index(l, kind, role)]);
     }
-  }
+    return Status::Ok();
+  }));
   return rows;
 }
 

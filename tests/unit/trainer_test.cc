@@ -235,6 +235,22 @@ TEST_F(TrainerTest, LaterMicroBatchesUseThisStepsFp8WeightBytes) {
   ASSERT_TRUE(cpu::Quantize(master.data() + off, t).ok());
   EXPECT_EQ(*cached, want) << "micro-batches used bytes that are not this step's cast";
   EXPECT_NE(*cached, *step1_bytes) << "the cache did not change between steps";
+  EXPECT_EQ(g.CachedFp8Weight("h9.fc.weight").status().code(), StatusCode::kNotFound);
+
+  // Telemetry: one row per FP8 tensor, in the order of the scale records.
+  auto rows = g.Telemetry();
+  ASSERT_TRUE(rows.ok());
+  auto recs = g.ExportScales();
+  ASSERT_EQ(rows->size(), recs->size());
+  ASSERT_EQ(rows->size(), 24u);
+  for (size_t i = 0; i < rows->size(); ++i) {
+    EXPECT_EQ((*rows)[i].name, (*recs)[i].name);
+    EXPECT_EQ((*rows)[i].scale, (*recs)[i].scale);
+    EXPECT_GT((*rows)[i].amax_history_max, 0.0f) << (*rows)[i].name;
+  }
+  // The counters were read and cleared.
+  auto again = g.Telemetry();
+  for (const auto& r : *again) EXPECT_EQ(r.saturated, 0u) << r.name;
 }
 
 TEST(PrecisionFallback, FollowsComputeCapability) {
