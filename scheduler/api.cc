@@ -1,0 +1,257 @@
+// Routes, authentication, per-token rate limiting and the job endpoints of the scheduler API.
+#include "scheduler/api.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+namespace fp8rt::sched {
+namespace {
+
+using json = nlohmann::json;
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+HttpResponse Respond(int status, std::string content_type, std::string body) {
+  HttpResponse r;
+  r.status = status;
+  r.content_type = std::move(content_type);
+  r.body = std::move(body);
+  return r;
+}
+
+HttpResponse Json(int status, const json& j) {
+  return Respond(status, "application/json", Dump(j));
+}
+
+HttpResponse Error(int status, const std::string& message) {
+  return Json(status, json{{"error", message}});
+}
+
+std::vector<std::string> SplitPath(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i < path.size()) {
+    if (path[i] == '/') {
+      ++i;
+      continue;
+    }
+    const size_t j = std::min(path.find('/', i), path.size());
+    parts.push_back(path.substr(i, j - i));
+    i = j;
+  }
+  return parts;
+}
+
+std::optional<int64_t> ParseId(const std::string& s) {
+  if (s.empty() || s.size() > 18) return std::nullopt;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+bool IsValidUtf8(const std::string& s) {
+  try {
+    (void)json(s).dump();
+    return true;
+  } catch (const json::exception&) {
+    return false;
+  }
+}
+
+HttpResponse MethodNotAllowed(const HttpRequest& r, const char* allowed) {
+  HttpResponse res = Error(
+      405, StrCat("method ", r.method, " is not allowed on ", r.target, "; allowed: ", allowed));
+  res.headers["Allow"] = allowed;
+  return res;
+}
+
+}  // namespace
+
+double SystemClockSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+Api::Api(JobStore* store, TokenAuth auth, ApiClock clock, ApiOptions options)
+    : store_(store), auth_(std::move(auth)), clock_(std::move(clock)), options_(options) {}
+
+HttpResponse Api::Handle(const HttpRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  HttpResponse r;
+  try {
+    r = HandleLocked(request);
+  } catch (const std::exception& e) {
+    r = Error(500, StrCat("internal error: ", e.what()));
+  }
+  ++requests_by_code_[r.status];
+  return r;
+}
+
+HttpResponse Api::BodyTooLarge() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_by_code_[413];
+  return Error(
+      413, StrCat("request body is larger than the limit of ", options_.max_body_bytes, " bytes"));
+}
+
+HttpResponse Api::HandleLocked(const HttpRequest& request) {
+  if (request.body.size() > options_.max_body_bytes) {
+    return Error(
+        413, StrCat("request body of ", request.body.size(), " bytes is larger than the limit of ",
+                    options_.max_body_bytes, " bytes"));
+  }
+  const std::string path = request.target.substr(0, request.target.find('?'));
+  return Route(request, path);
+}
+
+double Api::TakeToken(const std::string& key) {
+  const double now = clock_();
+  auto [it, inserted] = buckets_.try_emplace(key, Bucket{options_.burst, now});
+  Bucket& b = it->second;
+  if (!inserted) {
+    b.tokens =
+        std::min(options_.burst, b.tokens + std::max(0.0, now - b.last) * options_.rate_per_s);
+    b.last = now;
+  }
+  if (b.tokens >= 1) {
+    b.tokens -= 1;
+    return 0;
+  }
+  return options_.rate_per_s > 0 ? (1 - b.tokens) / options_.rate_per_s : 3600;
+}
+
+HttpResponse Api::Metrics() {
+  auto jobs = store_->List();
+  if (!jobs.ok()) return Error(500, jobs.status().ToString());
+  std::map<JobState, int64_t> by_state;
+  for (JobState s :
+       {JobState::kPending, JobState::kScheduled, JobState::kRunning, JobState::kPreempting,
+        JobState::kPreempted, JobState::kCompleted, JobState::kFailed, JobState::kCancelled}) {
+    by_state[s] = 0;
+  }
+  for (const Job& j : *jobs) ++by_state[j.state];
+  std::ostringstream os;
+  os << "# HELP fp8rt_jobs Jobs in the store, by state.\n# TYPE fp8rt_jobs gauge\n";
+  for (const auto& [s, n] : by_state)
+    os << "fp8rt_jobs{state=\"" << JobStateName(s) << "\"} " << n << "\n";
+  os << "# HELP fp8rt_api_requests_total API requests answered, by HTTP status code.\n"
+        "# TYPE fp8rt_api_requests_total counter\n";
+  for (const auto& [code, n] : requests_by_code_) {
+    os << "fp8rt_api_requests_total{code=\"" << code << "\"} " << n << "\n";
+  }
+  return Respond(200, "text/plain; version=0.0.4", os.str());
+}
+
+HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
+  if (path == "/v1/health") {
+    if (req.method != "GET") return MethodNotAllowed(req, "GET");
+    return Json(200, json{{"status", "ok"}});
+  }
+  if (path == "/metrics") {
+    if (req.method != "GET") return MethodNotAllowed(req, "GET");
+    return Metrics();
+  }
+
+  // /v1/jobs[/{id}[/cancel|/events]]
+  const std::vector<std::string> parts = SplitPath(path);
+  if (parts.size() < 2 || parts.size() > 4 || parts[0] != "v1" || parts[1] != "jobs") {
+    return Error(404, StrCat("no route for ", req.method, " ", path));
+  }
+  std::optional<int64_t> id;
+  if (parts.size() >= 3) {
+    id = ParseId(parts[2]);
+    if (!id) return Error(404, StrCat("job id '", parts[2], "' is not a positive integer"));
+  }
+  const std::string action = parts.size() == 4 ? parts[3] : "";
+  if (!action.empty() && action != "cancel" && action != "events") {
+    return Error(404, StrCat("no route for ", req.method, " ", path));
+  }
+  const char* allowed = parts.size() == 2 ? "GET, POST" : action == "cancel" ? "POST" : "GET";
+  const bool method_ok = parts.size() == 2    ? (req.method == "GET" || req.method == "POST")
+                         : action == "cancel" ? req.method == "POST"
+                                              : req.method == "GET";
+  if (!method_ok) return MethodNotAllowed(req, allowed);
+
+  const auto header = req.headers.find("authorization");
+  auto who = auth_.Authenticate(header == req.headers.end() ? "" : header->second);
+  if (!who.ok()) return Error(401, who.status().message());
+  const Principal& p = *who;
+  if (p.role == Role::kNode) {
+    return Error(403, StrCat("node '", p.name, "': node tokens may not use the jobs API"));
+  }
+  if (const double wait = TakeToken(p.token_sha256); wait > 0) {
+    HttpResponse res = Error(
+        429, StrCat("rate limit exceeded: ", options_.rate_per_s,
+                    " requests per second per token (burst ", options_.burst, "); retry later"));
+    res.headers["Retry-After"] = std::to_string(static_cast<int64_t>(std::ceil(wait)));
+    return res;
+  }
+
+  if (!id) {
+    if (req.method == "GET") {
+      JobFilter filter;
+      if (p.role != Role::kAdmin) filter.owner = p.name;
+      auto jobs = store_->List(filter);
+      if (!jobs.ok()) return Error(500, jobs.status().ToString());
+      json arr = json::array();
+      for (const Job& j : *jobs) arr.push_back(json::parse(JobToJson(j)));
+      return Json(200, json{{"jobs", arr}});
+    }
+    // POST /v1/jobs: the job and its submit event are durable before the 201 goes out.
+    if (!IsValidUtf8(req.body)) return Error(400, "request body is not valid UTF-8");
+    auto spec = ParseJobSpec(req.body);
+    if (!spec.ok()) return Error(400, spec.status().message());
+    const auto now = static_cast<int64_t>(clock_());
+    auto next = store_->NextJobId();
+    if (!next.ok()) return Error(500, next.status().ToString());
+    Job job;
+    job.id = *next;
+    job.owner = p.name;
+    job.spec = std::move(spec).value();
+    job.state = JobState::kPending;
+    job.submitted_at = job.updated_at = now;
+    job.reason = "submitted";
+    const Event ev{now, job.id, JobState::kPending, JobState::kPending,
+                   StrCat("submitted by ", p.name)};
+    const Status put = store_->Put(job, ev);
+    if (!put.ok()) return Error(500, put.ToString());
+    return Respond(201, "application/json", JobToJson(job));
+  }
+
+  auto got = store_->Get(*id);
+  if (!got.ok()) {
+    if (got.status().code() == StatusCode::kNotFound) {
+      return Error(404, StrCat("job ", *id, " not found"));
+    }
+    return Error(500, got.status().ToString());
+  }
+  Job job = std::move(got).value();
+  if (p.role != Role::kAdmin && job.owner != p.name) {
+    return Error(403, StrCat("job ", *id, " belongs to another user"));
+  }
+  if (action.empty()) return Respond(200, "application/json", JobToJson(job));
+  if (action == "events") {
+    auto events = store_->Events(*id);
+    if (!events.ok()) return Error(500, events.status().ToString());
+    json arr = json::array();
+    for (const Event& e : *events) arr.push_back(json::parse(EventToJson(e)));
+    return Json(200, json{{"job_id", *id}, {"events", arr}});
+  }
+  // cancel
+  auto ev = Transition(&job, JobState::kCancelled, static_cast<int64_t>(clock_()),
+                       StrCat("cancelled by ", p.name));
+  if (!ev.ok()) return Error(409, ev.status().message());
+  const Status put = store_->Put(job, *ev);
+  if (!put.ok()) return Error(500, put.ToString());
+  return Respond(200, "application/json", JobToJson(job));
+}
+
+}  // namespace fp8rt::sched
