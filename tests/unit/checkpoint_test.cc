@@ -1,34 +1,21 @@
 // Checkpoint directories and the RocksDB scale store, on a real file system and a real RocksDB.
-#include <gtest/gtest.h>
+#include "runtime/checkpoint.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "runtime/checkpoint.h"
 #include "runtime/scale_store.h"
+#include "tests/common/temp_dir.h"
 
 namespace fp8rt {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("fp8rt_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-  static inline int counter_ = 0;
-};
+using test::TempDir;
 
 Checkpoint Sample(int64_t step) {
   Checkpoint c;

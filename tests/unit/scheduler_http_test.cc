@@ -22,6 +22,7 @@
 #include "scheduler/auth.h"
 #include "scheduler/http_server.h"
 #include "scheduler/store.h"
+#include "tests/common/temp_dir.h"
 
 namespace fp8rt::sched {
 namespace {
@@ -213,21 +214,7 @@ TEST(SchedulerHttpApi, RoutesMethodsAndBodyLimit) {
 
 // ---- the real server over RocksDB ----
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("fp8rt_http_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-  static inline int counter_ = 0;
-};
+using test::TempDir;
 
 struct Reply {
   int status = -1;
