@@ -42,6 +42,11 @@ struct AdamWConfig {
 //   *amax = max(*amax, max_i |p|) (bit-pattern max as in kernels/quantize.h: NaN sticks) when
 //   amax != null, *scale_inv = 1 / *scale (as Quantize does).
 
+// Checks the arguments both implementations share (n, step, betas, eps, lr, weight decay, the
+// clipping inputs); InvalidArgument names the argument, its value and what is allowed.
+Status ValidateAdamWArgs(const char* op, int64_t n, int step, const AdamWConfig& cfg,
+                         float weight_decay, const float* grad_norm_sq, float max_grad_norm);
+
 namespace cpu {
 // Instantiated for T in {float, bf16, double}. working may be null.
 template <typename T>

@@ -17,25 +17,8 @@ struct StepConsts {
 
 Status Prepare(const char* op, int64_t n, int step, const AdamWConfig& cfg, float weight_decay,
                const float* grad_norm_sq, float max_grad_norm, StepConsts* k) {
-  if (n < 0) return Status::InvalidArgument(StrCat(op, ": n=", n, " must be >= 0"));
-  if (step < 1) return Status::InvalidArgument(StrCat(op, ": step=", step, " must be >= 1"));
-  if (!(cfg.beta1 >= 0.0f && cfg.beta1 < 1.0f) || !(cfg.beta2 >= 0.0f && cfg.beta2 < 1.0f)) {
-    return Status::InvalidArgument(
-        StrCat(op, ": beta1=", cfg.beta1, " beta2=", cfg.beta2, " must lie in [0, 1)"));
-  }
-  if (!(cfg.eps > 0.0f))
-    return Status::InvalidArgument(StrCat(op, ": eps=", cfg.eps, " must be > 0"));
-  if (!std::isfinite(cfg.lr)) {
-    return Status::InvalidArgument(StrCat(op, ": lr=", cfg.lr, " must be finite"));
-  }
-  if (!(weight_decay >= 0.0f) || !std::isfinite(weight_decay)) {
-    return Status::InvalidArgument(
-        StrCat(op, ": weight_decay=", weight_decay, " must be finite and >= 0"));
-  }
-  if (max_grad_norm > 0.0f && grad_norm_sq == nullptr) {
-    return Status::InvalidArgument(
-        StrCat(op, ": max_grad_norm=", max_grad_norm, " > 0 needs grad_norm_sq (it is null)"));
-  }
+  FP8RT_RETURN_IF_ERROR(
+      ValidateAdamWArgs(op, n, step, cfg, weight_decay, grad_norm_sq, max_grad_norm));
   k->lr = cfg.lr;
   k->beta1 = cfg.beta1;
   k->beta2 = cfg.beta2;
@@ -140,3 +123,31 @@ template Status AdamW<double>(float*, float*, float*, const float*, double*, int
                               const AdamWConfig&, float, const float*, float);
 
 }  // namespace fp8rt::cpu
+
+namespace fp8rt {
+
+Status ValidateAdamWArgs(const char* op, int64_t n, int step, const AdamWConfig& cfg,
+                         float weight_decay, const float* grad_norm_sq, float max_grad_norm) {
+  if (n < 0) return Status::InvalidArgument(StrCat(op, ": n=", n, " must be >= 0"));
+  if (step < 1) return Status::InvalidArgument(StrCat(op, ": step=", step, " must be >= 1"));
+  if (!(cfg.beta1 >= 0.0f && cfg.beta1 < 1.0f) || !(cfg.beta2 >= 0.0f && cfg.beta2 < 1.0f)) {
+    return Status::InvalidArgument(
+        StrCat(op, ": beta1=", cfg.beta1, " beta2=", cfg.beta2, " must lie in [0, 1)"));
+  }
+  if (!(cfg.eps > 0.0f))
+    return Status::InvalidArgument(StrCat(op, ": eps=", cfg.eps, " must be > 0"));
+  if (!std::isfinite(cfg.lr)) {
+    return Status::InvalidArgument(StrCat(op, ": lr=", cfg.lr, " must be finite"));
+  }
+  if (!(weight_decay >= 0.0f) || !std::isfinite(weight_decay)) {
+    return Status::InvalidArgument(
+        StrCat(op, ": weight_decay=", weight_decay, " must be finite and >= 0"));
+  }
+  if (max_grad_norm > 0.0f && grad_norm_sq == nullptr) {
+    return Status::InvalidArgument(
+        StrCat(op, ": max_grad_norm=", max_grad_norm, " > 0 needs grad_norm_sq (it is null)"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace fp8rt

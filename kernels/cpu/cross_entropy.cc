@@ -1,4 +1,5 @@
 // Reference fused softmax + cross-entropy: two-pass (max, then sum of exponentials) in fp64.
+#include "kernels/cpu/ref_util.h"
 #include "kernels/cross_entropy.h"
 
 #include <cmath>
@@ -8,14 +9,8 @@
 namespace fp8rt::cpu {
 namespace {
 
-double Load(float x) { return x; }
-double Load(bf16 x) { return ToFloat(x); }
-double Load(double x) { return x; }
-template <typename T>
-T Store(double x) {
-  if constexpr (std::is_same_v<T, double>) return x;
-  return T(static_cast<float>(x));
-}
+using ref::Load;
+using ref::Store;
 
 // T: the logits' type; L: the losses' type (float, or double for the finite-difference checks).
 template <typename T, typename L>

@@ -1,4 +1,5 @@
 // Reference token + position embedding: plain loops, sums in fp64, each output rounded once.
+#include "kernels/cpu/ref_util.h"
 #include "kernels/embedding.h"
 
 #include <algorithm>
@@ -9,14 +10,8 @@
 namespace fp8rt::cpu {
 namespace {
 
-double Load(float x) { return x; }
-double Load(bf16 x) { return ToFloat(x); }
-double Load(double x) { return x; }
-template <typename T>
-T Store(double x) {
-  if constexpr (std::is_same_v<T, double>) return x;
-  return T(static_cast<float>(x));
-}
+using ref::Load;
+using ref::Store;
 
 Status CheckArgs(const char* op, int64_t B, int64_t seq_len, int64_t C, int64_t V,
                  const int32_t* tokens) {

@@ -1,5 +1,6 @@
 // Reference tanh-GELU in fp64 with std::tanh: an independent formula from the CUDA kernels'
 // sigmoid form, so the GPU test compares two implementations.
+#include "kernels/cpu/ref_util.h"
 #include "kernels/gelu.h"
 
 #include <cmath>
@@ -8,14 +9,8 @@
 namespace fp8rt::cpu {
 namespace {
 
-double Load(float x) { return x; }
-double Load(bf16 x) { return ToFloat(x); }
-double Load(double x) { return x; }
-template <typename T>
-T Store(double x) {
-  if constexpr (std::is_same_v<T, double>) return x;
-  return T(static_cast<float>(x));
-}
+using ref::Load;
+using ref::Store;
 
 constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
 constexpr double kCubic = 0.044715;

@@ -1,4 +1,5 @@
 // Reference LayerNorm: statistics and gradients in fp64, each output rounded once.
+#include "kernels/cpu/ref_util.h"
 #include "kernels/layernorm.h"
 
 #include <cmath>
@@ -8,14 +9,8 @@
 namespace fp8rt::cpu {
 namespace {
 
-double Load(float x) { return x; }
-double Load(bf16 x) { return ToFloat(x); }
-double Load(double x) { return x; }
-template <typename T>
-T Store(double x) {
-  if constexpr (std::is_same_v<T, double>) return x;
-  return T(static_cast<float>(x));
-}
+using ref::Load;
+using ref::Store;
 
 Status CheckDims(const char* op, int64_t N, int64_t C) {
   if (N < 0) return Status::InvalidArgument(StrCat(op, ": N=", N, " must be >= 0"));

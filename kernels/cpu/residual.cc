@@ -1,4 +1,5 @@
 // Reference residual add: the sum in fp64, rounded once to T.
+#include "kernels/cpu/ref_util.h"
 #include "kernels/residual.h"
 
 #include <type_traits>
@@ -6,14 +7,8 @@
 namespace fp8rt::cpu {
 namespace {
 
-double Load(float x) { return x; }
-double Load(bf16 x) { return ToFloat(x); }
-double Load(double x) { return x; }
-template <typename T>
-T Store(double x) {
-  if constexpr (std::is_same_v<T, double>) return x;
-  return T(static_cast<float>(x));
-}
+using ref::Load;
+using ref::Store;
 
 }  // namespace
 
