@@ -1,5 +1,7 @@
 // Causal multi-head self-attention on the fused QKV activation: a CPU reference and a CUDA version
-// built from batched cuBLASLt GEMMs plus masked-softmax kernels (a flash-style kernel comes later).
+// built from batched cuBLASLt GEMMs plus masked-softmax kernels, and a flash-style BF16 CUDA version
+// (kernels/cuda/flash_attention.cu) that saves one log-sum-exp per query instead of the (T, T)
+// probabilities.
 #pragma once
 
 #include <cstddef>
@@ -66,6 +68,10 @@ Status AttentionForward(T* out, T* att, const T* qkv, const AttentionShape& s);
 template <typename T>
 Status AttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* att,
                          const AttentionShape& s);
+// lse (B, NH, T): the base-2 log-sum-exp of each query's scaled, causally masked scores,
+// log2(sum_{j <= t} 2^(q_t . k_j * log2(e) / sqrt(HS))) -- the statistic the flash kernels save.
+template <typename T>
+Status AttentionLse(float* lse, const T* qkv, const AttentionShape& s);
 }  // namespace cpu
 
 #if FP8RT_WITH_CUDA
@@ -82,6 +88,21 @@ template <typename T>
 Status AttentionBackward(GemmRunner& gemm, T* dqkv, const T* dout, const T* qkv, const T* att,
                          void* scratch, size_t scratch_bytes, const AttentionShape& s,
                          cudaStream_t stream);
+
+// Flash attention, BF16 only (FP32 accumulation, P rounded to BF16 before P V as in
+// FlashAttention-2). Head sizes 16, 32, 64 and 128; Ok, or InvalidArgument naming why the shape
+// or the device (shared memory per block) cannot take it -- callers then use the GEMM version.
+Status FlashAttentionCheck(const AttentionShape& s);
+// Forward: out (B, T, C) and lse (B, NH, T) as cpu::AttentionLse defines it. No scratch.
+Status FlashAttentionForward(bf16* out, float* lse, const bf16* qkv, const AttentionShape& s,
+                             cudaStream_t stream);
+// Backward: dqkv (B, T, 3C) is overwritten; qkv, out and lse are the forward's. Deterministic (no
+// atomics): dK/dV and dQ come from two kernels that each recompute the probabilities. Scratch
+// holds the per-query rowsum(dout * out), FlashAttentionScratchBytes(s) bytes.
+size_t FlashAttentionScratchBytes(const AttentionShape& s);
+Status FlashAttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
+                              const float* lse, void* scratch, size_t scratch_bytes,
+                              const AttentionShape& s, cudaStream_t stream);
 }  // namespace cuda
 #endif
 

@@ -225,7 +225,8 @@ class Gpt final : public GptModel {
   int32_t* staging_ = nullptr;
   // Activations, per layer where the backward needs them.
   T* encoded_ = nullptr;                                    // (B, T, C)
-  std::vector<T*> ln1_, qkv_, att_, atty_, res2_, ln2_, fch_, fch_gelu_, res3_;
+  std::vector<T*> ln1_, qkv_, atty_, res2_, ln2_, fch_, fch_gelu_, res3_;
+  std::vector<uint8_t*> att_;  // what attention saves for its backward (Ops decides)
   std::vector<float*> ln1_mean_, ln1_rstd_, ln2_mean_, ln2_rstd_;
   T* lnf_ = nullptr;                                        // (B, T, C)
   float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;         // (B, T)
@@ -306,8 +307,15 @@ Status Gpt<Ops, T>::Setup() {
   };
   FP8RT_RETURN_IF_ERROR(per_layer(&ln1_, M_ * C, Fp8On(kQkv)));
   FP8RT_RETURN_IF_ERROR(per_layer(&qkv_, M_ * 3 * C, false));
-  FP8RT_RETURN_IF_ERROR(per_layer(&att_, B * m.n_head * Tn * Tn, false));
-  FP8RT_RETURN_IF_ERROR(per_layer(&atty_, M_ * C, Fp8On(kAttProj)));
+  const AttentionShape as{B, Tn, m.n_head, C / m.n_head};
+  att_.assign(L, nullptr);
+  for (int64_t l = 0; l < L; ++l) {
+    FP8RT_RETURN_IF_ERROR(
+        Alloc(&att_[l], static_cast<int64_t>(ops_->AttentionSavedBytes(as, kT))));
+  }
+  // The attention output is the projection's input, and the flash backward reads it too.
+  FP8RT_RETURN_IF_ERROR(
+      per_layer(&atty_, M_ * C, Fp8On(kAttProj) && !ops_->AttentionReadsOutput(as, kT)));
   FP8RT_RETURN_IF_ERROR(per_layer(&res2_, M_ * C, false));
   FP8RT_RETURN_IF_ERROR(per_layer(&ln2_, M_ * C, Fp8On(kFc)));
   FP8RT_RETURN_IF_ERROR(per_layer(&fch_, M_ * 4 * C, false));
@@ -376,8 +384,7 @@ Status Gpt<Ops, T>::Setup() {
 
   {
     size_t scratch = 0;
-    FP8RT_RETURN_IF_ERROR(ops_->ReserveScratchFor(AttentionShape{B, Tn, m.n_head, C / m.n_head},
-                                                  kT, m.vocab_size, P, &scratch));
+    FP8RT_RETURN_IF_ERROR(ops_->ReserveScratchFor(as, kT, m.vocab_size, P, &scratch));
     allocated_bytes_ += scratch;
   }
   return Status::Ok();
@@ -575,7 +582,7 @@ Status Gpt<Ops, T>::BackwardPass() {
     FP8RT_RETURN_IF_ERROR(LinearBackward(l, kAttProj, dc2_, G(kAttProjW) + l * C * C,
                                          G(kAttProjB) + l * C, dres_, atty_[l],
                                          W(kAttProjW) + l * C * C));
-    FP8RT_RETURN_IF_ERROR(ops_->AttentionBackward(dqkv_, dc2_, qkv_[l], att_[l], as));
+    FP8RT_RETURN_IF_ERROR(ops_->AttentionBackward(dqkv_, dc2_, qkv_[l], atty_[l], att_[l], as));
     FP8RT_RETURN_IF_ERROR(LinearBackward(l, kQkv, dc1_, G(kQkvW) + l * 3 * C * C,
                                          G(kQkvB) + l * 3 * C, dqkv_, ln1_[l],
                                          W(kQkvW) + l * 3 * C * C));

@@ -90,14 +90,20 @@ class CpuOps {
   Status Residual(T* out, const T* a, const T* b, int64_t n) {
     return cpu::ResidualAdd(out, a, b, n);
   }
+  // What the attention forward saves per layer for the backward: here the (B, NH, T, T)
+  // probabilities in T. The backward does not read the forward's output.
+  size_t AttentionSavedBytes(const AttentionShape& s, DType t) const {
+    return static_cast<size_t>(s.B * s.NH * s.T * s.T) * (t == DType::kBFloat16 ? 2 : 4);
+  }
+  bool AttentionReadsOutput(const AttentionShape&, DType) const { return false; }
   template <typename T>
-  Status Attention(T* out, T* att, const T* qkv, const AttentionShape& s) {
-    return cpu::AttentionForward(out, att, qkv, s);
+  Status Attention(T* out, void* saved, const T* qkv, const AttentionShape& s) {
+    return cpu::AttentionForward(out, static_cast<T*>(saved), qkv, s);
   }
   template <typename T>
-  Status AttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* att,
-                           const AttentionShape& s) {
-    return cpu::AttentionBackward(dqkv, dout, qkv, att, s);
+  Status AttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* /*out*/,
+                           const void* saved, const AttentionShape& s) {
+    return cpu::AttentionBackward(dqkv, dout, qkv, static_cast<const T*>(saved), s);
   }
   template <typename T>
   Status CrossEntropy(float* losses, T* logits, const int32_t* targets, int64_t N, int64_t V,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "runtime/ops.h"
@@ -43,7 +44,7 @@ class CudaOps {
   // backward, gradient norm over P parameters).
   Status ReserveScratchFor(const AttentionShape& s, DType t, int64_t V, int64_t P, size_t* bytes) {
     const int64_t M = s.B * s.T;
-    size_t need = AttentionScratchBytes(s, t);
+    size_t need = UseFlash(s, t) ? cuda::FlashAttentionScratchBytes(s) : AttentionScratchBytes(s, t);
     auto emb = cuda::EmbeddingBackwardScratchBytes(s.B, s.T, V);
     if (!emb.ok()) return emb.status();
     need = std::max(need, *emb);
@@ -126,15 +127,38 @@ class CudaOps {
   Status Residual(T* out, const T* a, const T* b, int64_t n) {
     return cuda::ResidualAdd(out, a, b, n, stream_);
   }
+  // BF16 attention runs the flash kernels where the head size and the device allow (the forward
+  // saves one FP32 log-sum-exp per query, and the backward reads the forward's output); otherwise
+  // the GEMM version, which saves the (B, NH, T, T) probabilities.
+  bool UseFlash(const AttentionShape& s, DType t) const {
+    return t == DType::kBFloat16 && cuda::FlashAttentionCheck(s).ok();
+  }
+  size_t AttentionSavedBytes(const AttentionShape& s, DType t) const {
+    if (UseFlash(s, t)) return static_cast<size_t>(s.B * s.NH * s.T) * sizeof(float);
+    return static_cast<size_t>(s.B * s.NH * s.T * s.T) * (t == DType::kBFloat16 ? 2 : 4);
+  }
+  bool AttentionReadsOutput(const AttentionShape& s, DType t) const { return UseFlash(s, t); }
   template <typename T>
-  Status Attention(T* out, T* att, const T* qkv, const AttentionShape& s) {
-    return cuda::AttentionForward(*gemm_, out, att, qkv, scratch_, scratch_bytes_, s, stream_);
+  Status Attention(T* out, void* saved, const T* qkv, const AttentionShape& s) {
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (UseFlash(s, DType::kBFloat16)) {
+        return cuda::FlashAttentionForward(out, static_cast<float*>(saved), qkv, s, stream_);
+      }
+    }
+    return cuda::AttentionForward(*gemm_, out, static_cast<T*>(saved), qkv, scratch_,
+                                  scratch_bytes_, s, stream_);
   }
   template <typename T>
-  Status AttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* att,
+  Status AttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const void* saved,
                            const AttentionShape& s) {
-    return cuda::AttentionBackward(*gemm_, dqkv, dout, qkv, att, scratch_, scratch_bytes_, s,
-                                   stream_);
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (UseFlash(s, DType::kBFloat16)) {
+        return cuda::FlashAttentionBackward(dqkv, dout, qkv, out, static_cast<const float*>(saved),
+                                            scratch_, scratch_bytes_, s, stream_);
+      }
+    }
+    return cuda::AttentionBackward(*gemm_, dqkv, dout, qkv, static_cast<const T*>(saved),
+                                   scratch_, scratch_bytes_, s, stream_);
   }
   template <typename T>
   Status CrossEntropy(float* losses, T* logits, const int32_t* targets, int64_t N, int64_t V,

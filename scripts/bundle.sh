@@ -5,7 +5,8 @@
 # the system library path). This is how GPU runs happen and how ansible ships the runtime.
 # Usage: scripts/bundle.sh [OUT_DIR]   (default: bundle)
 # Environment: FP8RT_CUDA_ARCHITECTURES (default here: 90a, keeps the bundle small),
-#              BUILD_DIR (default: build-bundle), JOBS (default: nproc).
+#              BUILD_DIR (default: build-bundle), JOBS (default: nproc),
+#              TARGETS (default: all; e.g. "fp8train fp8rt_gpu_tests" for a partial bundle).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -17,7 +18,12 @@ JOBS=${JOBS:-$(nproc)}
 bash scripts/install-deps.sh >/dev/null
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   "-DFP8RT_CUDA_ARCHITECTURES=${ARCHS}" >/dev/null
-cmake --build "$BUILD_DIR" -j "$JOBS"
+if [ -n "${TARGETS:-}" ]; then
+  # shellcheck disable=SC2086
+  cmake --build "$BUILD_DIR" -j "$JOBS" --target ${TARGETS}
+else
+  cmake --build "$BUILD_DIR" -j "$JOBS"
+fi
 
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib"

@@ -164,9 +164,37 @@ Status AttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* att,
   return Status::Ok();
 }
 
-#define FP8RT_INSTANTIATE_ATTENTION(T)                                          \
-  template Status AttentionForward<T>(T*, T*, const T*, const AttentionShape&); \
-  template Status AttentionBackward<T>(T*, const T*, const T*, const T*, const AttentionShape&);
+template <typename T>
+Status AttentionLse(float* lse, const T* qkv, const AttentionShape& s) {
+  FP8RT_RETURN_IF_ERROR(ValidateAttention(s));
+  FP8RT_RETURN_IF_ERROR(CheckPointers({{"lse", lse}, {"qkv", qkv}}));
+  const int64_t C = s.C(), HS = s.HS, seq = s.T;
+  const double scale_log2 = 1.0 / std::sqrt(static_cast<double>(HS)) / std::log(2.0);
+  ParallelFor(s.B * s.NH, double(seq) * seq * HS, [&](int64_t bh) {
+    const int64_t b = bh / s.NH, h = bh % s.NH;
+    std::vector<double> z(static_cast<size_t>(seq));
+    for (int64_t t = 0; t < seq; ++t) {
+      const T* q = qkv + (b * seq + t) * 3 * C + h * HS;
+      double mx = -INFINITY;
+      for (int64_t t2 = 0; t2 <= t; ++t2) {
+        const T* k = qkv + (b * seq + t2) * 3 * C + C + h * HS;
+        double dot = 0;
+        for (int64_t d = 0; d < HS; ++d) dot += ToD(q[d]) * ToD(k[d]);
+        z[t2] = dot * scale_log2;
+        mx = std::max(mx, z[t2]);
+      }
+      double sum = 0;
+      for (int64_t t2 = 0; t2 <= t; ++t2) sum += std::exp2(z[t2] - mx);
+      lse[bh * seq + t] = static_cast<float>(mx + std::log2(sum));
+    }
+  });
+  return Status::Ok();
+}
+
+#define FP8RT_INSTANTIATE_ATTENTION(T)                                                       \
+  template Status AttentionForward<T>(T*, T*, const T*, const AttentionShape&);              \
+  template Status AttentionBackward<T>(T*, const T*, const T*, const T*, const AttentionShape&); \
+  template Status AttentionLse<T>(float*, const T*, const AttentionShape&);
 FP8RT_INSTANTIATE_ATTENTION(float)
 FP8RT_INSTANTIATE_ATTENTION(bf16)
 FP8RT_INSTANTIATE_ATTENTION(double)
