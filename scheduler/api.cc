@@ -10,6 +10,9 @@
 #include <sstream>
 #include <vector>
 
+#include "scheduler/node.h"
+#include "scheduler/scheduler.h"
+
 namespace fp8rt::sched {
 namespace {
 
@@ -67,6 +70,20 @@ bool IsValidUtf8(const std::string& s) {
   }
 }
 
+// A scheduler error as the HTTP status that fits it.
+HttpResponse FromStatus(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument:
+      return Error(400, s.message());
+    case StatusCode::kNotFound:
+      return Error(404, s.message());
+    case StatusCode::kFailedPrecondition:
+      return Error(409, s.message());
+    default:
+      return Error(500, s.ToString());
+  }
+}
+
 HttpResponse MethodNotAllowed(const HttpRequest& r, const char* allowed) {
   HttpResponse res = Error(
       405, StrCat("method ", r.method, " is not allowed on ", r.target, "; allowed: ", allowed));
@@ -80,8 +97,12 @@ double SystemClockSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-Api::Api(JobStore* store, TokenAuth auth, ApiClock clock, ApiOptions options)
-    : store_(store), auth_(std::move(auth)), clock_(std::move(clock)), options_(options) {}
+Api::Api(JobStore* store, TokenAuth auth, ApiClock clock, ApiOptions options, Scheduler* scheduler)
+    : store_(store),
+      scheduler_(scheduler),
+      auth_(std::move(auth)),
+      clock_(std::move(clock)),
+      options_(options) {}
 
 HttpResponse Api::Handle(const HttpRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -142,6 +163,20 @@ HttpResponse Api::Metrics() {
   os << "# HELP fp8rt_jobs Jobs in the store, by state.\n# TYPE fp8rt_jobs gauge\n";
   for (const auto& [s, n] : by_state)
     os << "fp8rt_jobs{state=\"" << JobStateName(s) << "\"} " << n << "\n";
+  if (scheduler_ != nullptr) {
+    std::map<std::string, int64_t> nodes{{"READY", 0}, {"LOST", 0}, {"DRAINING", 0}};
+    int64_t gpus = 0, busy = 0;
+    for (const NodeInfo& n : scheduler_->Nodes()) {
+      ++nodes[NodeStateName(n.state)];
+      gpus += static_cast<int64_t>(n.gpus.size());
+      for (int64_t j : n.gpu_job) busy += j != kNoJob;
+    }
+    os << "# HELP fp8rt_nodes Registered nodes, by state.\n# TYPE fp8rt_nodes gauge\n";
+    for (const auto& [st, n] : nodes) os << "fp8rt_nodes{state=\"" << st << "\"} " << n << "\n";
+    os << "# HELP fp8rt_gpus GPUs of registered nodes, and those held by jobs.\n"
+          "# TYPE fp8rt_gpus gauge\n"
+       << "fp8rt_gpus{use=\"total\"} " << gpus << "\nfp8rt_gpus{use=\"busy\"} " << busy << "\n";
+  }
   os << "# HELP fp8rt_api_requests_total API requests answered, by HTTP status code.\n"
         "# TYPE fp8rt_api_requests_total counter\n";
   for (const auto& [code, n] : requests_by_code_) {
@@ -160,8 +195,11 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
     return Metrics();
   }
 
-  // /v1/jobs[/{id}[/cancel|/events]]
   const std::vector<std::string> parts = SplitPath(path);
+  if (parts.size() >= 2 && parts[0] == "v1" && parts[1] == "nodes") {
+    return RouteNodes(req, path, parts);
+  }
+  // /v1/jobs[/{id}[/cancel|/events]]
   if (parts.size() < 2 || parts.size() > 4 || parts[0] != "v1" || parts[1] != "jobs") {
     return Error(404, StrCat("no route for ", req.method, " ", path));
   }
@@ -180,20 +218,8 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
                                               : req.method == "GET";
   if (!method_ok) return MethodNotAllowed(req, allowed);
 
-  const auto header = req.headers.find("authorization");
-  auto who = auth_.Authenticate(header == req.headers.end() ? "" : header->second);
-  if (!who.ok()) return Error(401, who.status().message());
-  const Principal& p = *who;
-  if (p.role == Role::kNode) {
-    return Error(403, StrCat("node '", p.name, "': node tokens may not use the jobs API"));
-  }
-  if (const double wait = TakeToken(p.token_sha256); wait > 0) {
-    HttpResponse res = Error(
-        429, StrCat("rate limit exceeded: ", options_.rate_per_s,
-                    " requests per second per token (burst ", options_.burst, "); retry later"));
-    res.headers["Retry-After"] = std::to_string(static_cast<int64_t>(std::ceil(wait)));
-    return res;
-  }
+  Principal p;
+  if (auto refused = Authorize(req, "", &p)) return *refused;
 
   if (!id) {
     if (req.method == "GET") {
@@ -210,6 +236,11 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
     auto spec = ParseJobSpec(req.body);
     if (!spec.ok()) return Error(400, spec.status().message());
     const auto now = static_cast<int64_t>(clock_());
+    if (scheduler_ != nullptr) {
+      auto job = scheduler_->Submit(p.name, std::move(spec).value(), now);
+      if (!job.ok()) return Error(500, job.status().ToString());
+      return Respond(201, "application/json", JobToJson(*job));
+    }
     auto next = store_->NextJobId();
     if (!next.ok()) return Error(500, next.status().ToString());
     Job job;
@@ -246,12 +277,92 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
     return Json(200, json{{"job_id", *id}, {"events", arr}});
   }
   // cancel
+  if (scheduler_ != nullptr) {
+    auto cancelled =
+        scheduler_->Cancel(*id, p.name, static_cast<int64_t>(clock_()));
+    if (!cancelled.ok()) return FromStatus(cancelled.status());
+    return Respond(200, "application/json", JobToJson(*cancelled));
+  }
   auto ev = Transition(&job, JobState::kCancelled, static_cast<int64_t>(clock_()),
                        StrCat("cancelled by ", p.name));
   if (!ev.ok()) return Error(409, ev.status().message());
   const Status put = store_->Put(job, *ev);
   if (!put.ok()) return Error(500, put.ToString());
   return Respond(200, "application/json", JobToJson(job));
+}
+
+std::optional<HttpResponse> Api::Authorize(const HttpRequest& req, const std::string& bucket_suffix,
+                                           Principal* who) {
+  const auto header = req.headers.find("authorization");
+  auto p = auth_.Authenticate(header == req.headers.end() ? "" : header->second);
+  if (!p.ok()) return Error(401, p.status().message());
+  *who = *p;
+  const bool jobs = bucket_suffix.empty();
+  if (jobs && who->role == Role::kNode) {
+    return Error(403, StrCat("node '", who->name, "': node tokens may not use the jobs API"));
+  }
+  if (const double wait = TakeToken(who->token_sha256 + bucket_suffix); wait > 0) {
+    HttpResponse res = Error(
+        429, StrCat("rate limit exceeded: ", options_.rate_per_s,
+                    " requests per second per token (burst ", options_.burst, "); retry later"));
+    res.headers["Retry-After"] = std::to_string(static_cast<int64_t>(std::ceil(wait)));
+    return res;
+  }
+  return std::nullopt;
+}
+
+// /v1/nodes (GET), /v1/nodes/register (POST), /v1/nodes/{id} (GET), /v1/nodes/{id}/heartbeat
+// (POST). Node tokens are shared by daemons, so their rate-limit bucket is per node id.
+HttpResponse Api::RouteNodes(const HttpRequest& req, const std::string& path,
+                             const std::vector<std::string>& parts) {
+  const bool list = parts.size() == 2;
+  const bool reg = parts.size() == 3 && parts[2] == "register";
+  const bool get = parts.size() == 3 && !reg;
+  const bool beat = parts.size() == 4 && parts[3] == "heartbeat";
+  if (!list && !reg && !get && !beat) {
+    return Error(404, StrCat("no route for ", req.method, " ", path));
+  }
+  const bool post = reg || beat;
+  if (req.method != (post ? "POST" : "GET")) return MethodNotAllowed(req, post ? "POST" : "GET");
+  if (scheduler_ == nullptr) {
+    return Error(503, "this server runs no scheduler; /v1/nodes is not available");
+  }
+  Principal p;
+  const std::string node_id = parts.size() >= 3 ? parts[2] : "";
+  if (auto refused = Authorize(req, StrCat("/nodes/", node_id), &p)) return *refused;
+  if (beat && p.role != Role::kNode) {
+    return Error(403, StrCat(RoleName(p.role), " '", p.name, "': only node tokens may heartbeat"));
+  }
+  if (reg && p.role == Role::kUser) {
+    return Error(403, StrCat("user '", p.name, "': only node or admin tokens may register nodes"));
+  }
+  const auto now = static_cast<int64_t>(clock_());
+  if (list) {
+    json arr = json::array();
+    for (const NodeInfo& n : scheduler_->Nodes()) arr.push_back(json::parse(NodeToJson(n, true)));
+    return Json(200, json{{"nodes", arr}});
+  }
+  if (get) {
+    auto n = scheduler_->Node(node_id);
+    if (!n) return Error(404, StrCat("node ", node_id, " is not registered"));
+    return Respond(200, "application/json", NodeToJson(*n, true));
+  }
+  if (reg) {
+    auto r = ParseNodeRegistration(req.body);
+    if (!r.ok()) return Error(400, r.status().message());
+    auto n = scheduler_->RegisterNode(*r, now);
+    if (!n.ok()) return FromStatus(n.status());
+    return Json(200, json{{"node", json::parse(NodeToJson(*n, true))},
+                          {"heartbeat_interval_s", scheduler_->options().heartbeat_interval_s},
+                          {"heartbeat_timeout_s", scheduler_->options().heartbeat_timeout_s}});
+  }
+  auto hb = ParseHeartbeat(req.body);
+  if (!hb.ok()) return Error(400, hb.status().message());
+  auto commands = scheduler_->Heartbeat(node_id, *hb, now);
+  if (!commands.ok()) return FromStatus(commands.status());
+  json arr = json::array();
+  for (const NodeCommand& c : *commands) arr.push_back(json::parse(CommandToJson(c)));
+  return Json(200, json{{"commands", arr}});
 }
 
 }  // namespace fp8rt::sched

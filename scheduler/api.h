@@ -1,5 +1,6 @@
 // The scheduler's HTTP API as a transport-free handler: HttpRequest -> HttpResponse over an
-// injected JobStore, TokenAuth and clock, so every route and error is tested without sockets.
+// injected JobStore, TokenAuth, clock and (optionally) Scheduler, so every route and error is
+// tested without sockets.
 // scheduler/http_server.h puts it on a Boost.Beast server; docs/API.md documents the routes.
 #pragma once
 
@@ -8,13 +9,17 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "scheduler/auth.h"
 #include "scheduler/store.h"
 
 namespace fp8rt::sched {
+
+class Scheduler;
 
 struct HttpRequest {
   std::string method;                          // "GET", "POST", ...
@@ -42,9 +47,12 @@ double SystemClockSeconds();
 
 class Api {
  public:
-  // `store` must outlive the Api. Handle may be called from several threads.
-  Api(JobStore* store, TokenAuth auth, ApiClock clock = SystemClockSeconds,
-      ApiOptions options = {});
+  // `store` (and `scheduler`, if given) must outlive the Api. Handle may be called from several
+  // threads. With a scheduler, submissions and cancels go through it (so the scheduling loop
+  // sees them) and the /v1/nodes routes exist; without one, jobs only wait in the store and
+  // /v1/nodes answers 503.
+  Api(JobStore* store, TokenAuth auth, ApiClock clock = SystemClockSeconds, ApiOptions options = {},
+      Scheduler* scheduler = nullptr);
 
   // Never throws; every error is a JSON body {"error": "..."} with its status code.
   HttpResponse Handle(const HttpRequest& request);
@@ -63,12 +71,19 @@ class Api {
 
   HttpResponse HandleLocked(const HttpRequest& request);
   HttpResponse Route(const HttpRequest& request, const std::string& path);
+  HttpResponse RouteNodes(const HttpRequest& request, const std::string& path,
+                          const std::vector<std::string>& parts);
+  // Authenticates and rate-limits (bucket: the token, plus `bucket_suffix`); an error response
+  // if refused.
+  std::optional<HttpResponse> Authorize(const HttpRequest& request,
+                                        const std::string& bucket_suffix, Principal* who);
   HttpResponse Metrics();
   // Takes one request's token from the key's bucket: 0 if there was one, else the seconds until
   // there will be.
   double TakeToken(const std::string& key);
 
   JobStore* store_;
+  Scheduler* scheduler_;
   TokenAuth auth_;
   ApiClock clock_;
   ApiOptions options_;

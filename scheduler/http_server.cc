@@ -1,20 +1,24 @@
-// Boost.Beast server: Listener accepts, each Session reads a request (parser with body limit,
-// timeout before the read), hands it to Api::Handle and writes the answer; do_/on_ pairs.
+// Boost.Beast server: Listener accepts, each Session (plain TCP or TLS) reads a request (parser
+// with body limit, timeout before the read), hands it to Api::Handle and writes the answer;
+// do_/on_ pairs.
 #include "scheduler/http_server.h"
 
 #include <algorithm>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/version.hpp>
 #include <cctype>
 #include <cstdio>
 #include <exception>
 #include <map>
 #include <optional>
+#include <type_traits>
 
 namespace fp8rt::sched {
 namespace {
@@ -23,34 +27,61 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+namespace ssl = asio::ssl;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 // The one place connection errors go. Peers closing, timeouts and shutdown are normal.
 void Fail(beast::error_code ec, const char* what) {
   if (ec == asio::error::operation_aborted || ec == http::error::end_of_stream ||
       ec == beast::error::timeout || ec == asio::error::eof ||
-      ec == asio::error::connection_reset) {
+      ec == asio::error::connection_reset || ec == ssl::error::stream_truncated) {
     return;
   }
   std::fprintf(stderr, "fp8rt scheduler http: %s: %s\n", what, ec.message().c_str());
 }
 
-class Session : public std::enable_shared_from_this<Session> {
+// Stream: beast::tcp_stream (plain HTTP) or TlsStream (HTTPS: a handshake first, a TLS shutdown
+// last).
+template <class Stream>
+class Session : public std::enable_shared_from_this<Session<Stream>> {
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+
  public:
   Session(tcp::socket&& socket, Api* api, const HttpServerOptions& options)
+    requires(!kTls)
       : stream_(std::move(socket)), api_(api), options_(options) {}
+  Session(tcp::socket&& socket, ssl::context& ctx, Api* api, const HttpServerOptions& options)
+    requires(kTls)
+      : stream_(std::move(socket), ctx), api_(api), options_(options) {}
 
   void Run() {
     asio::dispatch(stream_.get_executor(),
-                   beast::bind_front_handler(&Session::DoRead, shared_from_this()));
+                   beast::bind_front_handler(&Session::Start, this->shared_from_this()));
   }
 
  private:
+  void Start() {
+    if constexpr (kTls) {
+      beast::get_lowest_layer(stream_).expires_after(options_.read_timeout);
+      stream_.async_handshake(
+          ssl::stream_base::server,
+          beast::bind_front_handler(&Session::OnHandshake, this->shared_from_this()));
+    } else {
+      DoRead();
+    }
+  }
+
+  void OnHandshake(beast::error_code ec) {
+    if (ec) return Fail(ec, "tls handshake");
+    DoRead();
+  }
+
   void DoRead() {
     parser_.emplace();
     parser_->body_limit(api_->options().max_body_bytes);
-    stream_.expires_after(options_.read_timeout);
+    beast::get_lowest_layer(stream_).expires_after(options_.read_timeout);
     http::async_read(stream_, buffer_, *parser_,
-                     beast::bind_front_handler(&Session::OnRead, shared_from_this()));
+                     beast::bind_front_handler(&Session::OnRead, this->shared_from_this()));
   }
 
   void OnRead(beast::error_code ec, std::size_t) {
@@ -88,24 +119,29 @@ class Session : public std::enable_shared_from_this<Session> {
     res->body() = std::move(body);
     res->prepare_payload();
     response_ = res;
-    stream_.expires_after(options_.write_timeout);
+    beast::get_lowest_layer(stream_).expires_after(options_.write_timeout);
     http::async_write(
         stream_, *res,
-        beast::bind_front_handler(&Session::OnWrite, shared_from_this(), res->need_eof()));
+        beast::bind_front_handler(&Session::OnWrite, this->shared_from_this(), res->need_eof()));
   }
 
   void OnWrite(bool close, beast::error_code ec, std::size_t) {
     if (ec) return Fail(ec, "write");
     response_.reset();
     if (close) {
-      beast::error_code ignored;
-      stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      if constexpr (kTls) {
+        beast::get_lowest_layer(stream_).expires_after(options_.write_timeout);
+        stream_.async_shutdown([self = this->shared_from_this()](beast::error_code) {});
+      } else {
+        beast::error_code ignored;
+        stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      }
       return;
     }
     DoRead();
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   beast::flat_buffer buffer_;
   Api* api_;
   const HttpServerOptions& options_;
@@ -115,9 +151,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
 class Listener : public std::enable_shared_from_this<Listener> {
  public:
+  // `tls`: serve HTTPS with this context (it must outlive the listener); nullptr: plain HTTP.
   Listener(asio::io_context& ioc, tcp::acceptor&& acceptor, Api* api,
-           const HttpServerOptions& options)
-      : ioc_(ioc), acceptor_(std::move(acceptor)), api_(api), options_(options) {}
+           const HttpServerOptions& options, ssl::context* tls)
+      : ioc_(ioc), acceptor_(std::move(acceptor)), api_(api), options_(options), tls_(tls) {}
 
   void Run() { DoAccept(); }
   void Close() {
@@ -136,7 +173,11 @@ class Listener : public std::enable_shared_from_this<Listener> {
       Fail(ec, "accept");
       if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
     } else {
-      std::make_shared<Session>(std::move(socket), api_, options_)->Run();
+      if (tls_ != nullptr) {
+        std::make_shared<Session<TlsStream>>(std::move(socket), *tls_, api_, options_)->Run();
+      } else {
+        std::make_shared<Session<beast::tcp_stream>>(std::move(socket), api_, options_)->Run();
+      }
     }
     DoAccept();
   }
@@ -145,13 +186,37 @@ class Listener : public std::enable_shared_from_this<Listener> {
   tcp::acceptor acceptor_;
   Api* api_;
   const HttpServerOptions& options_;
+  ssl::context* tls_;
 };
+
+// The TLS context from the options' PEM files; errors name the file.
+Status LoadTls(const HttpServerOptions& o, ssl::context* ctx) {
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    return Status::InvalidArgument(
+        "http server: TLS needs both a certificate file and a key file (one is missing)");
+  }
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                   ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                   ssl::context::single_dh_use);
+  beast::error_code ec;
+  if (ctx->use_certificate_chain_file(o.tls_cert_file, ec); ec) {
+    return Status::InvalidArgument(StrCat("http server: TLS certificate file '", o.tls_cert_file,
+                                          "' cannot be used: ", ec.message()));
+  }
+  if (ctx->use_private_key_file(o.tls_key_file, ssl::context::pem, ec); ec) {
+    return Status::InvalidArgument(StrCat("http server: TLS key file '", o.tls_key_file,
+                                          "' cannot be used: ", ec.message()));
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
 struct HttpServer::Impl {
-  explicit Impl(int threads) : ioc(threads) {}
+  explicit Impl(int threads) : ioc(threads), tls(ssl::context::tls_server) {}
   asio::io_context ioc;
+  ssl::context tls;
+  bool use_tls = false;
   std::shared_ptr<Listener> listener;
 };
 
@@ -173,6 +238,10 @@ Status HttpServer::Start(uint16_t port) {
                                           "' is not an IPv4 or IPv6 address: ", ec.message()));
   }
   auto impl = std::make_unique<Impl>(options_.threads);
+  if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
+    FP8RT_RETURN_IF_ERROR(LoadTls(options_, &impl->tls));
+    impl->use_tls = true;
+  }
   tcp::acceptor acceptor(impl->ioc);
   const tcp::endpoint endpoint(address, port);
   if (acceptor.open(endpoint.protocol(), ec); ec) {
@@ -191,7 +260,8 @@ Status HttpServer::Start(uint16_t port) {
   const tcp::endpoint bound = acceptor.local_endpoint(ec);
   if (ec) return Status::IOError(StrCat("http server: local_endpoint: ", ec.message()));
   port_ = bound.port();
-  impl->listener = std::make_shared<Listener>(impl->ioc, std::move(acceptor), api_, options_);
+  impl->listener = std::make_shared<Listener>(impl->ioc, std::move(acceptor), api_, options_,
+                                              impl->use_tls ? &impl->tls : nullptr);
   impl->listener->Run();
   impl_ = std::move(impl);
   for (int i = 0; i < options_.threads; ++i) {

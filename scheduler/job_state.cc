@@ -101,6 +101,10 @@ Result<Event> Transition(Job* job, JobState to, int64_t now, std::string reason)
 }
 
 Result<Event> RequeueAfterNodeLoss(Job* job, int64_t now, const std::string& node_id) {
+  return RequeueAfterLoss(job, now, StrCat("node ", node_id, " lost"));
+}
+
+Result<Event> RequeueAfterLoss(Job* job, int64_t now, const std::string& what) {
   if (job->state != JobState::kScheduled && job->state != JobState::kRunning &&
       job->state != JobState::kPreempting) {
     return Status::FailedPrecondition(StrCat("job ", job->id, " is ", JobStateName(job->state),
@@ -110,13 +114,13 @@ Result<Event> RequeueAfterNodeLoss(Job* job, int64_t now, const std::string& nod
   const int restarts = job->restarts + 1;
   if (restarts > job->spec.max_restarts) {
     return Transition(job, JobState::kFailed, now,
-                      StrCat("node ", node_id, " lost; restart ", restarts,
-                             " would exceed max_restarts ", job->spec.max_restarts));
+                      StrCat(what, "; restart ", restarts, " would exceed max_restarts ",
+                             job->spec.max_restarts));
   }
-  FP8RT_ASSIGN_OR_RETURN(
-      Event e, Transition(job, JobState::kPending, now,
-                          StrCat("node ", node_id, " lost; requeued (restart ", restarts, " of ",
-                                 job->spec.max_restarts, ")")));
+  FP8RT_ASSIGN_OR_RETURN(Event e,
+                         Transition(job, JobState::kPending, now,
+                                    StrCat(what, "; requeued (restart ", restarts, " of ",
+                                           job->spec.max_restarts, ")")));
   job->restarts = restarts;
   job->placement.clear();
   return e;

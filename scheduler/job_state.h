@@ -64,6 +64,9 @@ Result<Event> Transition(Job* job, JobState to, int64_t now, std::string reason)
 // A node under a SCHEDULED/RUNNING/PREEMPTING job was lost: requeue it (PENDING, restarts + 1,
 // placement cleared) or, once restarts would exceed spec.max_restarts, FAILED.
 Result<Event> RequeueAfterNodeLoss(Job* job, int64_t now, const std::string& node_id);
+// The same for any loss of the job's ranks; `what` says what happened ("node n1 lost", "node n1
+// no longer reports the job") and starts the event's reason.
+Result<Event> RequeueAfterLoss(Job* job, int64_t now, const std::string& what);
 
 // Storage encoding (JSON); JobFromJson(JobToJson(j)) == j.
 std::string JobToJson(const Job& job);

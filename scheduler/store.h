@@ -1,5 +1,6 @@
-// The job store: jobs, their event logs and the job id counter, behind one small interface with an
-// in-memory twin and a RocksDB implementation. Both pass tests/unit/scheduler_store_test.cc.
+// The job store: jobs, their event logs, the job id counter and the registered nodes, behind one
+// small interface with an in-memory twin and a RocksDB implementation. Both pass
+// tests/unit/scheduler_store_test.cc.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "scheduler/cluster.h"
 #include "scheduler/job_state.h"
 
 namespace fp8rt::sched {
@@ -16,6 +18,12 @@ namespace fp8rt::sched {
 struct JobFilter {
   std::optional<JobState> state;     // only jobs in this state. Default: any
   std::optional<std::string> owner;  // only jobs of this user. Default: any
+};
+
+// One job record and, optionally, the event that moved it there.
+struct JobWrite {
+  Job job;
+  std::optional<Event> event;
 };
 
 class JobStore {
@@ -26,6 +34,10 @@ class JobStore {
   // a crash both or neither are there. Returns only once the write is durable.
   // event->job_id must be job.id and event->to must be job.state.
   virtual Status Put(const Job& job, const std::optional<Event>& event) = 0;
+  // Every write of `writes` (in order; a job may appear more than once, each with its own event)
+  // atomically and durably, in one batch: what the scheduling loop stores per tick. Nothing is
+  // written if any write fails ValidatePut.
+  virtual Status PutMany(const std::vector<JobWrite>& writes) = 0;
   // NotFound if there is no such job.
   virtual Result<Job> Get(int64_t id) const = 0;
   // Matching jobs in ascending id order.
@@ -34,6 +46,12 @@ class JobStore {
   virtual Result<std::vector<Event>> Events(int64_t job_id) const = 0;
   // 1, 2, 3, ...; never hands out an id twice, across reopen too.
   virtual Result<int64_t> NextJobId() = 0;
+
+  // Registered nodes (inventory and state; NodeInfo::gpu_job is not stored). Insert or replace,
+  // durable on return.
+  virtual Status PutNode(const NodeInfo& node) = 0;
+  // In ascending id order, gpu_job all kNoJob.
+  virtual Result<std::vector<NodeInfo>> ListNodes() const = 0;
 };
 
 // Keeps everything in memory; for tests and for callers that want a store without a disk.

@@ -3,6 +3,7 @@
 #include <map>
 #include <mutex>
 
+#include "scheduler/node.h"
 #include "scheduler/store.h"
 
 namespace fp8rt::sched {
@@ -39,6 +40,31 @@ class MemoryJobStore final : public JobStore {
     return Status::Ok();
   }
 
+  Status PutMany(const std::vector<JobWrite>& writes) override {
+    for (const JobWrite& w : writes) FP8RT_RETURN_IF_ERROR(ValidatePut(w.job, w.event));
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const JobWrite& w : writes) {
+      jobs_[w.job.id] = w.job;
+      if (w.event) events_[w.job.id].push_back(*w.event);
+    }
+    return Status::Ok();
+  }
+
+  Status PutNode(const NodeInfo& node) override {
+    if (node.id.empty()) return Status::InvalidArgument("node id must not be empty");
+    std::lock_guard<std::mutex> lock(mu_);
+    // Through JSON, so the twin keeps exactly what RocksDB keeps.
+    FP8RT_ASSIGN_OR_RETURN(nodes_[node.id], NodeFromJson(NodeToJson(node, false)));
+    return Status::Ok();
+  }
+
+  Result<std::vector<NodeInfo>> ListNodes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<NodeInfo> out;
+    for (const auto& [id, n] : nodes_) out.push_back(n);
+    return out;
+  }
+
   Result<Job> Get(int64_t id) const override {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = jobs_.find(id);
@@ -71,6 +97,7 @@ class MemoryJobStore final : public JobStore {
   mutable std::mutex mu_;
   std::map<int64_t, Job> jobs_;
   std::map<int64_t, std::vector<Event>> events_;
+  std::map<std::string, NodeInfo> nodes_;
   int64_t last_id_ = 0;
 };
 

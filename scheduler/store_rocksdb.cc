@@ -1,6 +1,6 @@
 // RocksDB JobStore. Keys: "job/<016x id>" -> job JSON; "event/<016x job>/<016x seq>" -> event
-// JSON, seq from a store-wide counter so a job's events iterate in put order; "meta/last_job_id"
-// and "meta/last_event_seq" -> decimal counters. A transition is one synced WriteBatch (job, event,
+// JSON, seq from a store-wide counter so a job's events iterate in put order; "node/<id>" -> node
+// JSON; "meta/last_job_id" and "meta/last_event_seq" -> decimal counters. A transition is one synced WriteBatch (job, event,
 // event counter), so after kill -9 a job's state and its log never disagree.
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
@@ -10,6 +10,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "scheduler/node.h"
 #include "scheduler/store.h"
 
 namespace fp8rt::sched {
@@ -26,6 +27,7 @@ std::string Hex(int64_t v) {
 
 std::string JobKey(int64_t id) { return "job/" + Hex(id); }
 std::string EventPrefix(int64_t job_id) { return "event/" + Hex(job_id) + "/"; }
+constexpr char kNodePrefix[] = "node/";
 
 class RocksDbJobStore final : public JobStore {
  public:
@@ -36,20 +38,47 @@ class RocksDbJobStore final : public JobStore {
   ~RocksDbJobStore() override { delete db_; }
 
   Status Put(const Job& job, const std::optional<Event>& event) override {
-    FP8RT_RETURN_IF_ERROR(ValidatePut(job, event));
+    return PutMany({JobWrite{job, event}});
+  }
+
+  Status PutMany(const std::vector<JobWrite>& writes) override {
+    for (const JobWrite& w : writes) FP8RT_RETURN_IF_ERROR(ValidatePut(w.job, w.event));
     std::lock_guard<std::mutex> lock(mu_);
     rocksdb::WriteBatch batch;
-    batch.Put(JobKey(job.id), JobToJson(job));
-    const int64_t seq = last_event_seq_ + 1;
-    if (event) {
-      batch.Put(EventPrefix(job.id) + Hex(seq), EventToJson(*event));
-      batch.Put(kLastEventSeq, std::to_string(seq));
+    int64_t seq = last_event_seq_;
+    for (const JobWrite& w : writes) {
+      batch.Put(JobKey(w.job.id), JobToJson(w.job));
+      if (w.event) batch.Put(EventPrefix(w.job.id) + Hex(++seq), EventToJson(*w.event));
     }
+    if (seq != last_event_seq_) batch.Put(kLastEventSeq, std::to_string(seq));
     rocksdb::Status s = db_->Write(write_options_, &batch);
-    if (!s.ok())
-      return Status::IOError(StrCat("job store write of job ", job.id, ": ", s.ToString()));
-    if (event) last_event_seq_ = seq;
+    if (!s.ok()) {
+      return Status::IOError(StrCat("job store write of ", writes.size(), " job(s)",
+                                    writes.size() == 1 ? StrCat(" (job ", writes[0].job.id, ")")
+                                                       : std::string(),
+                                    ": ", s.ToString()));
+    }
+    last_event_seq_ = seq;
     return Status::Ok();
+  }
+
+  Status PutNode(const NodeInfo& node) override {
+    if (node.id.empty()) return Status::InvalidArgument("node id must not be empty");
+    std::lock_guard<std::mutex> lock(mu_);
+    rocksdb::Status s = db_->Put(write_options_, kNodePrefix + node.id, NodeToJson(node, false));
+    if (!s.ok()) return Status::IOError(StrCat("job store write of node ", node.id, ": ", s.ToString()));
+    return Status::Ok();
+  }
+
+  Result<std::vector<NodeInfo>> ListNodes() const override {
+    std::vector<NodeInfo> out;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(kNodePrefix); it->Valid() && it->key().starts_with(kNodePrefix); it->Next()) {
+      FP8RT_ASSIGN_OR_RETURN(NodeInfo n, NodeFromJson(it->value().ToString()));
+      out.push_back(std::move(n));
+    }
+    if (!it->status().ok()) return Status::IOError(it->status().ToString());
+    return out;
   }
 
   Result<Job> Get(int64_t id) const override {

@@ -159,6 +159,75 @@ TEST_P(SchedJobStoreTest, IdsAndEverythingSurviveReopen) {
   EXPECT_EQ((*events)[2].reason, "started");
 }
 
+TEST_P(SchedJobStoreTest, PutManyWritesEveryTransitionInOrder) {
+  Job a = MakeJob(1, "alice", JobState::kRunning);
+  Job b = MakeJob(2, "bob", JobState::kPending);
+  std::vector<JobWrite> writes;
+  auto e1 = Transition(&a, JobState::kPreempting, 10, "preempted for job 2");
+  ASSERT_TRUE(e1.ok());
+  writes.push_back({a, *e1});
+  auto e2 = Transition(&a, JobState::kPreempted, 11, "grace elapsed");
+  ASSERT_TRUE(e2.ok());
+  writes.push_back({a, *e2});
+  auto e3 = Transition(&b, JobState::kScheduled, 11, "placed on 8 x H100: running fp8");
+  ASSERT_TRUE(e3.ok());
+  writes.push_back({b, *e3});
+  ASSERT_TRUE(store_->PutMany(writes).ok());
+  Reopen();
+  auto ga = store_->Get(1);
+  ASSERT_TRUE(ga.ok());
+  EXPECT_EQ(ga->state, JobState::kPreempted);
+  auto ea = store_->Events(1);
+  ASSERT_TRUE(ea.ok());
+  ASSERT_EQ(ea->size(), 2u);
+  EXPECT_EQ((*ea)[0], *e1);
+  EXPECT_EQ((*ea)[1], *e2);
+  EXPECT_EQ(store_->Get(2)->state, JobState::kScheduled);
+
+  // One bad write refuses the whole batch: nothing of it is stored.
+  Job c = MakeJob(3, "carol", JobState::kPending);
+  auto e4 = Transition(&b, JobState::kRunning, 12, "started");
+  ASSERT_TRUE(e4.ok());
+  const Status bad = store_->PutMany({{c, std::nullopt}, {b, Event{12, 2, JobState::kScheduled,
+                                                                   JobState::kFailed, "x"}}});
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->Get(3).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->Get(2)->state, JobState::kScheduled);
+  EXPECT_TRUE(store_->PutMany({}).ok());
+}
+
+TEST_P(SchedJobStoreTest, NodesAreStoredWithoutOccupancy) {
+  NodeInfo n;
+  n.id = "node-b";
+  n.gpus = {{"H100", 90, 80, true}, {"H100", 90, 80, false}};
+  n.gpu_job = {7, kNoJob};
+  n.last_heartbeat = 55;
+  NodeInfo m = n;
+  m.id = "node-a";
+  m.state = NodeState::kLost;
+  ASSERT_TRUE(store_->PutNode(n).ok());
+  ASSERT_TRUE(store_->PutNode(m).ok());
+  m.gpus.resize(1);
+  ASSERT_TRUE(store_->PutNode(m).ok());  // replaces
+  EXPECT_FALSE(store_->PutNode(NodeInfo{}).ok());
+  Reopen();
+  auto nodes = store_->ListNodes();
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  ASSERT_EQ(nodes->size(), 2u);
+  EXPECT_EQ((*nodes)[0].id, "node-a");
+  EXPECT_EQ((*nodes)[0].state, NodeState::kLost);
+  EXPECT_EQ((*nodes)[0].gpus.size(), 1u);
+  n.gpu_job = {kNoJob, kNoJob};
+  EXPECT_EQ((*nodes)[1].id, n.id);
+  EXPECT_EQ((*nodes)[1].gpus.size(), 2u);
+  EXPECT_FALSE((*nodes)[1].gpus[1].healthy);
+  EXPECT_EQ((*nodes)[1].gpus[0].compute_capability, 90);
+  EXPECT_EQ((*nodes)[1].gpu_job, n.gpu_job);
+  EXPECT_EQ((*nodes)[1].last_heartbeat, 55);
+  // Jobs are not nodes.
+  EXPECT_EQ(store_->List()->size(), 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, SchedJobStoreTest,
                          ::testing::Values(StoreKind{"Memory", false}, StoreKind{"RocksDb", true}),
                          [](const auto& info) { return info.param.name; });

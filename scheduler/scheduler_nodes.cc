@@ -1,0 +1,242 @@
+// The scheduler's side of the node daemons: registration, heartbeats (reports -> transitions,
+// stored before the answer) and the commands each answer carries. Commands are level-triggered:
+// every answer says what the node should be doing now, so a lost answer or a scheduler restart
+// only delays them.
+#include <set>
+
+#include "scheduler/scheduler.h"
+#include "scheduler/scheduler_internal.h"
+
+namespace fp8rt::sched {
+
+void AddRequeueAfterPreemption(Job* job, int64_t now, const std::string& what,
+                               Scheduler::Batch* batch) {
+  auto stopped = Transition(job, JobState::kPreempted, now, what);
+  if (!stopped.ok()) return;
+  batch->Add(*job, *stopped);
+  auto requeued = Transition(job, JobState::kPending, now,
+                             job->checkpoint_step >= 0
+                                 ? StrCat("requeued after preemption; resumes from checkpoint step ",
+                                          job->checkpoint_step)
+                                 : std::string("requeued after preemption; no checkpoint yet, "
+                                               "starts from scratch"));
+  job->placement.clear();
+  if (requeued.ok()) batch->Add(*job, *requeued);
+}
+
+Result<NodeInfo> Scheduler::RegisterNode(const NodeRegistration& reg, int64_t now) {
+  FP8RT_RETURN_IF_ERROR(ValidateNodeId(reg.id));
+  if (reg.gpus.empty()) return Status::InvalidArgument("gpus: a node must have at least one GPU");
+  std::lock_guard<std::mutex> lock(mu_);
+  // Jobs on GPUs the node no longer has cannot go on: requeue them first.
+  Batch batch;
+  for (const auto& [id, job] : active_) {
+    if (!OnNode(job, reg.id)) continue;
+    for (const auto& a : job.placement) {
+      if (a.node_id != reg.id) continue;
+      bool gone = false;
+      for (int g : a.gpus) gone = gone || static_cast<size_t>(g) >= reg.gpus.size();
+      if (!gone) continue;
+      Job j = job;
+      FP8RT_ASSIGN_OR_RETURN(
+          Event ev, RequeueAfterLoss(&j, now,
+                                     StrCat("node ", reg.id, " registered again with only ",
+                                            reg.gpus.size(), " GPU(s)")));
+      batch.Add(j, ev);
+    }
+  }
+  FP8RT_RETURN_IF_ERROR(CommitLocked(&batch));
+  NodeInfo info;
+  info.id = reg.id;
+  info.gpus = reg.gpus;
+  info.state = NodeState::kReady;
+  info.last_heartbeat = now;
+  FP8RT_RETURN_IF_ERROR(store_->PutNode(info));
+  NodeRt& n = nodes_[reg.id];
+  n.info = info;
+  for (auto it = n.draining.begin(); it != n.draining.end();) {
+    bool gone = false;
+    for (int g : it->second) gone = gone || static_cast<size_t>(g) >= info.gpus.size();
+    it = gone ? n.draining.erase(it) : std::next(it);
+  }
+  MarkDirtyLocked();
+  info.gpu_job.assign(info.gpus.size(), kNoJob);
+  return info;
+}
+
+// One job on `node`, given the daemon's report (nullptr: not reported). Adds the transitions the
+// report implies to `batch`; reads other gang nodes' latest reports for whole-gang decisions.
+void Scheduler::ApplyReport(const NodeRt& node, const Job& job, const JobReport* rep, int64_t now,
+                            Batch* batch) const {
+  Job j = job;
+  bool updated = false;
+  if (rep != nullptr && rep->checkpoint_step > j.checkpoint_step) {
+    j.checkpoint_step = rep->checkpoint_step;
+    updated = true;
+  }
+  auto emit = [&](JobState to, std::string why) {
+    auto ev = Transition(&j, to, now, std::move(why));
+    if (!ev.ok()) return;
+    batch->Add(j, *ev);
+    updated = false;
+  };
+  // The report of every gang node, this one's being `rep`; nullptr where a node has none.
+  auto gang_reports = [&] {
+    std::vector<const JobReport*> out;
+    for (const auto& a : j.placement) {
+      if (a.node_id == node.info.id) {
+        out.push_back(rep);
+        continue;
+      }
+      auto n = nodes_.find(a.node_id);
+      const JobReport* r = nullptr;
+      if (n != nodes_.end()) {
+        auto it = n->second.reports.find(j.id);
+        if (it != n->second.reports.end()) r = &it->second;
+      }
+      out.push_back(r);
+    }
+    return out;
+  };
+  const std::string& node_id = node.info.id;
+  if (j.state == JobState::kScheduled && rep != nullptr) {
+    bool all = true;
+    for (const JobReport* r : gang_reports()) all = all && r != nullptr;
+    if (all) {
+      emit(JobState::kRunning, StrCat("running: every node of the gang reports its ranks (",
+                                      j.placement.size(), " node(s), ",
+                                      j.precision ? PrecisionName(*j.precision) : "?", ")"));
+    }
+  }
+  if (j.state == JobState::kRunning) {
+    if (rep == nullptr) {
+      auto ev = RequeueAfterLoss(&j, now, StrCat("node ", node_id, " no longer reports the job"));
+      if (ev.ok()) {
+        batch->Add(j, *ev);
+        updated = false;
+      }
+    } else if (rep->status == RankStatus::kExited && rep->exit_code != 0) {
+      emit(JobState::kFailed, StrCat("ranks on node ", node_id, " exited with code ",
+                                     rep->exit_code));
+    } else if (rep->status == RankStatus::kExited) {
+      bool all = true;
+      for (const JobReport* r : gang_reports()) {
+        all = all && r != nullptr && r->status == RankStatus::kExited && r->exit_code == 0;
+      }
+      if (all) emit(JobState::kCompleted, "every rank exited with code 0");
+    }
+  } else if (j.state == JobState::kPreempting) {
+    if (rep != nullptr && rep->status == RankStatus::kExited && rep->exit_code == 0) {
+      emit(JobState::kCompleted, "finished (exit code 0) before the preemption stopped it");
+    } else if (rep == nullptr || rep->status == RankStatus::kExited) {
+      AddRequeueAfterPreemption(
+          &j, now,
+          rep == nullptr ? StrCat("node ", node_id, " no longer reports the job; stopped")
+                         : StrCat("ranks on node ", node_id, " stopped (exit code ",
+                                  rep->exit_code, ")"),
+          batch);
+      updated = false;
+    }
+  }
+  if (updated) batch->Add(j, std::nullopt);
+}
+
+Result<std::vector<NodeCommand>> Scheduler::Heartbeat(const std::string& node_id,
+                                                      const HeartbeatRequest& hb, int64_t now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) {
+    return Status::NotFound(StrCat("node ", node_id, " is not registered; register it first"));
+  }
+  NodeRt& node = it->second;
+  if (hb.unhealthy_gpus) {
+    for (int g : *hb.unhealthy_gpus) {
+      if (g < 0 || static_cast<size_t>(g) >= node.info.gpus.size()) {
+        return Status::InvalidArgument(StrCat("unhealthy_gpus: GPU ", g, " does not exist; node ",
+                                              node_id, " has ", node.info.gpus.size(), " GPU(s)"));
+      }
+    }
+  }
+  NodeInfo info = node.info;
+  bool changed = info.state != NodeState::kReady;
+  info.state = NodeState::kReady;
+  if (hb.unhealthy_gpus) {
+    const std::set<int> bad(hb.unhealthy_gpus->begin(), hb.unhealthy_gpus->end());
+    for (size_t g = 0; g < info.gpus.size(); ++g) {
+      const bool healthy = bad.count(static_cast<int>(g)) == 0;
+      changed = changed || info.gpus[g].healthy != healthy;
+      info.gpus[g].healthy = healthy;
+    }
+  }
+  if (changed) {
+    FP8RT_RETURN_IF_ERROR(store_->PutNode(info));
+    MarkDirtyLocked();
+  }
+  node.info = info;
+  node.info.last_heartbeat = now;
+  node.reports.clear();
+  for (const JobReport& r : hb.jobs) node.reports[r.job_id] = r;
+
+  Batch batch;
+  for (const auto& [id, job] : active_) {
+    if (!OnNode(job, node_id)) continue;
+    auto r = node.reports.find(id);
+    ApplyReport(node, job, r == node.reports.end() ? nullptr : &r->second, now, &batch);
+  }
+  FP8RT_RETURN_IF_ERROR(CommitLocked(&batch));
+  for (auto d = node.draining.begin(); d != node.draining.end();) {
+    auto r = node.reports.find(d->first);
+    const bool running = r != node.reports.end() && r->second.status == RankStatus::kRunning;
+    if (!running) MarkDirtyLocked();
+    d = running ? std::next(d) : node.draining.erase(d);
+  }
+  return CommandsLocked(node, hb);
+}
+
+std::vector<NodeCommand> Scheduler::CommandsLocked(const NodeRt& node,
+                                                   const HeartbeatRequest& hb) const {
+  std::vector<NodeCommand> out;
+  const std::string& node_id = node.info.id;
+  for (const auto& [id, job] : active_) {
+    if (!OnNode(job, node_id)) continue;
+    const bool reported = node.reports.count(id) > 0;
+    if (job.state == JobState::kScheduled && !reported) {
+      NodeCommand c;
+      c.kind = CommandKind::kStart;
+      c.job_id = id;
+      c.precision = job.precision.value_or(job.spec.precision);
+      for (size_t i = 0; i < job.placement.size(); ++i) {
+        c.gang_nodes.push_back(job.placement[i].node_id);
+        if (job.placement[i].node_id == node_id) {
+          c.node_rank = static_cast<int>(i);
+          c.gpus = job.placement[i].gpus;
+        }
+      }
+      c.spec = job.spec;
+      c.resume_step = job.checkpoint_step;
+      c.reason = job.reason;
+      out.push_back(std::move(c));
+    } else if (job.state == JobState::kPreempting && reported &&
+               node.reports.at(id).status == RankStatus::kRunning) {
+      NodeCommand c;
+      c.kind = CommandKind::kCheckpoint;
+      c.job_id = id;
+      c.reason = job.reason;
+      out.push_back(std::move(c));
+    }
+  }
+  for (const JobReport& r : hb.jobs) {
+    auto a = active_.find(r.job_id);
+    if (a != active_.end() && OnNode(a->second, node_id)) continue;
+    NodeCommand c;
+    c.kind = CommandKind::kStop;
+    c.job_id = r.job_id;
+    c.reason = a == active_.end() ? StrCat("job ", r.job_id, " is finished or unknown")
+                                  : StrCat("job ", r.job_id, " is ", JobStateName(a->second.state),
+                                           " and not placed on ", node_id);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace fp8rt::sched

@@ -1,0 +1,523 @@
+// The scheduling loop with an injected clock: placement with the precision decision in the
+// events, daemon reports driving RUNNING / COMPLETED / FAILED, the wait and fail fallback
+// policies, node loss up to max_restarts, preemption with its grace period, cancel with draining
+// GPUs, and reconciliation after a restart over a real RocksDB store. Plus the /v1/nodes routes.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "scheduler/api.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/store.h"
+#include "tests/common/temp_dir.h"
+
+namespace fp8rt::sched {
+namespace {
+
+using json = nlohmann::json;
+
+JobSpec Spec(const std::string& name, int gpus, int priority = 0) {
+  JobSpec s;
+  s.name = name;
+  s.config_path = "configs/gpt.yaml";
+  s.gpus_per_node = gpus;
+  s.priority = priority;
+  return s;
+}
+
+NodeRegistration Node(const std::string& id, const std::string& gpu, int cc, int count) {
+  return {id, std::vector<GpuInfo>(count, GpuInfo{gpu, cc, 80, true})};
+}
+
+JobReport Running(int64_t id, int64_t step = -1, int64_t ckpt = -1) {
+  return {id, RankStatus::kRunning, 0, step, ckpt};
+}
+JobReport Exited(int64_t id, int code, int64_t ckpt = -1) {
+  return {id, RankStatus::kExited, code, -1, ckpt};
+}
+
+class SchedLoopTest : public ::testing::Test {
+ protected:
+  // Nodes are only lost in the tests that say so.
+  void SetUp() override {
+    options_.heartbeat_timeout_s = 1'000'000;
+    Open(NewMemoryJobStore());
+  }
+
+  void Open(std::unique_ptr<JobStore> store) {
+    sched_.reset();
+    store_ = std::move(store);
+    OpenAgain();
+  }
+  void OpenAgain() {
+    sched_.reset();
+    auto s = Scheduler::Open(store_.get(), options_, now_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    sched_ = std::move(s).value();
+  }
+
+  Job Get(int64_t id) {
+    auto j = store_->Get(id);
+    EXPECT_TRUE(j.ok()) << j.status().ToString();
+    return j.ok() ? *j : Job{};
+  }
+  std::vector<Event> Events(int64_t id) { return *store_->Events(id); }
+  int64_t Submit(const JobSpec& spec) {
+    auto j = sched_->Submit("alice", spec, now_);
+    EXPECT_TRUE(j.ok()) << j.status().ToString();
+    return j.ok() ? j->id : -1;
+  }
+  TickResult Tick() {
+    auto r = sched_->Tick(now_);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : TickResult{};
+  }
+  std::vector<NodeCommand> Beat(const std::string& node, std::vector<JobReport> reports) {
+    HeartbeatRequest hb;
+    hb.jobs = std::move(reports);
+    auto c = sched_->Heartbeat(node, hb, now_);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? *c : std::vector<NodeCommand>{};
+  }
+  void Register(const NodeRegistration& r) { ASSERT_TRUE(sched_->RegisterNode(r, now_).ok()); }
+
+  SchedulerOptions options_;
+  int64_t now_ = 1000;
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<Scheduler> sched_;
+};
+
+TEST_F(SchedLoopTest, PlacementStoresPrecisionAndReasonAndDaemonReportsFinishTheJob) {
+  Register(Node("a100-1", "A100", 80, 4));
+  const int64_t id = Submit(Spec("train", 2));  // fp8 requested, fallback bf16
+  EXPECT_EQ(Get(id).state, JobState::kPending);
+  TickResult t = Tick();
+  ASSERT_EQ(t.scheduled, std::vector<int64_t>{id});
+  Job j = Get(id);
+  EXPECT_EQ(j.state, JobState::kScheduled);
+  ASSERT_TRUE(j.precision.has_value());
+  EXPECT_EQ(*j.precision, Precision::kBf16);
+  EXPECT_EQ(j.reason,
+            "placed on 2 x A100: FP8 needs compute capability 8.9; running bf16 per fallback "
+            "policy");
+  ASSERT_EQ(Events(id).size(), 2u);
+  EXPECT_EQ(Events(id)[1].to, JobState::kScheduled);
+  EXPECT_EQ(Events(id)[1].reason, j.reason);
+
+  // The daemon is told to start it, and again until it reports it.
+  for (int i = 0; i < 2; ++i) {
+    auto cmds = Beat("a100-1", {});
+    ASSERT_EQ(cmds.size(), 1u);
+    EXPECT_EQ(cmds[0].kind, CommandKind::kStart);
+    EXPECT_EQ(cmds[0].job_id, id);
+    EXPECT_EQ(cmds[0].precision, Precision::kBf16);
+    EXPECT_EQ(cmds[0].gpus.size(), 2u);
+    EXPECT_EQ(cmds[0].gang_nodes, std::vector<std::string>{"a100-1"});
+    EXPECT_EQ(cmds[0].resume_step, -1);
+  }
+  EXPECT_TRUE(Beat("a100-1", {Running(id, 10)}).empty());
+  EXPECT_EQ(Get(id).state, JobState::kRunning);
+  EXPECT_TRUE(Beat("a100-1", {Running(id, 1200, 1000)}).empty());
+  EXPECT_EQ(Get(id).checkpoint_step, 1000);  // stored without an event
+  EXPECT_EQ(Events(id).size(), 3u);
+  auto done = Beat("a100-1", {Exited(id, 0, 2000)});
+  ASSERT_EQ(done.size(), 1u);  // stop = forget the exited job
+  EXPECT_EQ(done[0].kind, CommandKind::kStop);
+  EXPECT_EQ(Get(id).state, JobState::kCompleted);
+  EXPECT_EQ(Get(id).checkpoint_step, 2000);
+  EXPECT_EQ(Events(id).back().reason, "every rank exited with code 0");
+}
+
+TEST_F(SchedLoopTest, NonZeroExitFailsAndFullNodesWait) {
+  Register(Node("h1", "H100", 90, 8));
+  const int64_t a = Submit(Spec("a", 8));
+  const int64_t b = Submit(Spec("b", 4));
+  Tick();
+  EXPECT_EQ(Get(a).state, JobState::kScheduled);
+  EXPECT_EQ(*Get(a).precision, Precision::kFp8);
+  EXPECT_EQ(Get(b).state, JobState::kPending);  // no GPU left
+  Beat("h1", {Running(a)});
+  Beat("h1", {Exited(a, 7)});
+  EXPECT_EQ(Get(a).state, JobState::kFailed);
+  EXPECT_EQ(Get(a).reason, "ranks on node h1 exited with code 7");
+  // Its GPUs are free again: b goes on the next tick.
+  EXPECT_EQ(Tick().scheduled, std::vector<int64_t>{b});
+}
+
+TEST_F(SchedLoopTest, WaitPolicyWaitsForFp8GpusThenFallsBackAfterItsTimeout) {
+  Register(Node("a1", "A100", 80, 8));
+  JobSpec s = Spec("w", 8);
+  s.fallback = Fallback::kWait;
+  s.fallback_timeout_s = 100;
+  const int64_t first = Submit(s);
+  const int64_t second = Submit(s);
+  Tick();
+  EXPECT_EQ(Get(first).state, JobState::kPending);
+  // An FP8 node arrives within the timeout: the first job gets it in fp8.
+  now_ += 50;
+  Register(Node("h1", "H100", 90, 8));
+  Tick();
+  EXPECT_EQ(Get(first).state, JobState::kScheduled);
+  EXPECT_EQ(*Get(first).precision, Precision::kFp8);
+  EXPECT_EQ(Get(second).state, JobState::kPending);
+  // The second one waits out its 100 s, then takes the A100s in bf16.
+  now_ += 49;
+  Tick();
+  EXPECT_EQ(Get(second).state, JobState::kPending);
+  now_ += 1;
+  Tick();  // nothing changed but the clock: placement still runs (replace_interval_s)
+  EXPECT_EQ(Get(second).state, JobState::kScheduled);
+  EXPECT_EQ(*Get(second).precision, Precision::kBf16);
+  EXPECT_NE(Get(second).reason.find("running bf16 per fallback policy after waiting 100s"),
+            std::string::npos)
+      << Get(second).reason;
+}
+
+TEST_F(SchedLoopTest, FailPolicyFailsWhenNoFp8PlacementExists) {
+  Register(Node("a1", "A100", 80, 8));
+  JobSpec s = Spec("f", 4);
+  s.fallback = Fallback::kFail;
+  const int64_t id = Submit(s);
+  EXPECT_EQ(Tick().failed, std::vector<int64_t>{id});
+  EXPECT_EQ(Get(id).state, JobState::kFailed);
+  EXPECT_NE(Get(id).reason.find("no FP8-capable placement exists"), std::string::npos);
+}
+
+TEST_F(SchedLoopTest, LostNodeRequeuesFromCheckpointUpToMaxRestarts) {
+  options_.heartbeat_timeout_s = 30;
+  OpenAgain();
+  Register(Node("n1", "H100", 90, 8));
+  JobSpec s = Spec("r", 8);
+  s.max_restarts = 1;
+  const int64_t id = Submit(s);
+  Tick();
+  Beat("n1", {Running(id, 500, 400)});
+  ASSERT_EQ(Get(id).state, JobState::kRunning);
+  Register(Node("n2", "H100", 90, 8));
+
+  now_ += 30;  // n1 silent exactly the timeout: not lost yet
+  Beat("n2", {});
+  EXPECT_TRUE(Tick().lost_nodes.empty());
+  now_ += 1;
+  Beat("n2", {});
+  TickResult t = Tick();
+  EXPECT_EQ(t.lost_nodes, std::vector<std::string>{"n1"});
+  EXPECT_EQ(t.requeued, std::vector<int64_t>{id});
+  EXPECT_EQ(t.scheduled, std::vector<int64_t>{id});  // same tick, on n2
+  Job j = Get(id);
+  EXPECT_EQ(j.restarts, 1);
+  EXPECT_EQ(j.placement[0].node_id, "n2");
+  const auto ev = Events(id);
+  EXPECT_NE(ev[ev.size() - 2].reason.find("node n1 lost"), std::string::npos);
+  EXPECT_NE(ev[ev.size() - 2].reason.find("requeued (restart 1 of 1)"), std::string::npos);
+  // The start command resumes from the checkpoint.
+  auto cmds = Beat("n2", {});
+  ASSERT_EQ(cmds.size(), 1u);
+  EXPECT_EQ(cmds[0].resume_step, 400);
+  EXPECT_EQ(sched_->Node("n1")->state, NodeState::kLost);
+
+  Beat("n2", {Running(id)});
+  now_ += 31;
+  t = Tick();
+  EXPECT_EQ(t.failed, std::vector<int64_t>{id});
+  EXPECT_EQ(Get(id).state, JobState::kFailed);
+  EXPECT_NE(Get(id).reason.find("restart 2 would exceed max_restarts 1"), std::string::npos);
+  // A lost node that heartbeats again is ready again, and its stale ranks are stopped.
+  cmds = Beat("n1", {Running(id)});
+  ASSERT_EQ(cmds.size(), 1u);
+  EXPECT_EQ(cmds[0].kind, CommandKind::kStop);
+  EXPECT_EQ(sched_->Node("n1")->state, NodeState::kReady);
+}
+
+TEST_F(SchedLoopTest, PreemptionCheckpointsTheVictimThenRequeuesItAfterTheGrace) {
+  options_.preemption_grace_s = 60;
+  OpenAgain();
+  Register(Node("n1", "H100", 90, 8));
+  const int64_t low = Submit(Spec("low", 8, /*priority=*/0));
+  Tick();
+  Beat("n1", {Running(low, 120, 100)});
+  ASSERT_EQ(Get(low).state, JobState::kRunning);
+
+  now_ += 5;
+  JobSpec hs = Spec("high", 8, /*priority=*/10);
+  const int64_t high = Submit(hs);
+  TickResult t = Tick();
+  EXPECT_EQ(t.preempting, std::vector<int64_t>{low});
+  EXPECT_EQ(Get(low).state, JobState::kPreempting);
+  EXPECT_NE(Get(low).reason.find("preempted for job 2"), std::string::npos) << Get(low).reason;
+  EXPECT_EQ(Get(high).state, JobState::kPending);
+  // Waiting for its victim does not make the high job take another one.
+  EXPECT_TRUE(Tick().preempting.empty());
+  auto cmds = Beat("n1", {Running(low, 130, 100)});
+  ASSERT_EQ(cmds.size(), 1u);
+  EXPECT_EQ(cmds[0].kind, CommandKind::kCheckpoint);
+
+  now_ += 60;  // grace over: stopped, requeued, and the high job placed in the same tick
+  t = Tick();
+  EXPECT_EQ(t.requeued, std::vector<int64_t>{low});
+  Job l = Get(low);
+  EXPECT_EQ(l.state, JobState::kPending);
+  EXPECT_EQ(l.restarts, 0);  // preemption is not a failure
+  const auto ev = Events(low);
+  ASSERT_GE(ev.size(), 5u);
+  EXPECT_EQ(ev[ev.size() - 3].to, JobState::kPreempting);
+  EXPECT_EQ(ev[ev.size() - 2].to, JobState::kPreempted);
+  EXPECT_EQ(ev.back().reason, "requeued after preemption; resumes from checkpoint step 100");
+  // The ranks still run, so their GPUs drain before the high job can have them.
+  EXPECT_TRUE(t.scheduled.empty());
+  cmds = Beat("n1", {Running(low, 131, 100)});
+  ASSERT_EQ(cmds.size(), 1u);
+  EXPECT_EQ(cmds[0].kind, CommandKind::kStop);
+  EXPECT_EQ(Tick().scheduled.size(), 0u);
+  Beat("n1", {Exited(low, 3, 130)});  // stopped after a checkpoint at 130
+  EXPECT_EQ(Tick().scheduled, std::vector<int64_t>{high});
+  EXPECT_EQ(Get(high).state, JobState::kScheduled);
+}
+
+TEST_F(SchedLoopTest, VictimThatStopsEarlyIsRequeuedWithoutWaitingForTheGrace) {
+  Register(Node("n1", "L40S", 89, 4));
+  const int64_t low = Submit(Spec("low", 4, 1));
+  Tick();
+  Beat("n1", {Running(low)});
+  const int64_t high = Submit(Spec("high", 4, 5));
+  EXPECT_EQ(Tick().preempting, std::vector<int64_t>{low});
+  Beat("n1", {Exited(low, 3, 42)});
+  EXPECT_EQ(Get(low).state, JobState::kPending);
+  EXPECT_EQ(Get(low).checkpoint_step, 42);
+  EXPECT_EQ(Tick().scheduled, std::vector<int64_t>{high});
+}
+
+TEST_F(SchedLoopTest, NonPreemptibleAndEqualPriorityJobsAreNeverVictims) {
+  Register(Node("n1", "H100", 90, 8));
+  JobSpec keep = Spec("keep", 4, 0);
+  keep.preemptible = false;
+  const int64_t a = Submit(keep);
+  const int64_t b = Submit(Spec("same", 4, 5));
+  Tick();
+  Beat("n1", {Running(a), Running(b)});
+  Submit(Spec("high", 8, 5));
+  EXPECT_TRUE(Tick().preempting.empty());
+  EXPECT_EQ(Get(a).state, JobState::kRunning);
+  EXPECT_EQ(Get(b).state, JobState::kRunning);
+}
+
+TEST_F(SchedLoopTest, CancelStopsTheRanksAndTheirGpusDrain) {
+  Register(Node("n1", "H100", 90, 8));
+  const int64_t a = Submit(Spec("a", 8));
+  const int64_t b = Submit(Spec("b", 8));
+  Tick();
+  Beat("n1", {Running(a)});
+  auto c = sched_->Cancel(a, "alice", now_);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(Get(a).state, JobState::kCancelled);
+  EXPECT_EQ(sched_->Cancel(a, "alice", now_).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(sched_->Cancel(99, "alice", now_).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Tick().scheduled.empty());  // a's ranks still run
+  auto cmds = Beat("n1", {Running(a)});
+  ASSERT_EQ(cmds.size(), 1u);
+  EXPECT_EQ(cmds[0].kind, CommandKind::kStop);
+  EXPECT_EQ(cmds[0].job_id, a);
+  Beat("n1", {});
+  EXPECT_EQ(Tick().scheduled, std::vector<int64_t>{b});
+}
+
+TEST_F(SchedLoopTest, GangRunsOnlyWhenEveryNodeReports) {
+  Register(Node("n1", "H200", 90, 8));
+  Register(Node("n2", "H200", 90, 8));
+  JobSpec s = Spec("gang", 8);
+  s.nodes = 2;
+  const int64_t id = Submit(s);
+  Tick();
+  Job j = Get(id);
+  ASSERT_EQ(j.placement.size(), 2u);
+  auto c1 = Beat(j.placement[0].node_id, {});
+  ASSERT_EQ(c1.size(), 1u);
+  EXPECT_EQ(c1[0].node_rank, 0);
+  EXPECT_EQ(c1[0].gang_nodes.size(), 2u);
+  Beat(j.placement[0].node_id, {Running(id)});
+  EXPECT_EQ(Get(id).state, JobState::kScheduled);
+  auto c2 = Beat(j.placement[1].node_id, {Running(id)});
+  EXPECT_TRUE(c2.empty());
+  EXPECT_EQ(Get(id).state, JobState::kRunning);
+  Beat(j.placement[0].node_id, {Exited(id, 0)});
+  EXPECT_EQ(Get(id).state, JobState::kRunning);  // rank group 1 still runs
+  Beat(j.placement[1].node_id, {Exited(id, 0)});
+  EXPECT_EQ(Get(id).state, JobState::kCompleted);
+}
+
+TEST_F(SchedLoopTest, HeartbeatErrorsChangeNothing) {
+  Register(Node("n1", "H100", 90, 2));
+  HeartbeatRequest hb;
+  EXPECT_EQ(sched_->Heartbeat("nope", hb, now_).status().code(), StatusCode::kNotFound);
+  hb.unhealthy_gpus = std::vector<int>{2};
+  auto bad = sched_->Heartbeat("n1", hb, now_);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("GPU 2 does not exist"), std::string::npos);
+  hb.unhealthy_gpus = std::vector<int>{1};
+  ASSERT_TRUE(sched_->Heartbeat("n1", hb, now_).ok());
+  EXPECT_FALSE(sched_->Node("n1")->gpus[1].healthy);
+  auto stored = store_->ListNodes();
+  ASSERT_TRUE(stored.ok());
+  EXPECT_FALSE((*stored)[0].gpus[1].healthy);
+  const int64_t id = Submit(Spec("two", 2));
+  Tick();
+  EXPECT_EQ(Get(id).state, JobState::kPending);  // one healthy GPU only
+}
+
+// Reconciliation: what the store says, checked against what the daemons report after a restart.
+TEST_F(SchedLoopTest, RestartReconcilesWithTheDaemonsReports) {
+  test::TempDir dir;
+  auto rocks = OpenRocksDbJobStore(dir.str() + "/jobs");
+  ASSERT_TRUE(rocks.ok());
+  Open(std::move(rocks).value());
+  options_.heartbeat_timeout_s = 30;
+  OpenAgain();
+  Register(Node("n1", "H100", 90, 8));
+  Register(Node("n2", "H100", 90, 8));
+  const int64_t kept = Submit(Spec("kept", 4));
+  const int64_t gone = Submit(Spec("gone", 4));
+  const int64_t sched = Submit(Spec("sched", 8));
+  Tick();
+  // kept and gone packed on one node, sched on the other.
+  const std::string node_kg = Get(kept).placement[0].node_id;
+  const std::string node_s = Get(sched).placement[0].node_id;
+  ASSERT_EQ(Get(gone).placement[0].node_id, node_kg);
+  ASSERT_NE(node_kg, node_s);
+  Beat(node_kg, {Running(kept), Running(gone, 50, 40)});
+
+  // kill: drop the scheduler and the store handle, open both again.
+  sched_.reset();
+  store_.reset();
+  auto again = OpenRocksDbJobStore(dir.str() + "/jobs");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  now_ += 20;
+  Open(std::move(again).value());
+  ASSERT_EQ(sched_->Nodes().size(), 2u);
+  EXPECT_EQ(Get(kept).state, JobState::kRunning);
+  EXPECT_EQ(Get(gone).state, JobState::kRunning);
+
+  // The node reports only `kept`: it stays RUNNING; `gone` is requeued from its checkpoint.
+  auto cmds = Beat(node_kg, {Running(kept)});
+  EXPECT_EQ(Get(kept).state, JobState::kRunning);
+  Job g = Get(gone);
+  EXPECT_EQ(g.state, JobState::kPending);
+  EXPECT_EQ(g.restarts, 1);
+  EXPECT_EQ(g.checkpoint_step, 40);
+  EXPECT_NE(g.reason.find("no longer reports the job"), std::string::npos) << g.reason;
+  // The SCHEDULED job is started by its node after the restart.
+  cmds = Beat(node_s, {});
+  ASSERT_EQ(cmds.size(), 1u);
+  EXPECT_EQ(cmds[0].kind, CommandKind::kStart);
+  EXPECT_EQ(cmds[0].job_id, sched);
+  // Nodes get a full timeout after the restart, not counted from before it.
+  now_ += 25;
+  EXPECT_TRUE(Tick().lost_nodes.empty());
+}
+
+// ---- /v1/nodes through the Api handler ----
+
+constexpr char kNodeToken[] = "node-secret";
+constexpr char kUserToken[] = "alice-secret";
+
+class SchedNodesApiTest : public SchedLoopTest {
+ protected:
+  void SetUp() override {
+    SchedLoopTest::SetUp();
+    auto auth = TokenAuth::Parse(StrCat("node: [{name: daemons, sha256: ", HashToken(kNodeToken),
+                                        "}]\nuser: [{name: alice, sha256: ",
+                                        HashToken(kUserToken), "}]"));
+    ASSERT_TRUE(auth.ok());
+    ApiOptions ao;
+    ao.burst = 1000;
+    api_ = std::make_unique<Api>(
+        store_.get(), *auth, [this] { return static_cast<double>(now_); }, ao, sched_.get());
+  }
+  HttpResponse Call(const std::string& method, const std::string& target, const char* token,
+                    const std::string& body = "") {
+    HttpRequest r{method, target, {}, body};
+    r.headers["authorization"] = StrCat("Bearer ", token);
+    return api_->Handle(r);
+  }
+  std::string State() {
+    std::string s;
+    for (const NodeInfo& n : sched_->Nodes()) s += NodeToJson(n, true);
+    auto jobs = store_->List();
+    EXPECT_TRUE(jobs.ok());
+    if (jobs.ok()) {
+      for (const Job& j : jobs.value()) s += JobToJson(j);
+    }
+    return s;
+  }
+  std::unique_ptr<Api> api_;
+};
+
+TEST_F(SchedNodesApiTest, RegisterHeartbeatListAndRefusals) {
+  const std::string reg =
+      R"({"id": "n1", "gpus": [{"name": "H100", "compute_capability": "9.0", "memory_gib": 80,
+          "count": 8}]})";
+  HttpResponse r = Call("POST", "/v1/nodes/register", kNodeToken, reg);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body).at("node").at("gpus").size(), 8u);
+  EXPECT_EQ(json::parse(r.body).at("heartbeat_timeout_s"), options_.heartbeat_timeout_s);
+  EXPECT_EQ(json::parse(r.body).at("heartbeat_interval_s"), 5);
+  HttpResponse sub = Call("POST", "/v1/jobs", kUserToken,
+                          R"({"name": "j", "config_path": "c.yaml", "gpus_per_node": 8})");
+  ASSERT_EQ(sub.status, 201) << sub.body;
+  Tick();
+  HttpResponse hb = Call("POST", "/v1/nodes/n1/heartbeat", kNodeToken, R"({"jobs": []})");
+  ASSERT_EQ(hb.status, 200) << hb.body;
+  const json cmd = json::parse(hb.body).at("commands").at(0);
+  EXPECT_EQ(cmd.at("action"), "start");
+  EXPECT_EQ(cmd.at("precision"), "fp8");
+  EXPECT_EQ(cmd.at("gpus").size(), 8u);
+  EXPECT_EQ(cmd.at("spec").at("config_path"), "c.yaml");
+  HttpResponse list = Call("GET", "/v1/nodes", kUserToken);
+  ASSERT_EQ(list.status, 200);
+  EXPECT_EQ(json::parse(list.body).at("nodes").at(0).at("gpus").at(0).at("job_id"), 1);
+  EXPECT_EQ(Call("GET", "/v1/nodes/n1", kUserToken).status, 200);
+  EXPECT_EQ(Call("GET", "/v1/nodes/n9", kUserToken).status, 404);
+
+  const std::string before = State();
+  struct Bad {
+    const char* method;
+    const char* target;
+    const char* token;
+    std::string body;
+    int status;
+    const char* says;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"POST", "/v1/nodes/n1/heartbeat", kUserToken, "{}", 403, "only node tokens"},
+           {"POST", "/v1/nodes/register", kUserToken, reg, 403, "only node or admin"},
+           {"POST", "/v1/nodes/n1/heartbeat", "wrong", "{}", 401, "unknown token"},
+           {"POST", "/v1/nodes/n1/heartbeat", kNodeToken, R"({"jobs": [)", 400, "not valid JSON"},
+           {"POST", "/v1/nodes/n1/heartbeat", kNodeToken, R"({"load": 1})", 400, "'load'"},
+           {"POST", "/v1/nodes/n1/heartbeat", kNodeToken,
+            R"({"jobs": [{"job_id": 1, "status": "sleeping"}]})", 400, "sleeping"},
+           {"POST", "/v1/nodes/n1/heartbeat", kNodeToken,
+            R"({"jobs": [{"job_id": 1, "status": "exited"}]})", 400, "exit_code is required"},
+           {"POST", "/v1/nodes/n2/heartbeat", kNodeToken, "{}", 404, "not registered"},
+           {"POST", "/v1/nodes/register", kNodeToken,
+            R"({"id": "n2", "gpus": [{"name": "H100", "compute_capability": "nine",
+                "memory_gib": 80}]})", 400, "compute_capability"},
+           {"POST", "/v1/nodes/register", kNodeToken, R"({"id": "bad id!", "gpus": []})", 400,
+            "id = 'bad id!'"},
+           {"GET", "/v1/nodes/n1/heartbeat", kNodeToken, "", 405, "allowed: POST"},
+       }) {
+    HttpResponse res = Call(b.method, b.target, b.token, b.body);
+    EXPECT_EQ(res.status, b.status) << b.target << " " << b.body << " -> " << res.body;
+    EXPECT_NE(res.body.find(b.says), std::string::npos) << res.body;
+    EXPECT_EQ(State(), before) << b.target << " " << b.body;
+  }
+}
+
+TEST_F(SchedNodesApiTest, WithoutASchedulerNodesAre503) {
+  auto auth = TokenAuth::Parse(StrCat("node: [{name: d, sha256: ", HashToken(kNodeToken), "}]"));
+  ASSERT_TRUE(auth.ok());
+  Api plain(store_.get(), *auth);
+  HttpRequest r{"GET", "/v1/nodes", {{"authorization", StrCat("Bearer ", kNodeToken)}}, ""};
+  EXPECT_EQ(plain.Handle(r).status, 503);
+}
+
+}  // namespace
+}  // namespace fp8rt::sched
