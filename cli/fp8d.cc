@@ -69,7 +69,10 @@ Status RunScheduler(const Options& o) {
   so.preemption_grace_s = o.preemption_grace_s;
   FP8RT_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
                          Scheduler::Open(store.get(), so, NowSeconds()));
-  Api api(store.get(), std::move(auth).value(), SystemClockSeconds, ApiOptions{}, scheduler.get());
+  ApiOptions ao;
+  ao.rate_per_s = o.rate_per_s;
+  ao.burst = o.rate_burst;
+  Api api(store.get(), std::move(auth).value(), SystemClockSeconds, ao, scheduler.get());
   HttpServerOptions ho;
   ho.address = o.bind;
   ho.threads = o.threads;
@@ -145,6 +148,11 @@ int Main(int argc, char** argv) {
                  "the scheduling loop runs after every change and at least this often (default "
                  "200)")
       ->check(CLI::Range(1, 60000));
+  app.add_option("--rate-limit", o.rate_per_s,
+                 "API requests per second per token (per node id for node tokens; default 20)")
+      ->check(CLI::Range(0.001, 1e6));
+  app.add_option("--rate-burst", o.rate_burst, "requests a token may burst (default 40)")
+      ->check(CLI::Range(1.0, 1e6));
   app.add_option("--threads", o.threads, "HTTP I/O threads (default 2)")->check(CLI::Range(1, 64));
   app.add_option("--port-file", o.port_file,
                  "write the bound port to this file once serving (for --port 0)");

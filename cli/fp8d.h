@@ -31,6 +31,8 @@ struct Options {
   int64_t preemption_grace_s = 60;   // Default: 60
   int tick_interval_ms = 200;        // the scheduling loop runs at least this often. Default: 200
   int threads = 2;                   // HTTP I/O threads. Default: 2
+  double rate_per_s = 20;            // API requests per second per token. Default: 20
+  double rate_burst = 40;            // per-token burst. Default: 40
   std::string port_file;  // written (atomically) with the bound port once serving. Default: ""
 };
 
