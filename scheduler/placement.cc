@@ -43,19 +43,33 @@ struct Candidate {
 std::optional<std::vector<NodeAssignment>> FindGang(const ClusterSnapshot& c, const JobSpec& s,
                                                     int min_cc, Occupancy occ, const Mask* blocked,
                                                     const PlacementOptions& o) {
-  std::set<std::string> types;  // "" stands for "any type" when mixing is allowed
+  // Tried in name order; "" stands for "any type" when mixing is allowed. A type the spec allows
+  // but no node has simply finds no candidates, so the spec's list can stand in for the scan.
+  std::set<std::string> types;
   if (s.allow_mixed_gpu_types) {
     types.insert("");
+  } else if (!s.gpu_types.empty()) {
+    types.insert(s.gpu_types.begin(), s.gpu_types.end());
   } else {
     for (const auto& n : c.nodes) {
-      for (const auto& g : n.gpus) types.insert(g.name);
+      const std::string* last = nullptr;  // nodes are mostly one type: skip repeats cheaply
+      for (const auto& g : n.gpus) {
+        if (last == nullptr || g.name != *last) types.insert(g.name);
+        last = &g.name;
+      }
     }
   }
+  const size_t need = static_cast<size_t>(s.gpus_per_node);
   for (const std::string& type : types) {
     std::vector<Candidate> cands;
     for (size_t i = 0; i < c.nodes.size(); ++i) {
       const NodeInfo& n = c.nodes[i];
       if (!NodeUp(n, c.now, o)) continue;
+      if (occ == Occupancy::kFreeOnly) {  // cheap reject: too few free GPUs of any kind
+        size_t free = 0;
+        for (size_t g = 0; g < n.gpus.size() && free < need; ++g) free += n.free(g);
+        if (free < need) continue;
+      }
       std::vector<int> free_idx, busy_idx;
       for (size_t g = 0; g < n.gpus.size(); ++g) {
         if (!GpuFits(n.gpus[g], s, min_cc)) continue;
@@ -67,7 +81,7 @@ std::optional<std::vector<NodeAssignment>> FindGang(const ClusterSnapshot& c, co
       if (occ == Occupancy::kIgnore) {
         cand.usable.insert(cand.usable.end(), busy_idx.begin(), busy_idx.end());
       }
-      if (cand.usable.size() >= static_cast<size_t>(s.gpus_per_node)) cands.push_back(cand);
+      if (cand.usable.size() >= need) cands.push_back(cand);
     }
     if (cands.size() < static_cast<size_t>(s.nodes)) continue;
     std::sort(cands.begin(), cands.end(), [&](const Candidate& a, const Candidate& b) {
