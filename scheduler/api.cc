@@ -219,7 +219,7 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
   if (!method_ok) return MethodNotAllowed(req, allowed);
 
   Principal p;
-  if (auto refused = Authorize(req, "", &p)) return *refused;
+  if (auto refused = Authorize(req, "", /*jobs_api=*/true, &p)) return *refused;
 
   if (!id) {
     if (req.method == "GET") {
@@ -291,17 +291,20 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
   return Respond(200, "application/json", JobToJson(job));
 }
 
-std::optional<HttpResponse> Api::Authorize(const HttpRequest& req, const std::string& bucket_suffix,
-                                           Principal* who) {
+std::optional<HttpResponse> Api::Authorize(const HttpRequest& req, const std::string& node_id,
+                                           bool jobs_api, Principal* who) {
   const auto header = req.headers.find("authorization");
   auto p = auth_.Authenticate(header == req.headers.end() ? "" : header->second);
   if (!p.ok()) return Error(401, p.status().message());
   *who = *p;
-  const bool jobs = bucket_suffix.empty();
-  if (jobs && who->role == Role::kNode) {
+  if (jobs_api && who->role == Role::kNode) {
     return Error(403, StrCat("node '", who->name, "': node tokens may not use the jobs API"));
   }
-  if (const double wait = TakeToken(who->token_sha256 + bucket_suffix); wait > 0) {
+  // One node token is shared by every daemon: its buckets are per node id. Every other token has
+  // one bucket for everything it does.
+  const std::string key =
+      who->role == Role::kNode ? StrCat(who->token_sha256, "/", node_id) : who->token_sha256;
+  if (const double wait = TakeToken(key); wait > 0) {
     HttpResponse res = Error(
         429, StrCat("rate limit exceeded: ", options_.rate_per_s,
                     " requests per second per token (burst ", options_.burst, "); retry later"));
@@ -329,7 +332,7 @@ HttpResponse Api::RouteNodes(const HttpRequest& req, const std::string& path,
   }
   Principal p;
   const std::string node_id = parts.size() >= 3 ? parts[2] : "";
-  if (auto refused = Authorize(req, StrCat("/nodes/", node_id), &p)) return *refused;
+  if (auto refused = Authorize(req, node_id, /*jobs_api=*/false, &p)) return *refused;
   if (beat && p.role != Role::kNode) {
     return Error(403, StrCat(RoleName(p.role), " '", p.name, "': only node tokens may heartbeat"));
   }

@@ -73,10 +73,10 @@ class Api {
   HttpResponse Route(const HttpRequest& request, const std::string& path);
   HttpResponse RouteNodes(const HttpRequest& request, const std::string& path,
                           const std::vector<std::string>& parts);
-  // Authenticates and rate-limits (bucket: the token, plus `bucket_suffix`); an error response
-  // if refused.
-  std::optional<HttpResponse> Authorize(const HttpRequest& request,
-                                        const std::string& bucket_suffix, Principal* who);
+  // Authenticates, refuses node tokens on the jobs API, and rate-limits (bucket: the token; for
+  // node tokens, the token and `node_id`); an error response if refused.
+  std::optional<HttpResponse> Authorize(const HttpRequest& request, const std::string& node_id,
+                                        bool jobs_api, Principal* who);
   HttpResponse Metrics();
   // Takes one request's token from the key's bucket: 0 if there was one, else the seconds until
   // there will be.

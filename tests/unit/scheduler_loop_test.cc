@@ -511,6 +511,33 @@ TEST_F(SchedNodesApiTest, RegisterHeartbeatListAndRefusals) {
   }
 }
 
+TEST_F(SchedNodesApiTest, NodeTokensAreRateLimitedPerNodeIdOtherTokensPerToken) {
+  auto auth = TokenAuth::Parse(StrCat("node: [{name: d, sha256: ", HashToken(kNodeToken),
+                                      "}]\nuser: [{name: alice, sha256: ", HashToken(kUserToken),
+                                      "}]"));
+  ASSERT_TRUE(auth.ok());
+  ApiOptions ao;
+  ao.rate_per_s = 0.001;
+  ao.burst = 2;
+  Api api(
+      store_.get(), *auth, [this] { return static_cast<double>(now_); }, ao, sched_.get());
+  auto call = [&](const char* target, const char* token) {
+    HttpRequest r{"GET", target, {{"authorization", StrCat("Bearer ", token)}}, ""};
+    return api.Handle(r).status;
+  };
+  // A user cannot get fresh buckets by naming other nodes.
+  EXPECT_EQ(call("/v1/nodes/a", kUserToken), 404);
+  EXPECT_EQ(call("/v1/nodes/b", kUserToken), 404);
+  EXPECT_EQ(call("/v1/nodes/c", kUserToken), 429);
+  EXPECT_EQ(call("/v1/jobs", kUserToken), 429);
+  // Daemons sharing the node token each have their own.
+  for (const char* n : {"/v1/nodes/a", "/v1/nodes/b"}) {
+    EXPECT_EQ(call(n, kNodeToken), 404);
+    EXPECT_EQ(call(n, kNodeToken), 404);
+    EXPECT_EQ(call(n, kNodeToken), 429);
+  }
+}
+
 TEST_F(SchedNodesApiTest, WithoutASchedulerNodesAre503) {
   auto auth = TokenAuth::Parse(StrCat("node: [{name: d, sha256: ", HashToken(kNodeToken), "}]"));
   ASSERT_TRUE(auth.ok());
