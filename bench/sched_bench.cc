@@ -7,13 +7,13 @@
 // (durable), plus a burst phase (one tick over a full queue). Never in CI (label bench).
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <nlohmann/json.hpp>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
@@ -109,13 +109,14 @@ std::string JobBody(int i, std::mt19937& rng) {
   } else {
     extra += R"(, "precision": "fp32")";
   }
-  return StrCat(R"({"name": "bench-)", i, R"(", "config_path": "configs/gpt2-124m.yaml", "nodes": )",
-                nodes, R"(, "gpus_per_node": )", gpus, R"(, "priority": )", priority, extra, "}");
+  return StrCat(R"({"name": "bench-)", i,
+                R"(", "config_path": "configs/gpt2-124m.yaml", "nodes": )", nodes,
+                R"(, "gpus_per_node": )", gpus, R"(, "priority": )", priority, extra, "}");
 }
 
 // The simulated daemons: each node's local jobs and what to report next.
 struct SimJob {
-  int64_t end;        // wall second at which its ranks exit 0
+  int64_t end;         // wall second at which its ranks exit 0
   int exit_code = -1;  // >= 0: exited (3 after a checkpoint signal)
   int64_t step = 0;
 };
@@ -181,9 +182,9 @@ Setup Open(const std::string& dir, int nodes) {
   auto sched = Scheduler::Open(s.store.get(), so, WallSeconds());
   if (!sched.ok()) std::exit(1);
   s.scheduler = std::move(sched).value();
-  auto auth = TokenAuth::Parse(StrCat("user: [{name: bench, sha256: ", HashToken(kUser),
-                                      "}]\nnode: [{name: daemons, sha256: ",
-                                      HashToken(kNodeToken), "}]"));
+  auto auth =
+      TokenAuth::Parse(StrCat("user: [{name: bench, sha256: ", HashToken(kUser),
+                              "}]\nnode: [{name: daemons, sha256: ", HashToken(kNodeToken), "}]"));
   ApiOptions ao;
   ao.rate_per_s = 1e9;
   ao.burst = 1e9;
@@ -216,9 +217,10 @@ int main(int argc, char** argv) {
   const fs::path root = fs::temp_directory_path() / StrCat("fp8rt_sched_bench_", ::getpid());
   fs::remove_all(root);
   fs::create_directories(root);
-  std::printf("fp8rt scheduler benchmark: %d nodes x 8 GPUs (H100 30%%, H200 15%%, A100 25%%, "
-              "L40S 15%%, V100 15%%), RocksDB with synced writes in %s\n",
-              nodes, root.c_str());
+  std::printf(
+      "fp8rt scheduler benchmark: %d nodes x 8 GPUs (H100 30%%, H200 15%%, A100 25%%, "
+      "L40S 15%%, V100 15%%), RocksDB with synced writes in %s\n",
+      nodes, root.c_str());
 
   // ---- burst: `burst` jobs queued with the loop stopped, then one tick ----
   double burst_rate = 0, burst_ms = 0;
@@ -315,8 +317,8 @@ int main(int argc, char** argv) {
 
   std::lock_guard<std::mutex> lock(mu);
   const double stream_s = std::chrono::duration<double>(Clock::now() - start).count();
-  std::printf("\n%-44s %8s %12s %9s %9s %9s\n", "phase", "jobs", "decisions/s", "p50 ms",
-              "p99 ms", "max ms");
+  std::printf("\n%-44s %8s %12s %9s %9s %9s\n", "phase", "jobs", "decisions/s", "p50 ms", "p99 ms",
+              "max ms");
   std::printf("%-44s %8d %12.0f %9s %9s %9.1f\n",
               StrCat("burst: one tick over ", burst, " queued jobs").c_str(), burst, burst_rate,
               "-", "-", burst_ms);
@@ -329,10 +331,11 @@ int main(int argc, char** argv) {
               Percentile(tick_ms, 100));
   std::printf("\nburst tick: %zu of %d queued jobs placed or failed in %.1f ms\n", burst_placed,
               burst, burst_ms);
-  std::printf("stream: %d submitted in %.1f s, %zu placed, %zu never placed within 60 s of the "
-              "last submission, %d refused; %lld heartbeats (%.0f/s)\n",
-              jobs, submit_s, latency_ms.size(), submitted.size(), refused,
-              static_cast<long long>(daemons.heartbeats), daemons.heartbeats / stream_s);
+  std::printf(
+      "stream: %d submitted in %.1f s, %zu placed, %zu never placed within 60 s of the "
+      "last submission, %d refused; %lld heartbeats (%.0f/s)\n",
+      jobs, submit_s, latency_ms.size(), submitted.size(), refused,
+      static_cast<long long>(daemons.heartbeats), daemons.heartbeats / stream_s);
   const bool met = Percentile(latency_ms, 99) < 50;
   std::printf("target p99 < 50 ms: %s\n", met ? "met" : "MISSED");
   fs::remove_all(root);

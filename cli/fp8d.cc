@@ -80,9 +80,8 @@ Status RunScheduler(const Options& o) {
   ho.tls_key_file = o.tls_key;
   HttpServer server(&api, ho);
   FP8RT_RETURN_IF_ERROR(server.Start(o.port));
-  TickLoop loop(
-      scheduler.get(), std::chrono::milliseconds(o.tick_interval_ms), NowSeconds, LogTick,
-      [](const Status& s) { spdlog::error("scheduling tick failed: {}", s.ToString()); });
+  TickLoop loop(scheduler.get(), std::chrono::milliseconds(o.tick_interval_ms), NowSeconds, LogTick,
+                [](const Status& s) { spdlog::error("scheduling tick failed: {}", s.ToString()); });
   loop.Start();
   if (!o.port_file.empty()) {
     const Status s = WritePortFile(o.port_file, server.port());

@@ -20,12 +20,12 @@ enum class Mode { kScheduler, kStandalone, kDaemon };
 
 struct Options {
   Mode mode = Mode::kScheduler;
-  uint16_t port = 0;               // 0: an ephemeral port (see port_file). Default: 0
-  std::string bind = "127.0.0.1";  // Default: 127.0.0.1
-  std::string data_dir;            // required: the job store lives in DIR/jobs
-  std::string tokens_file;         // required: see docs/API.md
-  std::string tls_cert;            // PEM; with tls_key serves HTTPS only. Default: ""
-  std::string tls_key;             // Default: ""
+  uint16_t port = 0;                 // 0: an ephemeral port (see port_file). Default: 0
+  std::string bind = "127.0.0.1";    // Default: 127.0.0.1
+  std::string data_dir;              // required: the job store lives in DIR/jobs
+  std::string tokens_file;           // required: see docs/API.md
+  std::string tls_cert;              // PEM; with tls_key serves HTTPS only. Default: ""
+  std::string tls_key;               // Default: ""
   int64_t heartbeat_timeout_s = 30;  // Default: 30
   int64_t heartbeat_interval_s = 5;  // told to daemons. Default: 5
   int64_t preemption_grace_s = 60;   // Default: 60

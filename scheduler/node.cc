@@ -41,14 +41,14 @@ Status Get(const json& j, const std::string& where, const char* key, T* out, boo
   if (it == j.end()) {
     return required ? Status::InvalidArgument(StrCat(where, key, " is required")) : Status::Ok();
   }
-  const char* want = std::is_same_v<T, bool>           ? "a boolean"
-                     : std::is_same_v<T, std::string>  ? "a string"
-                     : std::is_integral_v<T>           ? "an integer"
-                                                       : "a number";
-  const bool ok = std::is_same_v<T, bool>            ? it->is_boolean()
-                  : std::is_same_v<T, std::string>   ? it->is_string()
-                  : std::is_integral_v<T>            ? it->is_number_integer()
-                                                     : it->is_number();
+  const char* want = std::is_same_v<T, bool>          ? "a boolean"
+                     : std::is_same_v<T, std::string> ? "a string"
+                     : std::is_integral_v<T>          ? "an integer"
+                                                      : "a number";
+  const bool ok = std::is_same_v<T, bool>          ? it->is_boolean()
+                  : std::is_same_v<T, std::string> ? it->is_string()
+                  : std::is_integral_v<T>          ? it->is_number_integer()
+                                                   : it->is_number();
   if (!ok) return Status::InvalidArgument(StrCat(where, key, " = ", it->dump(), " is not ", want));
   *out = it->get<T>();
   return Status::Ok();
@@ -139,8 +139,9 @@ Result<NodeRegistration> ParseNodeRegistration(const std::string& body) {
   FP8RT_RETURN_IF_ERROR(ValidateNodeId(r.id));
   auto gpus = j.find("gpus");
   if (gpus == j.end() || !gpus->is_array()) {
-    return Status::InvalidArgument("gpus: expected a list of {name, compute_capability, "
-                                   "memory_gib, count, healthy} entries");
+    return Status::InvalidArgument(
+        "gpus: expected a list of {name, compute_capability, "
+        "memory_gib, count, healthy} entries");
   }
   for (size_t i = 0; i < gpus->size(); ++i) {
     const json& e = (*gpus)[i];
@@ -206,7 +207,8 @@ Result<HeartbeatRequest> ParseHeartbeat(const std::string& body) {
     if (status == "running") {
       r.status = RankStatus::kRunning;
       if (e.contains("exit_code")) {
-        return Status::InvalidArgument(StrCat(where, "exit_code is only allowed with status exited"));
+        return Status::InvalidArgument(
+            StrCat(where, "exit_code is only allowed with status exited"));
       }
     } else if (status == "exited") {
       r.status = RankStatus::kExited;

@@ -1,12 +1,13 @@
 // The scheduling loop: opening (reconcile from the store), submissions and cancels, the batch that
 // stores transitions before memory changes, the snapshot the pure policies see, and Tick.
 // Heartbeats and registration live in scheduler_nodes.cc.
+#include "scheduler/scheduler.h"
+
 #include <algorithm>
 #include <limits>
 #include <set>
 
 #include "scheduler/preemption.h"
-#include "scheduler/scheduler.h"
 #include "scheduler/scheduler_internal.h"
 
 namespace fp8rt::sched {
@@ -19,11 +20,11 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Open(JobStore* store, SchedulerOpt
                                                    int64_t now) {
   if (options.heartbeat_timeout_s < 1 || options.preemption_grace_s < 0 ||
       options.heartbeat_interval_s < 1 || options.replace_interval_s < 0) {
-    return Status::InvalidArgument(StrCat(
-        "scheduler options: heartbeat_timeout_s = ", options.heartbeat_timeout_s,
-        " and heartbeat_interval_s = ", options.heartbeat_interval_s, " must be >= 1; ",
-        "preemption_grace_s = ", options.preemption_grace_s, " and replace_interval_s = ",
-        options.replace_interval_s, " must be >= 0"));
+    return Status::InvalidArgument(
+        StrCat("scheduler options: heartbeat_timeout_s = ", options.heartbeat_timeout_s,
+               " and heartbeat_interval_s = ", options.heartbeat_interval_s, " must be >= 1; ",
+               "preemption_grace_s = ", options.preemption_grace_s,
+               " and replace_interval_s = ", options.replace_interval_s, " must be >= 0"));
   }
   options.placement.heartbeat_timeout_s = 0;  // node liveness is NodeInfo::state, kept here
   std::unique_ptr<Scheduler> s(new Scheduler(store, options));
@@ -70,8 +71,8 @@ Result<Job> Scheduler::Cancel(int64_t id, const std::string& by, int64_t now) {
     if (!stored.ok()) return stored.status();
     job = std::move(stored).value();
   }
-  FP8RT_ASSIGN_OR_RETURN(Event ev, Transition(&job, JobState::kCancelled, now,
-                                              StrCat("cancelled by ", by)));
+  FP8RT_ASSIGN_OR_RETURN(Event ev,
+                         Transition(&job, JobState::kCancelled, now, StrCat("cancelled by ", by)));
   Batch batch;
   batch.Add(job, ev);
   FP8RT_RETURN_IF_ERROR(CommitLocked(&batch));
@@ -298,11 +299,11 @@ Status Scheduler::PreemptLocked(const PlacementDecision& d, int64_t now, TickRes
     for (int64_t v : plan->victims) {
       Job victim = active_.at(v);
       FP8RT_ASSIGN_OR_RETURN(
-          Event ev, Transition(&victim, JobState::kPreempting, now,
-                               StrCat("preempted for job ", job.id, " (priority ",
-                                      job.spec.priority, " > ", victim.spec.priority,
-                                      "); checkpoint requested, stopped after ",
-                                      options_.preemption_grace_s, "s")));
+          Event ev,
+          Transition(&victim, JobState::kPreempting, now,
+                     StrCat("preempted for job ", job.id, " (priority ", job.spec.priority, " > ",
+                            victim.spec.priority, "); checkpoint requested, stopped after ",
+                            options_.preemption_grace_s, "s")));
       batch.Add(victim, ev);
       out->preempting.push_back(v);
     }

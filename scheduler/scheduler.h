@@ -1,9 +1,9 @@
-// The scheduling loop: the in-memory cluster (registered nodes, their daemons' latest reports, every
-// unfinished job) over the durable JobStore. Tick(now) runs the pure policies (Place, ChooseVictims)
-// on a snapshot and stores their transitions; heartbeats turn daemon reports into RUNNING /
-// COMPLETED / FAILED / requeues and answer with commands. Every transition is stored (synced, with
-// its event) before anyone hears of it: before the heartbeat answer, the API answer or the start
-// command that depends on it. Time is always passed in (seconds), so tests drive it.
+// The scheduling loop: the in-memory cluster (registered nodes, their daemons' latest reports,
+// every unfinished job) over the durable JobStore. Tick(now) runs the pure policies (Place,
+// ChooseVictims) on a snapshot and stores their transitions; heartbeats turn daemon reports into
+// RUNNING / COMPLETED / FAILED / requeues and answer with commands. Every transition is stored
+// (synced, with its event) before anyone hears of it: before the heartbeat answer, the API answer
+// or the start command that depends on it. Time is always passed in (seconds), so tests drive it.
 #pragma once
 
 #include <atomic>
@@ -29,9 +29,9 @@ namespace fp8rt::sched {
 struct SchedulerOptions {
   // Policy knobs (its heartbeat_timeout_s is ignored: lost nodes are marked kLost by the loop).
   PlacementOptions placement;
-  int64_t heartbeat_timeout_s = 30;   // a node silent this long is lost. Default: 30
-  int64_t heartbeat_interval_s = 5;   // what registration tells daemons to use. Default: 5
-  int64_t preemption_grace_s = 60;    // PREEMPTING -> stopped after this long. Default: 60
+  int64_t heartbeat_timeout_s = 30;  // a node silent this long is lost. Default: 30
+  int64_t heartbeat_interval_s = 5;  // what registration tells daemons to use. Default: 5
+  int64_t preemption_grace_s = 60;   // PREEMPTING -> stopped after this long. Default: 60
   // Placement runs on every tick after a change (submission, freed GPUs, node change) and at
   // least this often otherwise, for time-based decisions (fallback wait timeouts). Default: 1
   int64_t replace_interval_s = 1;
@@ -66,8 +66,8 @@ class Scheduler {
   Result<NodeInfo> RegisterNode(const NodeRegistration& reg, int64_t now);
   // Applies a daemon's reports (stored before returning) and returns its commands. NotFound for a
   // node that never registered.
-  Result<std::vector<NodeCommand>> Heartbeat(const std::string& node_id,
-                                             const HeartbeatRequest& hb, int64_t now);
+  Result<std::vector<NodeCommand>> Heartbeat(const std::string& node_id, const HeartbeatRequest& hb,
+                                             int64_t now);
 
   // One round: lost nodes and their jobs, preemption grace periods, placement, preemption.
   Result<TickResult> Tick(int64_t now);
@@ -86,8 +86,8 @@ class Scheduler {
 
  private:
   struct NodeRt {
-    NodeInfo info;                           // gpu_job unused here; see Snapshot
-    std::map<int64_t, JobReport> reports;    // the daemon's latest report, by job
+    NodeInfo info;                                 // gpu_job unused here; see Snapshot
+    std::map<int64_t, JobReport> reports;          // the daemon's latest report, by job
     std::map<int64_t, std::vector<int>> draining;  // left jobs still running: GPUs stay busy
   };
 

@@ -15,7 +15,9 @@ bool HoldsGpus(JobState s);
 // The transitions of one step, stored together by Scheduler::CommitLocked.
 class Scheduler::Batch {
  public:
-  void Add(const Job& job, std::optional<Event> event) { writes_.push_back({job, std::move(event)}); }
+  void Add(const Job& job, std::optional<Event> event) {
+    writes_.push_back({job, std::move(event)});
+  }
   bool empty() const { return writes_.empty(); }
   const std::vector<JobWrite>& writes() const { return writes_; }
 

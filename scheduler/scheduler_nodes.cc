@@ -14,12 +14,12 @@ void AddRequeueAfterPreemption(Job* job, int64_t now, const std::string& what,
   auto stopped = Transition(job, JobState::kPreempted, now, what);
   if (!stopped.ok()) return;
   batch->Add(*job, *stopped);
-  auto requeued = Transition(job, JobState::kPending, now,
-                             job->checkpoint_step >= 0
-                                 ? StrCat("requeued after preemption; resumes from checkpoint step ",
-                                          job->checkpoint_step)
-                                 : std::string("requeued after preemption; no checkpoint yet, "
-                                               "starts from scratch"));
+  auto requeued = Transition(
+      job, JobState::kPending, now,
+      job->checkpoint_step >= 0
+          ? StrCat("requeued after preemption; resumes from checkpoint step ", job->checkpoint_step)
+          : std::string("requeued after preemption; no checkpoint yet, "
+                        "starts from scratch"));
   job->placement.clear();
   if (requeued.ok()) batch->Add(*job, *requeued);
 }
@@ -103,9 +103,9 @@ void Scheduler::ApplyReport(const NodeRt& node, const Job& job, const JobReport*
     bool all = true;
     for (const JobReport* r : gang_reports()) all = all && r != nullptr;
     if (all) {
-      emit(JobState::kRunning, StrCat("running: every node of the gang reports its ranks (",
-                                      j.placement.size(), " node(s), ",
-                                      j.precision ? PrecisionName(*j.precision) : "?", ")"));
+      emit(JobState::kRunning,
+           StrCat("running: every node of the gang reports its ranks (", j.placement.size(),
+                  " node(s), ", j.precision ? PrecisionName(*j.precision) : "?", ")"));
     }
   }
   if (j.state == JobState::kRunning) {
@@ -116,8 +116,8 @@ void Scheduler::ApplyReport(const NodeRt& node, const Job& job, const JobReport*
         updated = false;
       }
     } else if (rep->status == RankStatus::kExited && rep->exit_code != 0) {
-      emit(JobState::kFailed, StrCat("ranks on node ", node_id, " exited with code ",
-                                     rep->exit_code));
+      emit(JobState::kFailed,
+           StrCat("ranks on node ", node_id, " exited with code ", rep->exit_code));
     } else if (rep->status == RankStatus::kExited) {
       bool all = true;
       for (const JobReport* r : gang_reports()) {
@@ -131,9 +131,9 @@ void Scheduler::ApplyReport(const NodeRt& node, const Job& job, const JobReport*
     } else if (rep == nullptr || rep->status == RankStatus::kExited) {
       AddRequeueAfterPreemption(
           &j, now,
-          rep == nullptr ? StrCat("node ", node_id, " no longer reports the job; stopped")
-                         : StrCat("ranks on node ", node_id, " stopped (exit code ",
-                                  rep->exit_code, ")"),
+          rep == nullptr
+              ? StrCat("node ", node_id, " no longer reports the job; stopped")
+              : StrCat("ranks on node ", node_id, " stopped (exit code ", rep->exit_code, ")"),
           batch);
       updated = false;
     }

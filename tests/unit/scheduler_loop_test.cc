@@ -423,9 +423,9 @@ class SchedNodesApiTest : public SchedLoopTest {
  protected:
   void SetUp() override {
     SchedLoopTest::SetUp();
-    auto auth = TokenAuth::Parse(StrCat("node: [{name: daemons, sha256: ", HashToken(kNodeToken),
-                                        "}]\nuser: [{name: alice, sha256: ",
-                                        HashToken(kUserToken), "}]"));
+    auto auth =
+        TokenAuth::Parse(StrCat("node: [{name: daemons, sha256: ", HashToken(kNodeToken),
+                                "}]\nuser: [{name: alice, sha256: ", HashToken(kUserToken), "}]"));
     ASSERT_TRUE(auth.ok());
     ApiOptions ao;
     ao.burst = 1000;
@@ -499,7 +499,8 @@ TEST_F(SchedNodesApiTest, RegisterHeartbeatListAndRefusals) {
            {"POST", "/v1/nodes/n2/heartbeat", kNodeToken, "{}", 404, "not registered"},
            {"POST", "/v1/nodes/register", kNodeToken,
             R"({"id": "n2", "gpus": [{"name": "H100", "compute_capability": "nine",
-                "memory_gib": 80}]})", 400, "compute_capability"},
+                "memory_gib": 80}]})",
+            400, "compute_capability"},
            {"POST", "/v1/nodes/register", kNodeToken, R"({"id": "bad id!", "gpus": []})", 400,
             "id = 'bad id!'"},
            {"GET", "/v1/nodes/n1/heartbeat", kNodeToken, "", 405, "allowed: POST"},
@@ -512,9 +513,9 @@ TEST_F(SchedNodesApiTest, RegisterHeartbeatListAndRefusals) {
 }
 
 TEST_F(SchedNodesApiTest, NodeTokensAreRateLimitedPerNodeIdOtherTokensPerToken) {
-  auto auth = TokenAuth::Parse(StrCat("node: [{name: d, sha256: ", HashToken(kNodeToken),
-                                      "}]\nuser: [{name: alice, sha256: ", HashToken(kUserToken),
-                                      "}]"));
+  auto auth =
+      TokenAuth::Parse(StrCat("node: [{name: d, sha256: ", HashToken(kNodeToken),
+                              "}]\nuser: [{name: alice, sha256: ", HashToken(kUserToken), "}]"));
   ASSERT_TRUE(auth.ok());
   ApiOptions ao;
   ao.rate_per_s = 0.001;

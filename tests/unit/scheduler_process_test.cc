@@ -73,7 +73,9 @@ Reply Call(uint16_t port, const std::string& method, const std::string& target,
   tcp::socket sock(ioc);
   sock.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
   if (ec) return {};
-  struct timeval tv {10, 0};  // a hung server fails the test instead of hanging it
+  struct timeval tv {
+    10, 0
+  };  // a hung server fails the test instead of hanging it
   ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   http::request<http::string_body> req{http::string_to_verb(method), target, 11};
   req.set(http::field::host, "127.0.0.1");
@@ -157,10 +159,10 @@ class SchedProcessTest : public ::testing::Test {
   // Starts the scheduler on an ephemeral port and waits until it has written it.
   void Start(std::vector<std::string> extra = {}) {
     fs::remove(port_file_);
-    std::vector<std::string> args = {"--scheduler", "--port",       "0",        "--data-dir",
-                                     data_,         "--tokens",     tokens_,    "--port-file",
-                                     port_file_,    "--rate-limit", "100000",   "--rate-burst",
-                                     "100000",      "--tick-interval-ms", "20"};
+    std::vector<std::string> args = {
+        "--scheduler", "--port",       "0",           "--data-dir",         data_,
+        "--tokens",    tokens_,        "--port-file", port_file_,           "--rate-limit",
+        "100000",      "--rate-burst", "100000",      "--tick-interval-ms", "20"};
     args.insert(args.end(), extra.begin(), extra.end());
     proc_.Spawn(args, log_);
     for (int i = 0; i < 1000 && !fs::exists(port_file_); ++i) {
@@ -219,9 +221,9 @@ TEST_F(SchedProcessTest, Kill9TwentyTimesLosesNoAcknowledgedJobOrTransition) {
   Start();
   ASSERT_EQ(Req("POST", "/v1/nodes/register", kNode, kRegister).status, 200);
   std::mt19937 rng(20261122);
-  std::map<int64_t, States> expect;          // every acknowledged job
-  std::map<int64_t, std::string> daemon;     // jobs the fake daemon runs: "running" / "exited"
-  std::set<int64_t> exit_ok;                 // running reports acknowledged: may finish
+  std::map<int64_t, States> expect;       // every acknowledged job
+  std::map<int64_t, std::string> daemon;  // jobs the fake daemon runs: "running" / "exited"
+  std::set<int64_t> exit_ok;              // running reports acknowledged: may finish
   int restarts = 0, ops = 0, acked = 0, unknown = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
 
@@ -243,8 +245,9 @@ TEST_F(SchedProcessTest, Kill9TwentyTimesLosesNoAcknowledgedJobOrTransition) {
       Reply r;
       if (op < 40) {  // submit
         const bool alice = op % 2 == 0;
-        r = Req("POST", "/v1/jobs", alice ? kAlice : kBob,
-                StrCat(R"({"name": "k)", ops, R"(", "config_path": "c.yaml", "gpus_per_node": 1})"));
+        r = Req(
+            "POST", "/v1/jobs", alice ? kAlice : kBob,
+            StrCat(R"({"name": "k)", ops, R"(", "config_path": "c.yaml", "gpus_per_node": 1})"));
         if (r.status == 201) expect[r.Json().at("id").get<int64_t>()] = closure({"PENDING"});
       } else if (op < 85) {  // heartbeat with the daemon's reports
         if (!exit_ok.empty() && op < 60) {
@@ -264,9 +267,9 @@ TEST_F(SchedProcessTest, Kill9TwentyTimesLosesNoAcknowledgedJobOrTransition) {
         for (const auto& [id, st] : daemon) {
           if (!expect.count(id)) continue;
           const States after =
-              st == "running" ? Apply(expect[id], {{"SCHEDULED", "RUNNING"}})
-                              : Apply(expect[id], {{"SCHEDULED", "COMPLETED"},
-                                                   {"RUNNING", "COMPLETED"}});
+              st == "running"
+                  ? Apply(expect[id], {{"SCHEDULED", "RUNNING"}})
+                  : Apply(expect[id], {{"SCHEDULED", "COMPLETED"}, {"RUNNING", "COMPLETED"}});
           if (ok) {
             expect[id] = after;
           } else {
@@ -295,9 +298,9 @@ TEST_F(SchedProcessTest, Kill9TwentyTimesLosesNoAcknowledgedJobOrTransition) {
         std::advance(it, std::uniform_int_distribution<size_t>(0, expect.size() - 1)(rng));
         const int64_t id = it->first;
         r = Req("POST", StrCat("/v1/jobs/", id, "/cancel"), kAdmin);
-        const States after = Apply(it->second, {{"PENDING", "CANCELLED"},
-                                                {"SCHEDULED", "CANCELLED"},
-                                                {"RUNNING", "CANCELLED"}});
+        const States after =
+            Apply(it->second,
+                  {{"PENDING", "CANCELLED"}, {"SCHEDULED", "CANCELLED"}, {"RUNNING", "CANCELLED"}});
         if (r.status == 200) {
           EXPECT_TRUE(it->second.count("PENDING") || it->second.count("SCHEDULED") ||
                       it->second.count("RUNNING"))
@@ -344,8 +347,8 @@ TEST_F(SchedProcessTest, Kill9TwentyTimesLosesNoAcknowledgedJobOrTransition) {
     ASSERT_TRUE(got.count(id)) << "acknowledged job " << id << " is gone";
     std::string list;
     for (const auto& s : allowed) list += s + " ";
-    EXPECT_TRUE(allowed.count(got[id])) << "job " << id << " is " << got[id] << "; allowed: "
-                                        << list;
+    EXPECT_TRUE(allowed.count(got[id]))
+        << "job " << id << " is " << got[id] << "; allowed: " << list;
     Reply ev = Req("GET", StrCat("/v1/jobs/", id, "/events"), kAdmin);
     ASSERT_EQ(ev.status, 200);
     const json events = ev.Json().at("events");
@@ -397,8 +400,9 @@ TEST_F(SchedProcessTest, AuthAndBadInputGetTheRightStatusAndChangeNothing) {
   const int64_t alice_job = a.Json().at("id").get<int64_t>();
   ASSERT_EQ(Req("POST", "/v1/jobs", kBob, spec).status, 201);
   // Let the loop place both, so the snapshot below is settled.
-  for (int i = 0; i < 500 && Req("GET", "/metrics", "").body.find(
-                                 "fp8rt_jobs{state=\"SCHEDULED\"} 2\n") == std::string::npos;
+  for (int i = 0;
+       i < 500 && Req("GET", "/metrics", "").body.find("fp8rt_jobs{state=\"SCHEDULED\"} 2\n") ==
+                      std::string::npos;
        ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -525,8 +529,8 @@ TEST_F(SchedProcessTest, ServesHttpsWithASelfSignedCertificate) {
   trusting.set_verify_mode(ssl::verify_peer);
   Reply health = Call(port_, "GET", "/v1/health", "", "", "", &trusting);
   EXPECT_EQ(health.status, 200);
-  Reply sub = Call(port_, "POST", "/v1/jobs", kAlice,
-                   R"({"name": "tls", "config_path": "c.yaml"})", "", &trusting);
+  Reply sub = Call(port_, "POST", "/v1/jobs", kAlice, R"({"name": "tls", "config_path": "c.yaml"})",
+                   "", &trusting);
   EXPECT_EQ(sub.status, 201) << sub.body;
   EXPECT_EQ(Call(port_, "GET", "/v1/jobs", "wrong", "", "", &trusting).status, 401);
   // A client that does not trust the certificate is refused, and plain HTTP gets no answer.
