@@ -3,6 +3,7 @@
 // (cuBLASLt + masked softmax) and the flash kernels side by side, in TFLOP/s of the causal FLOPs.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "bench/bench.h"
 #include "common/cuda_check.h"
@@ -36,40 +37,45 @@ void BenchAttentionShape(Context& ctx, GemmRunner& runner, const AttentionShape&
                                            static_cast<const bf16*>(att), scratch, scratch_bytes,
                                            s, ctx.stream));
   };
-  auto ffwd = [&] {
-    FP8RT_CHECK_OK(cuda::FlashAttentionForward(static_cast<bf16*>(out), static_cast<float*>(lse),
-                                               q(), s, ctx.stream));
-  };
-  auto fbwd = [&] {
-    FP8RT_CHECK_OK(cuda::FlashAttentionBackward(
-        static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout), q(),
-        static_cast<const bf16*>(out), static_cast<const float*>(lse), scratch, scratch_bytes, s,
-        ctx.stream));
-  };
   fwd();  // the backward reads the forward's att
   const double fwd_ms = MedianMs(ctx, fwd);
   const double bwd_ms = MedianMs(ctx, bwd);
   const double both_ms = MedianMs(ctx, [&] { fwd(), bwd(); });
-  ffwd();  // the flash backward reads the forward's out and lse
-  const double ffwd_ms = MedianMs(ctx, ffwd);
-  const double fbwd_ms = MedianMs(ctx, fbwd);
-  const double fboth_ms = MedianMs(ctx, [&] { ffwd(), fbwd(); });
 
   // Causal FLOPs: each T x T x HS product is 2*B*NH*T*T*HS, half of it under the mask; the forward
   // has two (q k^T, att v), the backward four (dy v^T, att^T dy, dpre k, dpre^T q). The flash
   // backward recomputes two more (q k^T, dy v^T once per kernel); they are not counted.
   const double unit = 1.0 * s.B * s.NH * s.T * s.T * s.HS;
   const std::string shape = StrCat("B", s.B, " T", s.T, " NH", s.NH, " HS", s.HS);
-  auto row = [&](const char* op, double ms, double flops) {
+  auto row = [&](const std::string& op, double ms, double flops) {
     ctx.rows.push_back({op, shape, ms, flops / (ms * 1e-3) / 1e12, "TFLOP/s", ctx.raw_bf16_tflops,
                         "raw bf16", "", true});
   };
   row("attention fwd bf16 (cuBLASLt + softmax)", fwd_ms, 2 * unit);
   row("attention bwd bf16 (cuBLASLt + softmax)", bwd_ms, 4 * unit);
   row("attention fwd+bwd bf16 (cuBLASLt + softmax)", both_ms, 6 * unit);
-  row("attention fwd bf16 (flash)", ffwd_ms, 2 * unit);
-  row("attention bwd bf16 (flash)", fbwd_ms, 4 * unit);
-  row("attention fwd+bwd bf16 (flash)", fboth_ms, 6 * unit);
+  // The flash kernels, once per compiled tiling (the first is the default).
+  const std::vector<cuda::FlashTiling> tilings = cuda::FlashTilings(s.HS);
+  for (int t = 0; t < static_cast<int>(tilings.size()); ++t) {
+    auto ffwd = [&] {
+      FP8RT_CHECK_OK(cuda::FlashAttentionForward(static_cast<bf16*>(out),
+                                                 static_cast<float*>(lse), q(), s, ctx.stream, t));
+    };
+    auto fbwd = [&] {
+      FP8RT_CHECK_OK(cuda::FlashAttentionBackward(
+          static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout), q(),
+          static_cast<const bf16*>(out), static_cast<const float*>(lse), scratch, scratch_bytes,
+          s, ctx.stream, t));
+    };
+    ffwd();  // the flash backward reads the forward's out and lse
+    const double ffwd_ms = MedianMs(ctx, ffwd);
+    const double fbwd_ms = MedianMs(ctx, fbwd);
+    const double fboth_ms = MedianMs(ctx, [&] { ffwd(), fbwd(); });
+    const std::string name = StrCat(t == 0 ? "flash" : "flash alt", ": ", tilings[t].Name());
+    row(StrCat("attention fwd bf16 (", name, ")"), ffwd_ms, 2 * unit);
+    row(StrCat("attention bwd bf16 (", name, ")"), fbwd_ms, 4 * unit);
+    row(StrCat("attention fwd+bwd bf16 (", name, ")"), fboth_ms, 6 * unit);
+  }
 
   for (void* p : {qkv, out, dout, dqkv, att, lse, scratch}) DeviceFree(p);
 }

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "kernels/dtype.h"
@@ -93,16 +95,23 @@ Status AttentionBackward(GemmRunner& gemm, T* dqkv, const T* dout, const T* qkv,
 // FlashAttention-2). Head sizes 16, 32, 64 and 128; Ok, or InvalidArgument naming why the shape
 // or the device (shared memory per block) cannot take it -- callers then use the GEMM version.
 Status FlashAttentionCheck(const AttentionShape& s);
+// The tilings compiled for a head size (warps per block of each kernel and the inner tile of the
+// two backward kernels); index 0 is the default, the others are there for the benchmark.
+struct FlashTiling {
+  int fwd_warps, kv_warps, kv_query_tile, q_warps, q_key_tile;
+  std::string Name() const;
+};
+std::vector<FlashTiling> FlashTilings(int64_t head_size);
 // Forward: out (B, T, C) and lse (B, NH, T) as cpu::AttentionLse defines it. No scratch.
 Status FlashAttentionForward(bf16* out, float* lse, const bf16* qkv, const AttentionShape& s,
-                             cudaStream_t stream);
+                             cudaStream_t stream, int tiling = 0);
 // Backward: dqkv (B, T, 3C) is overwritten; qkv, out and lse are the forward's. Deterministic (no
 // atomics): dK/dV and dQ come from two kernels that each recompute the probabilities. Scratch
 // holds the per-query rowsum(dout * out), FlashAttentionScratchBytes(s) bytes.
 size_t FlashAttentionScratchBytes(const AttentionShape& s);
 Status FlashAttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                               const float* lse, void* scratch, size_t scratch_bytes,
-                              const AttentionShape& s, cudaStream_t stream);
+                              const AttentionShape& s, cudaStream_t stream, int tiling = 0);
 }  // namespace cuda
 #endif
 

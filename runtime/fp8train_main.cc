@@ -1,4 +1,5 @@
 // fp8train: trains a GPT model on one GPU or the CPU. See configs/README.md.
+#include <cstdio>
 #include <csignal>
 #include <fstream>
 #include <iostream>
@@ -17,7 +18,7 @@ int main(int argc, char** argv) {
   CLI::App app{"fp8train: FP8 GPT training shard (one process per GPU, or the CPU)"};
   std::string config_path, checkpoint_dir, precision, device = "auto", metrics, inspect;
   int64_t steps = -1, inspect_step = -1;
-  bool resume = false, reset_history = false;
+  bool resume = false, reset_history = false, profile_ops = false;
   app.add_option("--config", config_path, "run configuration (YAML)");
   app.add_option("--steps", steps, "stop after this global step (the LR schedule still follows "
                                    "train.total_steps)");
@@ -30,6 +31,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp8", "bf16", "fp32"}));
   app.add_option("--device", device, "cpu, cuda:K, or auto (cuda:0 if present, else cpu)");
   app.add_option("--metrics", metrics, "JSON lines per step to FILE, or - for stdout");
+  app.add_flag("--profile-ops", profile_ops,
+               "time every op of each step (after the first two) and print a table at exit");
   app.add_option("--inspect-scales", inspect,
                  "print the FP8 scale state checkpointed in DIR and exit");
   app.add_option("--step", inspect_step, "with --inspect-scales: the step (default: latest)");
@@ -62,6 +65,7 @@ int main(int argc, char** argv) {
   o.checkpoint_dir = checkpoint_dir;
   o.resume = resume;
   o.reset_fp8_history = reset_history;
+  o.profile_ops = profile_ops;
   if (!precision.empty()) o.precision = *ParsePrecision(precision);
   if (device == "auto") {
     device = QueryDevice("cuda:0").ok() ? "cuda:0" : "cpu";
@@ -97,6 +101,16 @@ int main(int argc, char** argv) {
                    code == StatusCode::kCorruption || code == StatusCode::kNotFound
                ? kExitUsage
                : kExitError;
+  }
+  if (profile_ops) {
+    double total = 0;
+    for (const OpTime& t : r->op_profile) total += t.ms_per_step;
+    std::fprintf(stderr, "%-28s %12s %8s %10s\n", "op (per step)", "ms", "%", "calls");
+    for (const OpTime& t : r->op_profile) {
+      std::fprintf(stderr, "%-28s %12.3f %7.1f%% %10.0f\n", t.op.c_str(), t.ms_per_step,
+                   total > 0 ? 100.0 * t.ms_per_step / total : 0.0, t.calls_per_step);
+    }
+    std::fprintf(stderr, "%-28s %12.3f\n", "total", total);
   }
   if (r->stopped_by_signal) {
     std::cerr << "fp8train: stopped by signal after step " << r->last_step

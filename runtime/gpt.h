@@ -11,6 +11,7 @@
 
 #include "common/status.h"
 #include "runtime/config.h"
+#include "runtime/op_profile.h"
 #include "runtime/scale_store.h"
 
 namespace fp8rt {
@@ -77,6 +78,9 @@ class GptModel {
   virtual int num_fp8_weights() const = 0;
   // Peak device (or host, on the CPU) bytes allocated by the model.
   virtual size_t allocated_bytes() const = 0;
+  // --profile-ops: time per op of each Step (see runtime/op_profile.h), mean ms per step.
+  virtual void EnableOpProfile(bool on) = 0;
+  virtual std::vector<OpTime> OpProfile() const = 0;
   // Names and sizes of the parameter tensors, in order.
   virtual std::vector<std::pair<std::string, int64_t>> ParamTensors() const = 0;
 };

@@ -46,6 +46,13 @@ inline const bool kDecay[kNumParams] = {true,  true,  false, false, true,  false
 // The four linear layers of a block, and the LM head.
 enum LinearKind { kQkv, kAttProj, kFc, kFcProj, kNumLinear, kLmHead = kNumLinear };
 inline const char* kLinearNames[kNumLinear + 1] = {"qkv", "attn_proj", "fc", "fc_proj", "lm_head"};
+// Op names for --profile-ops, per linear kind (kQkv .. kLmHead).
+inline const char* kFpropNames[] = {"gemm fprop qkv", "gemm fprop attn_proj", "gemm fprop fc",
+                                    "gemm fprop fc_proj", "gemm fprop lm_head"};
+inline const char* kDgradNames[] = {"gemm dgrad qkv", "gemm dgrad attn_proj", "gemm dgrad fc",
+                                    "gemm dgrad fc_proj", "gemm dgrad lm_head"};
+inline const char* kWgradNames[] = {"gemm wgrad qkv", "gemm wgrad attn_proj", "gemm wgrad fc",
+                                    "gemm wgrad fc_proj", "gemm wgrad lm_head"};
 enum Fp8Role { kRoleX, kRoleW, kRoleDy, kNumRoles };
 inline const char* kRoleNames[kNumRoles] = {"input", "weight", "grad_output"};
 
@@ -113,6 +120,8 @@ class Gpt final : public GptModel {
   int64_t num_params() const override { return layout_.total; }
   int num_fp8_weights() const override { return num_fp8_weights_; }
   size_t allocated_bytes() const override { return allocated_bytes_; }
+  void EnableOpProfile(bool on) override { ops_->EnableProfile(on); }
+  std::vector<OpTime> OpProfile() const override { return ops_->ProfileReport(); }
   std::vector<std::pair<std::string, int64_t>> ParamTensors() const override {
     std::vector<std::pair<std::string, int64_t>> out;
     for (int i = 0; i < kNumParams; ++i) out.emplace_back(kParamNames[i], layout_.size[i]);
@@ -196,12 +205,31 @@ class Gpt final : public GptModel {
       default: *N = o_.model.padded_vocab(), *K = C; return;
     }
   }
-  T* W(Param p) const { return working_ + layout_.offset[p]; }
+  // The working copy of a parameter in T; null for the weights of FP8 linear layers, which are
+  // cast to FP8 straight from the FP32 master weights and need no T copy.
+  T* W(Param p) const { return work_offset_[p] < 0 ? nullptr : working_ + work_offset_[p]; }
   float* G(Param p) const { return grads_ + layout_.offset[p]; }
+  static Param WeightOf(int kind) {
+    switch (kind) {
+      case kQkv: return kQkvW;
+      case kAttProj: return kAttProjW;
+      case kFc: return kFcW;
+      case kFcProj: return kFcProjW;
+      default: return kWte;
+    }
+  }
+  // Whether p keeps a T working copy: everything except an FP8 linear layer's weight (the tied
+  // LM head / token embedding always keeps one: the embedding reads it).
+  bool HasWorking(int p) const {
+    for (int kind = 0; kind < kNumLinear; ++kind) {
+      if (WeightOf(kind) == p && Fp8On(kind)) return false;
+    }
+    return true;
+  }
 
-  Status LinearForward(int l, int kind, T* y, const T* x, const T* w, const T* b, bool cast_w);
-  Status LinearBackward(int l, int kind, T* dx, float* dw, float* db, const T* dy, const T* x,
-                        const T* w);
+  // y = x W^T + b for linear `kind` of layer l (its weight: WeightOf(kind), layer l's slice).
+  Status LinearForward(int l, int kind, T* y, const T* x, const T* b, bool cast_w);
+  Status LinearBackward(int l, int kind, T* dx, float* dw, float* db, const T* dy, const T* x);
   Status AddBias(T* y, const T* b, int64_t M, int64_t N);
   Status ForwardPass(const int32_t* x_host, const int32_t* y_host, bool cast_weights,
                      bool compute_grad, int micro);
@@ -218,6 +246,7 @@ class Gpt final : public GptModel {
   // Parameters: FP32 master, FP32 gradients and moments, T working copy.
   float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
   T* working_ = nullptr;
+  int64_t work_offset_[kNumParams] = {};  // into working_, -1 where HasWorking is false
 
   // Inputs, and the pinned host staging of one step's (grad_accum, 2, B*T) token ids, so their
   // uploads need no host synchronisation.
@@ -244,7 +273,8 @@ class Gpt final : public GptModel {
   ScalingState scaling_;
   uint8_t* scaling_base_ = nullptr;
   int num_fp8_tensors_ = 0, num_fp8_weights_ = 0;
-  std::vector<uint8_t*> w8_, w8t_, x8_, x8t_;  // per (layer, kind) slot
+  std::vector<uint8_t*> w8_, w8t_, x8t_;  // per (layer, kind) slot
+  uint8_t* x8_ = nullptr;  // the forward's row-major input cast, shared: only x8t_ is saved
   uint8_t *dy8_ = nullptr, *dy8t_ = nullptr;   // shared, (B*T, max N)
   typename Ops::Counter* saturated_ = nullptr;  // per FP8 tensor
   static constexpr int kScaleSlot = 16;          // floats per tensor in gemm_scale_inv_
@@ -278,7 +308,12 @@ Status Gpt<Ops, T>::Setup() {
   FP8RT_RETURN_IF_ERROR(Alloc(&grads_, P));
   FP8RT_RETURN_IF_ERROR(Alloc(&m_, P));
   FP8RT_RETURN_IF_ERROR(Alloc(&v_, P));
-  FP8RT_RETURN_IF_ERROR(Alloc(&working_, P));
+  int64_t work_total = 0;
+  for (int p = 0; p < kNumParams; ++p) {
+    work_offset_[p] = HasWorking(p) ? work_total : -1;
+    if (HasWorking(p)) work_total += (layout_.size[p] + 63) / 64 * 64;
+  }
+  FP8RT_RETURN_IF_ERROR(Alloc(&working_, work_total));
   FP8RT_RETURN_IF_ERROR(Alloc(&tokens_, M_));
   FP8RT_RETURN_IF_ERROR(Alloc(&targets_, M_));
   staging_ = static_cast<int32_t*>(ops_->AllocHost(sizeof(int32_t) * 2 * M_ * o_.grad_accum));
@@ -363,21 +398,20 @@ Status Gpt<Ops, T>::Setup() {
     FP8RT_RETURN_IF_ERROR(ops_->InitScaling(scaling_));
     FP8RT_RETURN_IF_ERROR(Alloc(&saturated_, num_fp8_tensors_));
     FP8RT_RETURN_IF_ERROR(Alloc(&gemm_scale_inv_, int64_t{num_fp8_tensors_} * kScaleSlot));
-    w8_.assign(slots, nullptr), w8t_.assign(slots, nullptr);
-    x8_.assign(slots, nullptr), x8t_.assign(slots, nullptr);
-    int64_t max_n = 0;
+    w8_.assign(slots, nullptr), w8t_.assign(slots, nullptr), x8t_.assign(slots, nullptr);
+    int64_t max_n = 0, max_k = 0;
     for (int s = 0; s < slots; ++s) {
       const int kind = s == slots - 1 ? kLmHead : s % kNumLinear;
       if (!Fp8On(kind)) continue;
       int64_t N, K;
       LinearShape(kind, &N, &K);
-      max_n = std::max(max_n, N);
+      max_n = std::max(max_n, N), max_k = std::max(max_k, K);
       FP8RT_RETURN_IF_ERROR(Alloc(&w8_[s], N * K));
       FP8RT_RETURN_IF_ERROR(Alloc(&w8t_[s], N * K));
-      FP8RT_RETURN_IF_ERROR(Alloc(&x8_[s], M_ * K));
       FP8RT_RETURN_IF_ERROR(Alloc(&x8t_[s], M_ * K));
       ++num_fp8_weights_;
     }
+    FP8RT_RETURN_IF_ERROR(Alloc(&x8_, M_ * max_k));
     FP8RT_RETURN_IF_ERROR(Alloc(&dy8_, M_ * max_n));
     FP8RT_RETURN_IF_ERROR(Alloc(&dy8t_, M_ * max_n));
   }
@@ -394,9 +428,13 @@ template <typename Ops, typename T>
 Status Gpt<Ops, T>::RefreshWorkingCopy() {
   std::vector<float> master(static_cast<size_t>(layout_.total));
   FP8RT_RETURN_IF_ERROR(ops_->Download(master.data(), master_, master.size() * sizeof(float)));
-  std::vector<T> work(master.size());
-  for (size_t i = 0; i < master.size(); ++i) work[i] = T(master[i]);
-  return ops_->Upload(working_, work.data(), work.size() * sizeof(T));
+  for (int p = 0; p < kNumParams; ++p) {
+    if (!HasWorking(p)) continue;
+    std::vector<T> work(static_cast<size_t>(layout_.size[p]));
+    for (size_t i = 0; i < work.size(); ++i) work[i] = T(master[layout_.offset[p] + i]);
+    FP8RT_RETURN_IF_ERROR(ops_->Upload(W(static_cast<Param>(p)), work.data(), work.size() * sizeof(T)));
+  }
+  return Status::Ok();
 }
 
 template <typename Ops, typename T>
@@ -442,15 +480,18 @@ Status Gpt<Ops, T>::AddBias(T* y, const T* b, int64_t M, int64_t N) {
   g.a = {ones_, kT};
   g.b = {b, kT};
   g.d = y, g.d_dtype = kT, g.beta = 1.0f;
+  ops_->Mark("gemm add bias");
   return ops_->Gemm(g);
 }
 
 template <typename Ops, typename T>
-Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* w, const T* b,
-                                  bool cast_w) {
+Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b, bool cast_w) {
   int64_t N, K;
   LinearShape(kind, &N, &K);
+  const Param wp = WeightOf(kind);
   if (!Fp8On(kind)) {
+    ops_->Mark(kFpropNames[kind]);
+    const T* w = W(wp) + l * N * K;
     GemmArgs g;
     g.M = M_, g.N = N, g.K = K;
     g.a = {x, kT};
@@ -461,16 +502,20 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* w,
     return ops_->Gemm(g);
   }
   const int slot = Slot(l, kind);
-  const Fp8Tensor xq = Fp8Of(l, kind, kRoleX, x8_[slot], x8t_[slot], M_, K);
+  const Fp8Tensor xq = Fp8Of(l, kind, kRoleX, x8_, x8t_[slot], M_, K);
+  ops_->Mark("fp8 cast x (+T)");
   FP8RT_RETURN_IF_ERROR(ops_->Quantize(x, xq, saturated_ + Fp8Index(l, kind, kRoleX)));
   const Fp8Tensor wq = Fp8Of(l, kind, kRoleW, w8_[slot], w8t_[slot], N, K);
-  if (cast_w) {
+  if (cast_w) {  // from the FP32 master weights
+    ops_->Mark("fp8 cast w (+T)");
+    const float* w = master_ + layout_.offset[wp] + l * N * K;
     FP8RT_RETURN_IF_ERROR(ops_->Quantize(w, wq, saturated_ + Fp8Index(l, kind, kRoleW)));
     ++weight_casts_;
   }
   FP8RT_ASSIGN_OR_RETURN(GemmArgs probe, Fp8Fprop(xq, wq, y, kT, nullptr, true));
   const bool fused_bias = b != nullptr && GemmBiasDType(probe) == kT;
   FP8RT_ASSIGN_OR_RETURN(GemmArgs g, Fp8Fprop(xq, wq, y, kT, fused_bias ? b : nullptr, true));
+  ops_->Mark(kFpropNames[kind]);
   FP8RT_RETURN_IF_ERROR(ops_->Gemm(g));
   if (b != nullptr && !fused_bias) FP8RT_RETURN_IF_ERROR(AddBias(y, b, M_, N));
   return Status::Ok();
@@ -478,10 +523,11 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* w,
 
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db, const T* dy,
-                                   const T* x, const T* w) {
+                                   const T* x) {
   int64_t N, K;
   LinearShape(kind, &N, &K);
   if (db != nullptr) {  // db (1, N) += ones (1, M) dY (M, N)
+    ops_->Mark("gemm bias grad");
     GemmArgs g;
     g.M = 1, g.N = N, g.K = M_;
     g.a = {ones_, kT};
@@ -490,27 +536,33 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
     FP8RT_RETURN_IF_ERROR(ops_->Gemm(g));
   }
   if (!Fp8On(kind)) {
+    const T* w = W(WeightOf(kind)) + l * N * K;
     GemmArgs gd;  // dX (M, K) = dY (M, N) W (N, K)
     gd.M = M_, gd.N = K, gd.K = N;
     gd.a = {dy, kT};
     gd.b = {w, kT};
     gd.d = dx, gd.d_dtype = kT;
+    ops_->Mark(kDgradNames[kind]);
     FP8RT_RETURN_IF_ERROR(ops_->Gemm(gd));
     GemmArgs gw;  // dW (N, K) += dY^T (N, M) X (M, K)
     gw.M = N, gw.N = K, gw.K = M_;
     gw.a = {dy, kT, /*trans=*/true};
     gw.b = {x, kT};
     gw.d = dw, gw.d_dtype = DType::kFloat32, gw.beta = 1.0f;
+    ops_->Mark(kWgradNames[kind]);
     return ops_->Gemm(gw);
   }
   const int slot = Slot(l, kind);
   const Fp8Tensor dyq = Fp8Of(l, kind, kRoleDy, dy8_, dy8t_, M_, N);
+  ops_->Mark("fp8 cast dy (+T)");
   FP8RT_RETURN_IF_ERROR(ops_->Quantize(dy, dyq, saturated_ + Fp8Index(l, kind, kRoleDy)));
   const Fp8Tensor wq = Fp8Of(l, kind, kRoleW, w8_[slot], w8t_[slot], N, K);
-  const Fp8Tensor xq = Fp8Of(l, kind, kRoleX, x8_[slot], x8t_[slot], M_, K);
+  const Fp8Tensor xq = Fp8Of(l, kind, kRoleX, nullptr, x8t_[slot], M_, K);
   FP8RT_ASSIGN_OR_RETURN(GemmArgs gd, Fp8Dgrad(dyq, wq, dx, kT));
+  ops_->Mark(kDgradNames[kind]);
   FP8RT_RETURN_IF_ERROR(ops_->Gemm(gd));
   FP8RT_ASSIGN_OR_RETURN(GemmArgs gw, Fp8Wgrad(dyq, xq, dw, /*accumulate=*/true));
+  ops_->Mark(kWgradNames[kind]);
   return ops_->Gemm(gw);
 }
 
@@ -523,33 +575,41 @@ Status Gpt<Ops, T>::ForwardPass(const int32_t* x_host, const int32_t* y_host, bo
   // x_host, y_host point into staging_, which stays untouched until the step's one Download.
   FP8RT_RETURN_IF_ERROR(ops_->UploadAsync(tokens_, x_host, M_ * sizeof(int32_t)));
   FP8RT_RETURN_IF_ERROR(ops_->UploadAsync(targets_, y_host, M_ * sizeof(int32_t)));
+  ops_->Mark("embedding fwd");
   FP8RT_RETURN_IF_ERROR(
       ops_->EmbeddingForward(encoded_, tokens_, W(kWte), W(kWpe), o_.B, o_.T, C, V));
   const T* res = encoded_;
   for (int l = 0; l < m.n_layer; ++l) {
+    ops_->Mark("layernorm fwd");
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln1_[l], ln1_mean_[l], ln1_rstd_[l], res,
                                                  W(kLn1W) + l * C, W(kLn1B) + l * C, M_, C));
-    FP8RT_RETURN_IF_ERROR(LinearForward(l, kQkv, qkv_[l], ln1_[l], W(kQkvW) + l * 3 * C * C,
-                                        W(kQkvB) + l * 3 * C, cast_weights));
+    FP8RT_RETURN_IF_ERROR(
+        LinearForward(l, kQkv, qkv_[l], ln1_[l], W(kQkvB) + l * 3 * C, cast_weights));
+    ops_->Mark("attention fwd");
     FP8RT_RETURN_IF_ERROR(ops_->Attention(atty_[l], att_[l], qkv_[l], as));
-    FP8RT_RETURN_IF_ERROR(LinearForward(l, kAttProj, tmp_, atty_[l], W(kAttProjW) + l * C * C,
-                                        W(kAttProjB) + l * C, cast_weights));
+    FP8RT_RETURN_IF_ERROR(
+        LinearForward(l, kAttProj, tmp_, atty_[l], W(kAttProjB) + l * C, cast_weights));
+    ops_->Mark("residual add");
     FP8RT_RETURN_IF_ERROR(ops_->Residual(res2_[l], res, tmp_, M_ * C));
+    ops_->Mark("layernorm fwd");
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln2_[l], ln2_mean_[l], ln2_rstd_[l], res2_[l],
                                                  W(kLn2W) + l * C, W(kLn2B) + l * C, M_, C));
-    FP8RT_RETURN_IF_ERROR(LinearForward(l, kFc, fch_[l], ln2_[l], W(kFcW) + l * 4 * C * C,
-                                        W(kFcB) + l * 4 * C, cast_weights));
+    FP8RT_RETURN_IF_ERROR(
+        LinearForward(l, kFc, fch_[l], ln2_[l], W(kFcB) + l * 4 * C, cast_weights));
+    ops_->Mark("gelu fwd");
     FP8RT_RETURN_IF_ERROR(ops_->Gelu(fch_gelu_[l], fch_[l], M_ * 4 * C));
-    FP8RT_RETURN_IF_ERROR(LinearForward(l, kFcProj, tmp_, fch_gelu_[l],
-                                        W(kFcProjW) + l * 4 * C * C, W(kFcProjB) + l * C,
-                                        cast_weights));
+    FP8RT_RETURN_IF_ERROR(
+        LinearForward(l, kFcProj, tmp_, fch_gelu_[l], W(kFcProjB) + l * C, cast_weights));
+    ops_->Mark("residual add");
     FP8RT_RETURN_IF_ERROR(ops_->Residual(res3_[l], res2_[l], tmp_, M_ * C));
     res = res3_[l];
   }
+  ops_->Mark("layernorm fwd");
   FP8RT_RETURN_IF_ERROR(
       ops_->LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, res, W(kLnfW), W(kLnfB), M_, C));
-  FP8RT_RETURN_IF_ERROR(LinearForward(0, kLmHead, logits_, lnf_, W(kWte), nullptr, cast_weights));
+  FP8RT_RETURN_IF_ERROR(LinearForward(0, kLmHead, logits_, lnf_, nullptr, cast_weights));
   const float dloss = 1.0f / static_cast<float>(M_ * o_.grad_accum);
+  ops_->Mark("softmax-xent");
   FP8RT_RETURN_IF_ERROR(ops_->CrossEntropy(losses_, logits_, targets_, M_, V, Vp, dloss,
                                            compute_grad));
   return ops_->MeanLoss(step_losses_ + micro, losses_, M_);
@@ -562,34 +622,36 @@ Status Gpt<Ops, T>::BackwardPass() {
   const AttentionShape as{o_.B, o_.T, m.n_head, C / m.n_head};
   // logits_ holds dlogits now.
   FP8RT_RETURN_IF_ERROR(
-      LinearBackward(0, kLmHead, dc1_, G(kWte), nullptr, logits_, lnf_, W(kWte)));
+      LinearBackward(0, kLmHead, dc1_, G(kWte), nullptr, logits_, lnf_));
+  ops_->Mark("layernorm bwd");
   FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, G(kLnfW), G(kLnfB), dc1_, res3_[L - 1],
                                                 W(kLnfW), lnf_mean_, lnf_rstd_, M_, C, false));
   for (int64_t l = L - 1; l >= 0; --l) {
     const T* res_in = l == 0 ? encoded_ : res3_[l - 1];
     // dres_ is the gradient of this block's output (res3).
     FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFcProj, d4c_, G(kFcProjW) + l * 4 * C * C,
-                                         G(kFcProjB) + l * C, dres_, fch_gelu_[l],
-                                         W(kFcProjW) + l * 4 * C * C));
+                                         G(kFcProjB) + l * C, dres_, fch_gelu_[l]));
+    ops_->Mark("gelu bwd");
     FP8RT_RETURN_IF_ERROR(ops_->GeluBackward(d4c_, fch_[l], d4c_, M_ * 4 * C));
     FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFc, dc1_, G(kFcW) + l * 4 * C * C,
-                                         G(kFcB) + l * 4 * C, d4c_, ln2_[l],
-                                         W(kFcW) + l * 4 * C * C));
+                                         G(kFcB) + l * 4 * C, d4c_, ln2_[l]));
+    ops_->Mark("layernorm bwd");
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, G(kLn2W) + l * C, G(kLn2B) + l * C, dc1_,
                                                   res2_[l], W(kLn2W) + l * C, ln2_mean_[l],
                                                   ln2_rstd_[l], M_, C, true));
     // dres_ is now the gradient of res2.
     FP8RT_RETURN_IF_ERROR(LinearBackward(l, kAttProj, dc2_, G(kAttProjW) + l * C * C,
-                                         G(kAttProjB) + l * C, dres_, atty_[l],
-                                         W(kAttProjW) + l * C * C));
+                                         G(kAttProjB) + l * C, dres_, atty_[l]));
+    ops_->Mark("attention bwd");
     FP8RT_RETURN_IF_ERROR(ops_->AttentionBackward(dqkv_, dc2_, qkv_[l], atty_[l], att_[l], as));
     FP8RT_RETURN_IF_ERROR(LinearBackward(l, kQkv, dc1_, G(kQkvW) + l * 3 * C * C,
-                                         G(kQkvB) + l * 3 * C, dqkv_, ln1_[l],
-                                         W(kQkvW) + l * 3 * C * C));
+                                         G(kQkvB) + l * 3 * C, dqkv_, ln1_[l]));
+    ops_->Mark("layernorm bwd");
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, G(kLn1W) + l * C, G(kLn1B) + l * C, dc1_,
                                                   res_in, W(kLn1W) + l * C, ln1_mean_[l],
                                                   ln1_rstd_[l], M_, C, true));
   }
+  ops_->Mark("embedding bwd");
   return ops_->EmbeddingBackward(G(kWte), G(kWpe), dres_, tokens_, o_.B, o_.T, C,
                                  o_.model.vocab_size);
 }
@@ -602,6 +664,7 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
   const int64_t n = M_ * o_.grad_accum;
   std::memcpy(staging_, x, n * sizeof(int32_t));
   std::memcpy(staging_ + n, y, n * sizeof(int32_t));
+  ops_->Mark("zero grads");
   FP8RT_RETURN_IF_ERROR(ops_->Zero(grads_, P * sizeof(float)));
   for (int micro = 0; micro < o_.grad_accum; ++micro) {
     // FP8 weights are cast on the first micro-batch only and reused by the others.
@@ -609,20 +672,25 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
         ForwardPass(staging_ + micro * M_, staging_ + n + micro * M_, micro == 0, true, micro));
     FP8RT_RETURN_IF_ERROR(BackwardPass());
   }
+  ops_->Mark("grad norm");
   FP8RT_RETURN_IF_ERROR(ops_->NormSquared(norm_sq_, grads_, P));
   AdamWConfig cfg;
   cfg.lr = lr, cfg.beta1 = o_.beta1, cfg.beta2 = o_.beta2, cfg.eps = o_.eps;
   cfg.weight_decay = o_.weight_decay;
+  ops_->Mark("adamw");
   for (int p = 0; p < kNumParams; ++p) {
     const int64_t off = layout_.offset[p];
     FP8RT_RETURN_IF_ERROR(ops_->AdamW(master_ + off, m_ + off, v_ + off, grads_ + off,
-                                      working_ + off, layout_.size[p], step, cfg,
+                                      W(static_cast<Param>(p)), layout_.size[p], step, cfg,
                                       kDecay[p] ? o_.weight_decay : 0.0f, norm_sq_, o_.grad_clip));
   }
+  ops_->Mark("fp8 scaling update");
   if (num_fp8_tensors_ > 0) FP8RT_RETURN_IF_ERROR(ops_->UpdateScaling(scaling_, scaling_cfg_));
   // The one host synchronisation of the step: the numbers the metrics need.
   std::vector<float> stats(static_cast<size_t>(o_.grad_accum + 1));
+  ops_->Mark("step sync");
   FP8RT_RETURN_IF_ERROR(ops_->Download(stats.data(), step_losses_, stats.size() * sizeof(float)));
+  ops_->EndProfileStep();
   double loss = 0;
   for (int i = 0; i < o_.grad_accum; ++i) loss += stats[i];
   out->loss = static_cast<float>(loss / o_.grad_accum);

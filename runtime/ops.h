@@ -17,6 +17,7 @@
 #include "kernels/quantize.h"
 #include "kernels/residual.h"
 #include "kernels/scaling.h"
+#include "runtime/op_profile.h"
 
 namespace fp8rt {
 
@@ -51,6 +52,11 @@ class CpuOps {
   void FreeHost(void* p) { Free(p); }
   Status UploadAsync(void* dst, const void* src, size_t bytes) { return Upload(dst, src, bytes); }
   Status Sync() { return Status::Ok(); }
+  // --profile-ops: Mark(op) before each op of a step, EndProfileStep() after the step's sync.
+  void EnableProfile(bool on) { prof_.Enable(on); }
+  void Mark(const char* op) { prof_.Mark(op); }
+  void EndProfileStep() { prof_.EndStep(); }
+  std::vector<OpTime> ProfileReport() const { return prof_.Report(); }
   // The CPU references need no scratch.
   Status ReserveScratchFor(const AttentionShape&, DType, int64_t V, int64_t P, size_t* bytes) {
     *bytes = 0;
@@ -130,6 +136,8 @@ class CpuOps {
                const AdamWConfig& cfg, float wd, const float* norm_sq, float max_norm) {
     return cpu::AdamW(master, m, v, g, working, n, step, cfg, wd, norm_sq, max_norm);
   }
+ private:
+  HostOpProfiler prof_;
 };
 
 }  // namespace fp8rt

@@ -7,11 +7,60 @@
 #include <algorithm>
 #include <memory>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "common/cuda_check.h"
 #include "runtime/ops.h"
 
 namespace fp8rt {
+
+// CUDA-event marks on the ops' stream, read back after the step's one synchronisation.
+class DeviceOpProfiler {
+ public:
+  DeviceOpProfiler() = default;
+  DeviceOpProfiler(const DeviceOpProfiler&) = delete;
+  DeviceOpProfiler& operator=(const DeviceOpProfiler&) = delete;
+  ~DeviceOpProfiler() {
+    for (auto& m : marks_) pool_.push_back(m.second);
+    for (cudaEvent_t e : pool_) cudaEventDestroy(e);
+  }
+  void Enable(bool on, cudaStream_t stream) { on_ = on, stream_ = stream; }
+  void Mark(const char* op) {
+    if (!on_) return;
+    cudaEvent_t e = nullptr;
+    if (!pool_.empty()) {
+      e = pool_.back();
+      pool_.pop_back();
+    } else if (cudaEventCreate(&e) != cudaSuccess) {
+      on_ = false;  // profiling is best-effort; the step itself must not fail for it
+      return;
+    }
+    cudaEventRecord(e, stream_);
+    marks_.emplace_back(op, e);
+  }
+  void EndStep() {
+    if (!on_ || marks_.empty()) return;
+    Mark("(step end)");
+    cudaEventSynchronize(marks_.back().second);
+    for (size_t i = 0; i + 1 < marks_.size(); ++i) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, marks_[i].second, marks_[i + 1].second);
+      totals_.Add(marks_[i].first, ms);
+    }
+    totals_.EndStep();
+    for (auto& m : marks_) pool_.push_back(m.second);
+    marks_.clear();
+  }
+  std::vector<OpTime> Report() const { return totals_.Report(); }
+
+ private:
+  bool on_ = false;
+  cudaStream_t stream_ = nullptr;
+  std::vector<std::pair<const char*, cudaEvent_t>> marks_;
+  std::vector<cudaEvent_t> pool_;
+  OpTotals totals_;
+};
 
 class CudaOps {
  public:
@@ -54,6 +103,12 @@ class CudaOps {
     return ReserveScratch(need);
   }
   cudaStream_t stream() const { return stream_; }
+
+  // --profile-ops: Mark(op) before each op of a step, EndProfileStep() after the step's sync.
+  void EnableProfile(bool on) { prof_.Enable(on, stream_); }
+  void Mark(const char* op) { prof_.Mark(op); }
+  void EndProfileStep() { prof_.EndStep(); }
+  std::vector<OpTime> ProfileReport() const { return prof_.Report(); }
 
   void* Alloc(size_t bytes) {
     void* p = nullptr;
@@ -191,6 +246,7 @@ class CudaOps {
   std::unique_ptr<GemmRunner> gemm_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  DeviceOpProfiler prof_;
 };
 
 }  // namespace fp8rt

@@ -197,6 +197,8 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
       break;
     }
     ++step;
+    // --profile-ops skips this invocation's first two steps (cuBLASLt heuristics, warm caches).
+    if (o.profile_ops && step == result.first_step + 2) model->EnableOpProfile(true);
     for (int micro = 0; micro < c.train.grad_accum; ++micro) {
       loader.NextBatch(x.data() + micro * M, y.data() + micro * M);
     }
@@ -254,6 +256,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
       FP8RT_RETURN_IF_ERROR(SaveCheckpoint(o, pd.precision, *model, step, loader.cursor()));
     }
   }
+  if (o.profile_ops) result.op_profile = model->OpProfile();
   if (!o.checkpoint_dir.empty() && result.last_step >= result.first_step) {
     FP8RT_RETURN_IF_ERROR(
         SaveCheckpoint(o, pd.precision, *model, result.last_step, loader.cursor()));

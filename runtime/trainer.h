@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "runtime/config.h"
+#include "runtime/op_profile.h"
 #include "runtime/device.h"
 
 namespace fp8rt {
@@ -30,6 +31,7 @@ struct TrainOptions {
   std::ostream* metrics = nullptr;         // one JSON line per logged step; null: none
   std::ostream* progress = nullptr;        // human progress lines; null: none
   const std::atomic<bool>* stop_flag = nullptr;  // set by SIGTERM/SIGUSR1
+  bool profile_ops = false;                // --profile-ops: time every op of each step
 };
 
 struct TrainResult {
@@ -41,6 +43,7 @@ struct TrainResult {
   std::vector<float> losses;       // one per step run
   std::vector<int64_t> weight_casts;
   int fp8_weights = 0;
+  std::vector<OpTime> op_profile;  // with profile_ops: mean ms per step of each op
 };
 
 // Learning rate at 1-based `step`: linear warmup, then cosine decay to min_lr at total_steps.

@@ -26,9 +26,7 @@ namespace {
 
 using E = __nv_bfloat16;
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kThreads = 128;  // 4 warps, 16 rows (queries or keys) each
-constexpr int kWarpRows = 16;
-constexpr int kTileRows = 64;  // rows per block: 4 warps x 16
+constexpr int kWarpRows = 16;  // each warp owns 16 rows (queries or keys) of its block's tile
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -89,12 +87,12 @@ __device__ __forceinline__ const E* BFragKN(const E* tile, int k0, int n0, int l
   return tile + (k0 + (lane & 15)) * P + n0 + (lane >> 4) * 8;
 }
 
-// Loads ROWS rows of D elements (row r from src + r * pitch) into a tile of pitch P; rows at or
-// past `valid_rows` are zero-filled.
-template <int D, int P, int ROWS>
+// Loads ROWS rows of D elements (row r from src + r * pitch) into a tile of pitch P with NT
+// threads; rows at or past `valid_rows` are zero-filled.
+template <int D, int P, int ROWS, int NT>
 __device__ __forceinline__ void LoadTile(E* tile, const E* src, int64_t pitch, int valid_rows) {
   constexpr int kChunks = D / 8;  // 16-byte pieces per row
-  for (int i = threadIdx.x; i < ROWS * kChunks; i += kThreads) {
+  for (int i = threadIdx.x; i < ROWS * kChunks; i += NT) {
     const int r = i / kChunks, c = (i % kChunks) * 8;
     const bool ok = r < valid_rows;
     CpAsync16(tile + r * P + c, ok ? src + r * pitch + c : src, ok);
@@ -112,13 +110,13 @@ __device__ __forceinline__ float QuadMax(float x) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Forward. Grid (ceil(T / 64), B * NH); block 128 threads; the heaviest query tiles (last rows,
-// most keys) start first.
-template <int D>
-__global__ void __launch_bounds__(kThreads)
+// Forward. W warps own 16 W query rows; grid (ceil(T / 16W), B * NH); the heaviest query tiles
+// (last rows, most keys) start first.
+template <int D, int W>
+__global__ void __launch_bounds__(32 * W)
     FlashForwardKernel(E* __restrict__ out, float* __restrict__ lse, const E* __restrict__ qkv,
                        int T, int NH, float scale_log2) {
-  constexpr int P = D + 8, Bc = 64;
+  constexpr int P = D + 8, Bc = 64, kTileRows = 16 * W, kThreads = 32 * W;
   extern __shared__ __align__(16) unsigned char smem[];
   E* sQ = reinterpret_cast<E*>(smem);
   E* sK = sQ + kTileRows * P;  // 2 stages
@@ -133,9 +131,9 @@ __global__ void __launch_bounds__(kThreads)
   const int q0 = qt * kTileRows;
   const int n_kv = (std::min(T, q0 + kTileRows) + Bc - 1) / Bc;
 
-  LoadTile<D, P, kTileRows>(sQ, base + q0 * pitch, pitch, T - q0);
-  LoadTile<D, P, Bc>(sK, base + C, pitch, T);
-  LoadTile<D, P, Bc>(sV, base + 2 * C, pitch, T);
+  LoadTile<D, P, kTileRows, kThreads>(sQ, base + q0 * pitch, pitch, T - q0);
+  LoadTile<D, P, Bc, kThreads>(sK, base + C, pitch, T);
+  LoadTile<D, P, Bc, kThreads>(sV, base + 2 * C, pitch, T);
   CpAsyncCommit();
 
   float o[D / 8][4] = {};
@@ -146,8 +144,8 @@ __global__ void __launch_bounds__(kThreads)
     const int stage = j & 1;
     if (j + 1 < n_kv) {
       const int k0 = (j + 1) * Bc;
-      LoadTile<D, P, Bc>(sK + (stage ^ 1) * Bc * P, base + k0 * pitch + C, pitch, T - k0);
-      LoadTile<D, P, Bc>(sV + (stage ^ 1) * Bc * P, base + k0 * pitch + 2 * C, pitch, T - k0);
+      LoadTile<D, P, Bc, kThreads>(sK + (stage ^ 1) * Bc * P, base + k0 * pitch + C, pitch, T - k0);
+      LoadTile<D, P, Bc, kThreads>(sV + (stage ^ 1) * Bc * P, base + k0 * pitch + 2 * C, pitch, T - k0);
       CpAsyncCommit();
       CpAsyncWait<1>();
     } else {
@@ -264,26 +262,15 @@ __global__ void FlashDeltaKernel(float* __restrict__ delta, const E* __restrict_
   }
 }
 
-// Query rows per tile of the dK/dV kernel (two stages of q and dout resident).
-template <int D>
-constexpr int BwdQueryTile() {
-  return D >= 128 ? 32 : 64;
-}
-// Key rows per tile of the dQ kernel.
-template <int D>
-constexpr int BwdKeyTile() {
-  return D >= 128 ? 32 : 64;
-}
-
-// Step 2: dK, dV for one tile of 64 keys, looping over the query tiles at or after it.
-// Grid (ceil(T / 64), B * NH); warp w owns keys [k0 + 16w, k0 + 16w + 16).
-template <int D>
-__global__ void __launch_bounds__(kThreads)
+// Step 2: dK, dV for one tile of 16 W keys, looping over the query tiles (Br rows) at or after it.
+// Grid (ceil(T / 16W), B * NH); warp w owns keys [k0 + 16w, k0 + 16w + 16).
+template <int D, int W, int Br>
+__global__ void __launch_bounds__(32 * W)
     FlashBackwardKVKernel(E* __restrict__ dqkv, const E* __restrict__ dout,
                           const E* __restrict__ qkv, const float* __restrict__ lse,
                           const float* __restrict__ delta, int T, int NH, float scale,
                           float scale_log2) {
-  constexpr int P = D + 8, Br = BwdQueryTile<D>();
+  constexpr int P = D + 8, kTileRows = 16 * W, kThreads = 32 * W;
   extern __shared__ __align__(16) unsigned char smem[];
   E* sK = reinterpret_cast<E*>(smem);
   E* sV = sK + kTileRows * P;
@@ -305,16 +292,16 @@ __global__ void __launch_bounds__(kThreads)
 
   auto load_q = [&](int i, int stage) {
     const int q0 = i * Br;
-    LoadTile<D, P, Br>(sQ + stage * Br * P, base + q0 * pitch, pitch, T - q0);
-    LoadTile<D, P, Br>(sdO + stage * Br * P, dbase + int64_t{q0} * C, C, T - q0);
+    LoadTile<D, P, Br, kThreads>(sQ + stage * Br * P, base + q0 * pitch, pitch, T - q0);
+    LoadTile<D, P, Br, kThreads>(sdO + stage * Br * P, dbase + int64_t{q0} * C, C, T - q0);
     for (int r = threadIdx.x; r < Br; r += kThreads) {
       const bool ok = q0 + r < T;
       sL[stage * Br + r] = ok ? lse_row[q0 + r] : 0.f;
       sD[stage * Br + r] = ok ? delta_row[q0 + r] : 0.f;
     }
   };
-  LoadTile<D, P, kTileRows>(sK, base + k0 * pitch + C, pitch, T - k0);
-  LoadTile<D, P, kTileRows>(sV, base + k0 * pitch + 2 * C, pitch, T - k0);
+  LoadTile<D, P, kTileRows, kThreads>(sK, base + k0 * pitch + C, pitch, T - k0);
+  LoadTile<D, P, kTileRows, kThreads>(sV, base + k0 * pitch + 2 * C, pitch, T - k0);
   load_q(i_begin, 0);
   CpAsyncCommit();
 
@@ -410,15 +397,16 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Step 3: dQ for one tile of 64 queries, looping over the key tiles up to the diagonal.
-// Grid (ceil(T / 64), B * NH), heaviest tiles first; warp w owns queries [q0 + 16w, +16).
-template <int D>
-__global__ void __launch_bounds__(kThreads)
+// Step 3: dQ for one tile of 16 W queries, looping over the key tiles (Bc rows) up to the
+// diagonal. Grid (ceil(T / 16W), B * NH), heaviest tiles first; warp w owns queries
+// [q0 + 16w, +16).
+template <int D, int W, int Bc>
+__global__ void __launch_bounds__(32 * W)
     FlashBackwardQKernel(E* __restrict__ dqkv, const E* __restrict__ dout,
                          const E* __restrict__ qkv, const float* __restrict__ lse,
                          const float* __restrict__ delta, int T, int NH, float scale,
                          float scale_log2) {
-  constexpr int P = D + 8, Bc = BwdKeyTile<D>();
+  constexpr int P = D + 8, kTileRows = 16 * W, kThreads = 32 * W;
   extern __shared__ __align__(16) unsigned char smem[];
   E* sQ = reinterpret_cast<E*>(smem);
   E* sdO = sQ + kTileRows * P;
@@ -434,10 +422,10 @@ __global__ void __launch_bounds__(kThreads)
   const int q0 = qt * kTileRows;
   const int n_kv = (std::min(T, q0 + kTileRows) + Bc - 1) / Bc;
 
-  LoadTile<D, P, kTileRows>(sQ, base + q0 * pitch, pitch, T - q0);
-  LoadTile<D, P, kTileRows>(sdO, dout + (int64_t{b} * T + q0) * C + int64_t{h} * D, C, T - q0);
-  LoadTile<D, P, Bc>(sK, base + C, pitch, T);
-  LoadTile<D, P, Bc>(sV, base + 2 * C, pitch, T);
+  LoadTile<D, P, kTileRows, kThreads>(sQ, base + q0 * pitch, pitch, T - q0);
+  LoadTile<D, P, kTileRows, kThreads>(sdO, dout + (int64_t{b} * T + q0) * C + int64_t{h} * D, C, T - q0);
+  LoadTile<D, P, Bc, kThreads>(sK, base + C, pitch, T);
+  LoadTile<D, P, Bc, kThreads>(sV, base + 2 * C, pitch, T);
   CpAsyncCommit();
 
   const int row0 = q0 + warp * kWarpRows + (lane >> 2);
@@ -454,8 +442,8 @@ __global__ void __launch_bounds__(kThreads)
     const int stage = j & 1;
     if (j + 1 < n_kv) {
       const int k0 = (j + 1) * Bc;
-      LoadTile<D, P, Bc>(sK + (stage ^ 1) * Bc * P, base + k0 * pitch + C, pitch, T - k0);
-      LoadTile<D, P, Bc>(sV + (stage ^ 1) * Bc * P, base + k0 * pitch + 2 * C, pitch, T - k0);
+      LoadTile<D, P, Bc, kThreads>(sK + (stage ^ 1) * Bc * P, base + k0 * pitch + C, pitch, T - k0);
+      LoadTile<D, P, Bc, kThreads>(sV + (stage ^ 1) * Bc * P, base + k0 * pitch + 2 * C, pitch, T - k0);
       CpAsyncCommit();
       CpAsyncWait<1>();
     } else {
@@ -527,18 +515,17 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Dynamic shared memory of each kernel, in bytes.
-template <int D>
+template <int D, int W>
 constexpr size_t ForwardSmem() {
-  return size_t{kTileRows + 4 * 64} * (D + 8) * sizeof(E);
+  return size_t{16 * W + 4 * 64} * (D + 8) * sizeof(E);
 }
-template <int D>
+template <int D, int W, int Br>
 constexpr size_t BackwardKVSmem() {
-  constexpr int Br = BwdQueryTile<D>();
-  return size_t{2 * kTileRows + 4 * Br} * (D + 8) * sizeof(E) + 4 * Br * sizeof(float);
+  return size_t{2 * 16 * W + 4 * Br} * (D + 8) * sizeof(E) + 4 * Br * sizeof(float);
 }
-template <int D>
+template <int D, int W, int Bc>
 constexpr size_t BackwardQSmem() {
-  return size_t{2 * kTileRows + 4 * BwdKeyTile<D>()} * (D + 8) * sizeof(E);
+  return size_t{2 * 16 * W + 4 * Bc} * (D + 8) * sizeof(E);
 }
 
 int MaxSmemOptin() {
@@ -550,11 +537,6 @@ int MaxSmemOptin() {
   return v;
 }
 
-template <int D>
-size_t MaxSmem() {
-  return std::max({ForwardSmem<D>(), BackwardKVSmem<D>(), BackwardQSmem<D>()});
-}
-
 template <typename Kernel>
 Status AllowSmem(Kernel k, size_t bytes) {
   FP8RT_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -562,26 +544,29 @@ Status AllowSmem(Kernel k, size_t bytes) {
   return Status::Ok();
 }
 
-template <int D>
+unsigned Tiles(int64_t T, int rows) { return static_cast<unsigned>((T + rows - 1) / rows); }
+
+template <int D, int W>
 Status Forward(bf16* out, float* lse, const bf16* qkv, const AttentionShape& s,
                cudaStream_t stream) {
-  static const Status allowed = AllowSmem(FlashForwardKernel<D>, ForwardSmem<D>());
+  static const Status allowed = AllowSmem(FlashForwardKernel<D, W>, ForwardSmem<D, W>());
   FP8RT_RETURN_IF_ERROR(allowed);
-  const dim3 grid(static_cast<unsigned>((s.T + kTileRows - 1) / kTileRows),
-                  static_cast<unsigned>(s.B * s.NH));
+  const dim3 grid(Tiles(s.T, 16 * W), static_cast<unsigned>(s.B * s.NH));
   const float scale_log2 = kLog2e / std::sqrt(static_cast<float>(D));
-  FlashForwardKernel<D><<<grid, kThreads, ForwardSmem<D>(), stream>>>(
+  FlashForwardKernel<D, W><<<grid, 32 * W, ForwardSmem<D, W>(), stream>>>(
       reinterpret_cast<E*>(out), lse, reinterpret_cast<const E*>(qkv), static_cast<int>(s.T),
       static_cast<int>(s.NH), scale_log2);
   FP8RT_CUDA_TRY(cudaGetLastError());
   return Status::Ok();
 }
 
-template <int D>
+template <int D, int KW, int KBr, int QW, int QBc>
 Status Backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
                 float* delta, const AttentionShape& s, cudaStream_t stream) {
-  static const Status allowed_kv = AllowSmem(FlashBackwardKVKernel<D>, BackwardKVSmem<D>());
-  static const Status allowed_q = AllowSmem(FlashBackwardQKernel<D>, BackwardQSmem<D>());
+  static const Status allowed_kv =
+      AllowSmem(FlashBackwardKVKernel<D, KW, KBr>, BackwardKVSmem<D, KW, KBr>());
+  static const Status allowed_q =
+      AllowSmem(FlashBackwardQKernel<D, QW, QBc>, BackwardQSmem<D, QW, QBc>());
   FP8RT_RETURN_IF_ERROR(allowed_kv);
   FP8RT_RETURN_IF_ERROR(allowed_q);
   const int T = static_cast<int>(s.T), NH = static_cast<int>(s.NH);
@@ -592,74 +577,121 @@ Status Backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, 
                                                       reinterpret_cast<const E*>(out),
                                                       static_cast<int>(s.B), T, NH);
   FP8RT_CUDA_TRY(cudaGetLastError());
-  const dim3 grid(static_cast<unsigned>((s.T + kTileRows - 1) / kTileRows),
-                  static_cast<unsigned>(s.B * s.NH));
+  const unsigned bh = static_cast<unsigned>(s.B * s.NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D)), scale_log2 = scale * kLog2e;
-  FlashBackwardKVKernel<D><<<grid, kThreads, BackwardKVSmem<D>(), stream>>>(
-      reinterpret_cast<E*>(dqkv), reinterpret_cast<const E*>(dout),
-      reinterpret_cast<const E*>(qkv), lse, delta, T, NH, scale, scale_log2);
+  FlashBackwardKVKernel<D, KW, KBr>
+      <<<dim3(Tiles(s.T, 16 * KW), bh), 32 * KW, BackwardKVSmem<D, KW, KBr>(), stream>>>(
+          reinterpret_cast<E*>(dqkv), reinterpret_cast<const E*>(dout),
+          reinterpret_cast<const E*>(qkv), lse, delta, T, NH, scale, scale_log2);
   FP8RT_CUDA_TRY(cudaGetLastError());
-  FlashBackwardQKernel<D><<<grid, kThreads, BackwardQSmem<D>(), stream>>>(
-      reinterpret_cast<E*>(dqkv), reinterpret_cast<const E*>(dout),
-      reinterpret_cast<const E*>(qkv), lse, delta, T, NH, scale, scale_log2);
+  FlashBackwardQKernel<D, QW, QBc>
+      <<<dim3(Tiles(s.T, 16 * QW), bh), 32 * QW, BackwardQSmem<D, QW, QBc>(), stream>>>(
+          reinterpret_cast<E*>(dqkv), reinterpret_cast<const E*>(dout),
+          reinterpret_cast<const E*>(qkv), lse, delta, T, NH, scale, scale_log2);
   FP8RT_CUDA_TRY(cudaGetLastError());
   return Status::Ok();
 }
 
+// One compiled tiling: its description, the most shared memory any of its kernels takes, and
+// its launchers.
+struct Variant {
+  cuda::FlashTiling tiling;
+  size_t smem;
+  Status (*forward)(bf16*, float*, const bf16*, const AttentionShape&, cudaStream_t);
+  Status (*backward)(bf16*, const bf16*, const bf16*, const bf16*, const float*, float*,
+                     const AttentionShape&, cudaStream_t);
+};
+
+template <int D, int FW, int KW, int KBr, int QW, int QBc>
+Variant Make() {
+  return {{FW, KW, KBr, QW, QBc},
+          std::max({ForwardSmem<D, FW>(), BackwardKVSmem<D, KW, KBr>(),
+                    BackwardQSmem<D, QW, QBc>()}),
+          &Forward<D, FW>, &Backward<D, KW, KBr, QW, QBc>};
+}
+
+// The tilings compiled per head size, the default first.
+const std::vector<Variant>& Variants(int64_t hs) {
+  static const std::vector<Variant> v16 = {Make<16, 4, 4, 64, 4, 64>()};
+  static const std::vector<Variant> v32 = {Make<32, 4, 4, 64, 4, 64>()};
+  // Measured on H200 (docs/PERFORMANCE.md): 4 warps beat 8 in every kernel at HS 64 and 128
+  // (8 warps x 16-row tiles was slower still); the 8-warp tiling stays for the benchmark.
+  static const std::vector<Variant> v64 = {Make<64, 4, 4, 64, 4, 64>(),
+                                           Make<64, 8, 8, 64, 8, 64>()};
+  static const std::vector<Variant> v128 = {Make<128, 4, 4, 32, 4, 32>(),
+                                            Make<128, 8, 8, 32, 8, 32>()};
+  static const std::vector<Variant> none;
+  switch (hs) {
+    case 16: return v16;
+    case 32: return v32;
+    case 64: return v64;
+    case 128: return v128;
+    default: return none;
+  }
+}
+
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-}  // namespace
-
-namespace cuda {
-
-Status FlashAttentionCheck(const AttentionShape& s) {
+Result<const Variant*> Pick(const AttentionShape& s, int tiling) {
   FP8RT_RETURN_IF_ERROR(ValidateAttention(s));
-  if (s.HS != 16 && s.HS != 32 && s.HS != 64 && s.HS != 128) {
+  const std::vector<Variant>& v = Variants(s.HS);
+  if (v.empty()) {
     return Status::InvalidArgument(
         StrCat("flash attention: head size ", s.HS, " is not one of 16, 32, 64, 128"));
+  }
+  if (tiling < 0 || tiling >= static_cast<int>(v.size())) {
+    return Status::InvalidArgument(StrCat("flash attention: tiling ", tiling, " of ", v.size(),
+                                          " for head size ", s.HS));
   }
   if (s.T > (int64_t{1} << 30) || s.B * s.NH > 65535) {
     return Status::InvalidArgument(StrCat("flash attention: B * NH = ", s.B * s.NH,
                                           " must be <= 65535 and T = ", s.T, " <= 2^30"));
   }
-  size_t need = 0;
-  switch (s.HS) {
-    case 16: need = MaxSmem<16>(); break;
-    case 32: need = MaxSmem<32>(); break;
-    case 64: need = MaxSmem<64>(); break;
-    default: need = MaxSmem<128>(); break;
-  }
+  const Variant* chosen = &v[static_cast<size_t>(tiling)];
   const int have = MaxSmemOptin();
-  if (static_cast<size_t>(have) < need) {
-    return Status::InvalidArgument(StrCat("flash attention: head size ", s.HS, " needs ", need,
+  if (static_cast<size_t>(have) < chosen->smem) {
+    return Status::InvalidArgument(StrCat("flash attention: head size ", s.HS, " needs ",
+                                          chosen->smem,
                                           " bytes of shared memory per block, the device offers ",
                                           have));
   }
-  return Status::Ok();
+  return chosen;
 }
+
+}  // namespace
+
+namespace cuda {
+
+std::string FlashTiling::Name() const {
+  return StrCat("fwd ", fwd_warps, "w, dkdv ", kv_warps, "w x q", kv_query_tile, ", dq ", q_warps,
+                "w x k", q_key_tile);
+}
+
+std::vector<FlashTiling> FlashTilings(int64_t head_size) {
+  std::vector<FlashTiling> out;
+  for (const Variant& v : Variants(head_size)) out.push_back(v.tiling);
+  return out;
+}
+
+Status FlashAttentionCheck(const AttentionShape& s) { return Pick(s, 0).status(); }
 
 size_t FlashAttentionScratchBytes(const AttentionShape& s) {
   return static_cast<size_t>(s.B * s.NH * s.T) * sizeof(float);
 }
 
 Status FlashAttentionForward(bf16* out, float* lse, const bf16* qkv, const AttentionShape& s,
-                             cudaStream_t stream) {
-  FP8RT_RETURN_IF_ERROR(FlashAttentionCheck(s));
+                             cudaStream_t stream, int tiling) {
+  FP8RT_ASSIGN_OR_RETURN(const Variant* v, Pick(s, tiling));
   if (!Aligned16(qkv) || !Aligned16(out)) {
     return Status::InvalidArgument("flash attention: qkv and out must be 16-byte aligned");
   }
-  switch (s.HS) {
-    case 16: return Forward<16>(out, lse, qkv, s, stream);
-    case 32: return Forward<32>(out, lse, qkv, s, stream);
-    case 64: return Forward<64>(out, lse, qkv, s, stream);
-    default: return Forward<128>(out, lse, qkv, s, stream);
-  }
+  return v->forward(out, lse, qkv, s, stream);
 }
 
 Status FlashAttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                               const float* lse, void* scratch, size_t scratch_bytes,
-                              const AttentionShape& s, cudaStream_t stream) {
-  FP8RT_RETURN_IF_ERROR(FlashAttentionCheck(s));
+                              const AttentionShape& s, cudaStream_t stream, int tiling) {
+  FP8RT_ASSIGN_OR_RETURN(const Variant* v, Pick(s, tiling));
   if (scratch_bytes < FlashAttentionScratchBytes(s)) {
     return Status::InvalidArgument(StrCat("flash attention backward: scratch_bytes = ",
                                           scratch_bytes, ", need ",
@@ -669,13 +701,7 @@ Status FlashAttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, con
     return Status::InvalidArgument(
         "flash attention backward: qkv, dout, out and dqkv must be 16-byte aligned");
   }
-  float* delta = static_cast<float*>(scratch);
-  switch (s.HS) {
-    case 16: return Backward<16>(dqkv, dout, qkv, out, lse, delta, s, stream);
-    case 32: return Backward<32>(dqkv, dout, qkv, out, lse, delta, s, stream);
-    case 64: return Backward<64>(dqkv, dout, qkv, out, lse, delta, s, stream);
-    default: return Backward<128>(dqkv, dout, qkv, out, lse, delta, s, stream);
-  }
+  return v->backward(dqkv, dout, qkv, out, lse, static_cast<float*>(scratch), s, stream);
 }
 
 }  // namespace cuda

@@ -42,46 +42,55 @@ TEST_P(FlashAttentionGpu, MatchesReference) {
   DeviceBuffer<bf16> d_qkv(qkv), d_dout(dout), d_out(n_out), d_dqkv(n_qkv);
   DeviceBuffer<float> d_lse(n_rows);
   DeviceBuffer<uint8_t> scratch(cuda::FlashAttentionScratchBytes(s));
-  d_out.Poison(), d_lse.Poison(), d_dqkv.Poison(), scratch.Poison();
-  const Status fwd = cuda::FlashAttentionForward(d_out.get(), d_lse.get(), d_qkv.get(), s, nullptr);
-  ASSERT_TRUE(fwd.ok()) << fwd.ToString();
-  const Status bwd =
-      cuda::FlashAttentionBackward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(),
-                                   d_lse.get(), scratch.get(), scratch.size(), s, nullptr);
-  ASSERT_TRUE(bwd.ok()) << bwd.ToString();
-
   const test::Tolerance tol = test::ToleranceFor(test::OpKind::kAttention, DType::kBFloat16);
-  const std::vector<float> got_out = test::ToFloatVector(d_out.Download());
-  EXPECT_TRUE(test::RelL2Close(got_out, test::ToFloatVector(out), tol, "out"));
-  // The log-sum-exp of bf16 inputs with FP32 dot products: absolute error, in log2 units.
-  EXPECT_TRUE(test::AllClose(d_lse.Download(), lse, test::Tolerance{2e-3, 1e-4, 0}, "lse"));
-  const std::vector<bf16> got_dqkv = d_dqkv.Download();
-  const std::vector<float> got = test::ToFloatVector(got_dqkv), want = test::ToFloatVector(dqkv);
-  EXPECT_TRUE(test::RelL2Close(got, want, tol, "dqkv"));
-  // Each of dq, dk, dv on its own (a slip in one would hide in the norm of the three).
-  const char* names[3] = {"dq", "dk", "dv"};
-  for (int part = 0; part < 3; ++part) {
-    std::vector<float> g, w;
-    for (int64_t r = 0; r < s.B * s.T; ++r) {
-      for (int64_t c = 0; c < C; ++c) {
-        g.push_back(got[r * 3 * C + part * C + c]);
-        w.push_back(want[r * 3 * C + part * C + c]);
+  const std::vector<cuda::FlashTiling> tilings = cuda::FlashTilings(s.HS);
+  ASSERT_FALSE(tilings.empty());
+  // Every compiled tiling (the default and the benchmark's alternatives) must be right.
+  for (int t = 0; t < static_cast<int>(tilings.size()); ++t) {
+    SCOPED_TRACE(StrCat("tiling ", t, ": ", tilings[t].Name()));
+    d_out.Poison(), d_lse.Poison(), d_dqkv.Poison(), scratch.Poison();
+    const Status fwd =
+        cuda::FlashAttentionForward(d_out.get(), d_lse.get(), d_qkv.get(), s, nullptr, t);
+    ASSERT_TRUE(fwd.ok()) << fwd.ToString();
+    const Status bwd =
+        cuda::FlashAttentionBackward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(),
+                                     d_lse.get(), scratch.get(), scratch.size(), s, nullptr, t);
+    ASSERT_TRUE(bwd.ok()) << bwd.ToString();
+
+    const std::vector<float> got_out = test::ToFloatVector(d_out.Download());
+    EXPECT_TRUE(test::RelL2Close(got_out, test::ToFloatVector(out), tol, "out"));
+    // The log-sum-exp of bf16 inputs with FP32 dot products: absolute error, in log2 units.
+    EXPECT_TRUE(test::AllClose(d_lse.Download(), lse, test::Tolerance{2e-3, 1e-4, 0}, "lse"));
+    const std::vector<bf16> got_dqkv = d_dqkv.Download();
+    const std::vector<float> got = test::ToFloatVector(got_dqkv), want = test::ToFloatVector(dqkv);
+    EXPECT_TRUE(test::RelL2Close(got, want, tol, "dqkv"));
+    // Each of dq, dk, dv on its own (a slip in one would hide in the norm of the three).
+    const char* names[3] = {"dq", "dk", "dv"};
+    for (int part = 0; part < 3; ++part) {
+      std::vector<float> g, w;
+      for (int64_t r = 0; r < s.B * s.T; ++r) {
+        for (int64_t c = 0; c < C; ++c) {
+          g.push_back(got[r * 3 * C + part * C + c]);
+          w.push_back(want[r * 3 * C + part * C + c]);
+        }
+      }
+      EXPECT_TRUE(test::RelL2Close(g, w, tol, names[part]));
+      if (t == 0) {
+        ::testing::Test::RecordProperty(StrCat("rel_l2_", names[part]),
+                                        std::to_string(test::RelL2(g, w)));
       }
     }
-    EXPECT_TRUE(test::RelL2Close(g, w, tol, names[part]));
-    ::testing::Test::RecordProperty(StrCat("rel_l2_", names[part]), std::to_string(test::RelL2(g, w)));
-  }
-  ::testing::Test::RecordProperty("rel_l2_out",
-                                  std::to_string(test::RelL2(got_out, test::ToFloatVector(out))));
 
-  // Deterministic: a second backward gives the same bits.
-  d_dqkv.Poison();
-  ASSERT_TRUE(cuda::FlashAttentionBackward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(),
-                                           d_lse.get(), scratch.get(), scratch.size(), s, nullptr)
-                  .ok());
-  const std::vector<bf16> again = d_dqkv.Download();
-  for (int64_t i = 0; i < n_qkv; ++i) {
-    ASSERT_EQ(again[i].bits, got_dqkv[i].bits) << "dqkv[" << i << "] differs between runs";
+    // Deterministic: a second backward gives the same bits.
+    d_dqkv.Poison();
+    ASSERT_TRUE(cuda::FlashAttentionBackward(d_dqkv.get(), d_dout.get(), d_qkv.get(),
+                                             d_out.get(), d_lse.get(), scratch.get(),
+                                             scratch.size(), s, nullptr, t)
+                    .ok());
+    const std::vector<bf16> again = d_dqkv.Download();
+    for (int64_t i = 0; i < n_qkv; ++i) {
+      ASSERT_EQ(again[i].bits, got_dqkv[i].bits) << "dqkv[" << i << "] differs between runs";
+    }
   }
 }
 

@@ -107,7 +107,7 @@ TEST_F(GptGpu, LaterMicroBatchesUseThisStepsFp8WeightBytes) {
   EXPECT_EQ(st.weight_casts, g.num_fp8_weights());
   auto cached = g.CachedFp8Weight("h1.qkv.weight");
   ASSERT_TRUE(cached.ok() && before.ok());
-  // Layer 1's qkv weight: the bf16 working copy of step 2's master, cast with step 2's scale.
+  // Layer 1's qkv weight: step 2's FP32 master weights, cast with step 2's scale.
   int64_t off = 0;
   for (const auto& [name, size] : g.ParamTensors()) {
     if (name == "qkv.weight") break;
@@ -115,8 +115,7 @@ TEST_F(GptGpu, LaterMicroBatchesUseThisStepsFp8WeightBytes) {
   }
   const int64_t n = 3 * 64 * 64;
   off += n;  // layer 1
-  std::vector<bf16> w(n);
-  for (int64_t i = 0; i < n; ++i) w[i] = bf16(master[off + i]);
+  const std::vector<float> w(master.begin() + off, master.begin() + off + n);
   std::vector<uint8_t> want(n), want_t(n);
   float s = scale, si = 0, amax = 0;
   Fp8Tensor t;
