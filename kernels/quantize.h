@@ -29,6 +29,10 @@ namespace fp8rt {
 //   out.amax is required), *out.scale = ComputeScale(amax, *out.scale, Fp8MaxFinite(format),
 //   margin) (kept when amax is 0/inf/NaN), then Quantize.
 //
+// QuantizeDbias: Quantize (out.data_t required) and, from the same read of the input,
+//   dbias[c] += sum over rows r of in[r][c] (the bias gradient when in is a layer's output
+//   gradient). The CPU sums each column in double; the GPU in FP32 per 64-row tile, the tiles
+//   added in order (deterministic). Codes, amax, saturation and scale_inv are Quantize's.
 // Preconditions (InvalidArgument otherwise): rows, cols >= 0; data, scale, scale_inv non-null;
 // scale_inv distinct from scale; data_t, when given, distinct from data; margin in 0..32.
 // Empty tensors only write scale_inv.
@@ -39,6 +43,9 @@ Status ValidateFp8Tensor(const char* op, const Fp8Tensor& t);
 namespace cpu {
 template <typename T>
 Status Quantize(const T* in, const Fp8Tensor& out, uint64_t* saturated = nullptr);
+template <typename T>
+Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias,
+                     uint64_t* saturated = nullptr);
 template <typename T>
 Status Dequantize(const Fp8Tensor& in, T* out);
 template <typename T>
@@ -57,6 +64,13 @@ namespace cuda {
 template <typename T>
 Status Quantize(const T* in, const Fp8Tensor& out, unsigned long long* saturated,
                 cudaStream_t stream);
+// QuantizeDbias needs QuantizeDbiasScratchBytes(rows, cols) bytes of scratch (per-tile column
+// sums); it adds one small launch after the cast+transpose.
+size_t QuantizeDbiasScratchBytes(int64_t rows, int64_t cols);
+template <typename T>
+Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias,
+                     unsigned long long* saturated, void* scratch, size_t scratch_bytes,
+                     cudaStream_t stream);
 template <typename T>
 Status Dequantize(const Fp8Tensor& in, T* out, cudaStream_t stream);
 template <typename T>

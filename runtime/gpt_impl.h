@@ -228,7 +228,10 @@ class Gpt final : public GptModel {
   }
 
   // y = x W^T + b for linear `kind` of layer l (its weight: WeightOf(kind), layer l's slice).
-  Status LinearForward(int l, int kind, T* y, const T* x, const T* b, bool cast_w);
+  // With gelu_out, also gelu_out = GELU(y) in the GEMM's epilogue where cuBLASLt can (then
+  // *gelu_done is set; otherwise the caller applies GELU itself).
+  Status LinearForward(int l, int kind, T* y, const T* x, const T* b, bool cast_w,
+                       T* gelu_out = nullptr, bool* gelu_done = nullptr);
   Status LinearBackward(int l, int kind, T* dx, float* dw, float* db, const T* dy, const T* x);
   Status AddBias(T* y, const T* b, int64_t M, int64_t N);
   Status ForwardPass(const int32_t* x_host, const int32_t* y_host, bool cast_weights,
@@ -280,6 +283,7 @@ class Gpt final : public GptModel {
   static constexpr int kScaleSlot = 16;          // floats per tensor in gemm_scale_inv_
   float* gemm_scale_inv_ = nullptr;              // (N, kScaleSlot)
   int64_t weight_casts_ = 0;
+  bool gelu_epilogue_ok_ = true;  // false once cuBLASLt refused the fused GELU epilogue
 };
 
 
@@ -485,10 +489,30 @@ Status Gpt<Ops, T>::AddBias(T* y, const T* b, int64_t M, int64_t N) {
 }
 
 template <typename Ops, typename T>
-Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b, bool cast_w) {
+Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b, bool cast_w,
+                                  T* gelu_out, bool* gelu_done) {
   int64_t N, K;
   LinearShape(kind, &N, &K);
   const Param wp = WeightOf(kind);
+  if (gelu_done != nullptr) *gelu_done = false;
+  // Runs g, with GELU fused into its bias epilogue when asked and possible: the epilogue writes
+  // GELU(y) to gelu_out and y itself (the backward's input) to aux. A shape or dtype cuBLASLt
+  // does not fuse is remembered and runs unfused from then on.
+  auto run = [&](GemmArgs g) -> Status {
+    if (gelu_out != nullptr && gelu_epilogue_ok_ && g.epilogue == Epilogue::kBias && N % 8 == 0) {
+      GemmArgs fused = g;
+      fused.epilogue = Epilogue::kBiasGeluAux;
+      fused.d = gelu_out;
+      fused.aux = y;
+      const Status s = ops_->Gemm(fused);
+      if (s.ok()) {
+        *gelu_done = true;
+        return s;
+      }
+      gelu_epilogue_ok_ = false;  // e.g. cuBLASLt has no GELU_AUX_BIAS algorithm for this case
+    }
+    return ops_->Gemm(g);
+  };
   if (!Fp8On(kind)) {
     ops_->Mark(kFpropNames[kind]);
     const T* w = W(wp) + l * N * K;
@@ -499,7 +523,7 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
     g.d = y, g.d_dtype = kT;
     g.bias = b;
     g.epilogue = b ? Epilogue::kBias : Epilogue::kNone;
-    return ops_->Gemm(g);
+    return run(g);
   }
   const int slot = Slot(l, kind);
   const Fp8Tensor xq = Fp8Of(l, kind, kRoleX, x8_, x8t_[slot], M_, K);
@@ -516,7 +540,7 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
   const bool fused_bias = b != nullptr && GemmBiasDType(probe) == kT;
   FP8RT_ASSIGN_OR_RETURN(GemmArgs g, Fp8Fprop(xq, wq, y, kT, fused_bias ? b : nullptr, true));
   ops_->Mark(kFpropNames[kind]);
-  FP8RT_RETURN_IF_ERROR(ops_->Gemm(g));
+  FP8RT_RETURN_IF_ERROR(run(g));
   if (b != nullptr && !fused_bias) FP8RT_RETURN_IF_ERROR(AddBias(y, b, M_, N));
   return Status::Ok();
 }
@@ -526,7 +550,8 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
                                    const T* x) {
   int64_t N, K;
   LinearShape(kind, &N, &K);
-  if (db != nullptr) {  // db (1, N) += ones (1, M) dY (M, N)
+  // FP8 layers get db from the cast of dY (QuantizeDbias), the rest from a GEMM.
+  if (db != nullptr && !Fp8On(kind)) {  // db (1, N) += ones (1, M) dY (M, N)
     ops_->Mark("gemm bias grad");
     GemmArgs g;
     g.M = 1, g.N = N, g.K = M_;
@@ -554,8 +579,14 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
   }
   const int slot = Slot(l, kind);
   const Fp8Tensor dyq = Fp8Of(l, kind, kRoleDy, dy8_, dy8t_, M_, N);
-  ops_->Mark("fp8 cast dy (+T)");
-  FP8RT_RETURN_IF_ERROR(ops_->Quantize(dy, dyq, saturated_ + Fp8Index(l, kind, kRoleDy)));
+  if (db != nullptr) {
+    ops_->Mark("fp8 cast dy (+T, +dbias)");
+    FP8RT_RETURN_IF_ERROR(
+        ops_->QuantizeDbias(dy, dyq, db, saturated_ + Fp8Index(l, kind, kRoleDy)));
+  } else {
+    ops_->Mark("fp8 cast dy (+T)");
+    FP8RT_RETURN_IF_ERROR(ops_->Quantize(dy, dyq, saturated_ + Fp8Index(l, kind, kRoleDy)));
+  }
   const Fp8Tensor wq = Fp8Of(l, kind, kRoleW, w8_[slot], w8t_[slot], N, K);
   const Fp8Tensor xq = Fp8Of(l, kind, kRoleX, nullptr, x8t_[slot], M_, K);
   FP8RT_ASSIGN_OR_RETURN(GemmArgs gd, Fp8Dgrad(dyq, wq, dx, kT));
@@ -594,10 +625,13 @@ Status Gpt<Ops, T>::ForwardPass(const int32_t* x_host, const int32_t* y_host, bo
     ops_->Mark("layernorm fwd");
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln2_[l], ln2_mean_[l], ln2_rstd_[l], res2_[l],
                                                  W(kLn2W) + l * C, W(kLn2B) + l * C, M_, C));
-    FP8RT_RETURN_IF_ERROR(
-        LinearForward(l, kFc, fch_[l], ln2_[l], W(kFcB) + l * 4 * C, cast_weights));
-    ops_->Mark("gelu fwd");
-    FP8RT_RETURN_IF_ERROR(ops_->Gelu(fch_gelu_[l], fch_[l], M_ * 4 * C));
+    bool gelu_done = false;
+    FP8RT_RETURN_IF_ERROR(LinearForward(l, kFc, fch_[l], ln2_[l], W(kFcB) + l * 4 * C,
+                                        cast_weights, fch_gelu_[l], &gelu_done));
+    if (!gelu_done) {
+      ops_->Mark("gelu fwd");
+      FP8RT_RETURN_IF_ERROR(ops_->Gelu(fch_gelu_[l], fch_[l], M_ * 4 * C));
+    }
     FP8RT_RETURN_IF_ERROR(
         LinearForward(l, kFcProj, tmp_, fch_gelu_[l], W(kFcProjB) + l * C, cast_weights));
     ops_->Mark("residual add");
@@ -730,8 +764,10 @@ Status Gpt<Ops, T>::Gradients(const int32_t* x, const int32_t* y, float* loss,
   FP8RT_RETURN_IF_ERROR(ops_->Zero(grads_, layout_.total * sizeof(float)));
   std::memcpy(staging_, x, M_ * sizeof(int32_t));
   std::memcpy(staging_ + M_, y, M_ * sizeof(int32_t));
-  Status s = ForwardPass(staging_, staging_ + M_, true, true, 0);
-  if (s.ok()) s = BackwardPass();
+  const Status s = [&]() -> Status {
+    FP8RT_RETURN_IF_ERROR(ForwardPass(staging_, staging_ + M_, true, true, 0));
+    return BackwardPass();
+  }();
   o_.grad_accum = saved;
   FP8RT_RETURN_IF_ERROR(s);
   FP8RT_RETURN_IF_ERROR(ops_->Download(loss, step_losses_, sizeof(float)));

@@ -124,6 +124,10 @@ class CpuOps {
   Status Quantize(const T* in, const Fp8Tensor& out, Counter* saturated) {
     return cpu::Quantize(in, out, saturated);
   }
+  template <typename T>
+  Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias, Counter* saturated) {
+    return cpu::QuantizeDbias(in, out, dbias, saturated);
+  }
   Status UpdateScaling(const ScalingState& s, const DelayedScalingConfig& c) {
     return cpu::UpdateDelayedScaling(s, c);
   }

@@ -99,6 +99,7 @@ class CudaOps {
     need = std::max(need, *emb);
     need = std::max(need, cuda::LayerNormBackwardScratchBytes(M, s.C()));
     need = std::max(need, cuda::GlobalNormSquaredScratchBytes(P));
+    need = std::max(need, cuda::QuantizeDbiasScratchBytes(M, 4 * s.C()));  // widest linear out
     *bytes = need;
     return ReserveScratch(need);
   }
@@ -227,6 +228,10 @@ class CudaOps {
   template <typename T>
   Status Quantize(const T* in, const Fp8Tensor& out, Counter* saturated) {
     return cuda::Quantize(in, out, saturated, stream_);
+  }
+  template <typename T>
+  Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias, Counter* saturated) {
+    return cuda::QuantizeDbias(in, out, dbias, saturated, scratch_, scratch_bytes_, stream_);
   }
   Status UpdateScaling(const ScalingState& s, const DelayedScalingConfig& c) {
     return cuda::UpdateDelayedScaling(s, c, stream_);

@@ -54,9 +54,14 @@ if [[ $parts == *throughput* ]]; then
     gpt-1.3b/fp8=$OUT/tp_gpt-1.3b_fp8.jsonl | tee "$OUT/train_bench.md"
 fi
 if [[ $parts == *converge* ]]; then
-  echo "== FP8 vs BF16, gpt2-124m, ${CONVERGE_STEPS:=2000} steps"
+  # The large corpus when it was carried (scripts/make-corpus.sh --large), else the small one.
+  CONVERGE_CONFIG=${CONVERGE_CONFIG:-gpt2-124m}
+  if [ -s data/corpus-large.txt.gz ] && [ "$CONVERGE_CONFIG" = gpt2-124m ]; then
+    gunzip -kf data/corpus-large.txt.gz && CONVERGE_CONFIG=gpt2-124m-converge
+  fi
+  echo "== FP8 vs BF16, $CONVERGE_CONFIG, ${CONVERGE_STEPS:=2000} steps"
   for p in bf16 fp8; do
-    timeout 280 $B/fp8train --config configs/gpt2-124m.yaml --device cuda:0 --precision $p \
+    timeout 280 $B/fp8train --config configs/$CONVERGE_CONFIG.yaml --device cuda:0 --precision $p \
       --steps $CONVERGE_STEPS --metrics "$OUT/conv_$p.jsonl" > "$OUT/conv_$p.log" 2>&1
     echo "$p exit $?"; tail -1 "$OUT/conv_$p.log"
   done

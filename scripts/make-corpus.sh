@@ -1,17 +1,51 @@
 #!/usr/bin/env bash
-# Builds data/corpus.txt: real English text that Debian/Ubuntu packages ship -- the fortune
-# cookie collections (package fortunes: quotations, literature, humour) and the license texts in
-# /usr/share/common-licenses (package base-files). Idempotent.
+# Builds the training corpora from real English text that Debian/Ubuntu packages ship.
+#   data/corpus.txt (default, ~2.8 MB): the fortune cookie collections (package fortunes:
+#     quotations, literature, humour) and the license texts in /usr/share/common-licenses.
+#   data/corpus-large.txt.gz (--large, ~24 MB of text): the above plus the Perl manual
+#     (package perl-doc, /usr/share/perl/*/pod) and the Python manual's reST sources (package
+#     python3.X-doc, /usr/share/doc/python3.X/html/_sources), for runs long enough to see the
+#     small corpus many times (2000 steps of gpt2-124m read 32.8M bytes). Gzipped so that it
+#     travels to the GPU node beside the bundle; the configs that use it read
+#     data/corpus-large.txt, which `gunzip -k` makes.
+# Idempotent. --large installs the two doc packages (root or sudo) when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p data
-out=data/corpus.txt
-[ -s "$out" ] && { echo "make-corpus: $out exists ($(wc -c <"$out") bytes)"; exit 0; }
-tmp=$(mktemp)
-if [ -d /usr/share/games/fortunes ]; then
-  # The text files are the ones without an extension (.dat are indexes, .u8 links).
-  find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' | sort | xargs cat >> "$tmp"
+small=data/corpus.txt
+if [ -s "$small" ]; then
+  echo "make-corpus: $small exists ($(wc -c <"$small") bytes)"
+else
+  tmp=$(mktemp)
+  if [ -d /usr/share/games/fortunes ]; then
+    # The text files are the ones without an extension (.dat are indexes, .u8 links).
+    find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' | sort | xargs cat >> "$tmp"
+  fi
+  find /usr/share/common-licenses -maxdepth 1 -type f | sort | xargs cat >> "$tmp"
+  mv "$tmp" "$small"
+  echo "make-corpus: wrote $small ($(wc -c <"$small") bytes)"
 fi
-find /usr/share/common-licenses -maxdepth 1 -type f | sort | xargs cat >> "$tmp"
-mv "$tmp" "$out"
-echo "make-corpus: wrote $out ($(wc -c <"$out") bytes)"
+[ "${1:-}" = "--large" ] || exit 0
+
+large=data/corpus-large.txt.gz
+if [ -s "$large" ]; then
+  echo "make-corpus: $large exists ($(wc -c <"$large") bytes)"
+  exit 0
+fi
+sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+pydoc=$(ls -d /usr/share/doc/python3.*/html/_sources 2>/dev/null | sort -V | tail -1 || true)
+if ! ls -d /usr/share/perl/*/pod >/dev/null 2>&1 || [ -z "$pydoc" ]; then
+  pyver=$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+  sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -q perl-doc \
+    "python${pyver}-doc" >/dev/null
+  pydoc=$(ls -d /usr/share/doc/python3.*/html/_sources | sort -V | tail -1)
+fi
+tmp=$(mktemp)
+cat "$small" >> "$tmp"
+find /usr/share/perl/*/pod -type f -name '*.pod' | sort | xargs cat >> "$tmp"
+find "$pydoc" -type f -name '*.txt' | sort | xargs cat >> "$tmp"
+bytes=$(wc -c <"$tmp")
+gzip -9 -c "$tmp" > "$large.part"
+rm -f "$tmp"
+mv "$large.part" "$large"
+echo "make-corpus: wrote $large ($bytes bytes of text, $(wc -c <"$large") compressed)"

@@ -118,8 +118,26 @@ Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin, uin
   return Quantize(in, no_amax, saturated);
 }
 
+template <typename T>
+Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias, uint64_t* saturated) {
+  FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor("QuantizeDbias", out));
+  if (out.data_t == nullptr) {
+    return Status::InvalidArgument(
+        "QuantizeDbias: out.data_t is null; the bias gradient rides on the cast+transpose pass");
+  }
+  if (dbias == nullptr) return Status::InvalidArgument("QuantizeDbias: dbias is null");
+  FP8RT_RETURN_IF_ERROR(Quantize(in, out, saturated));
+  for (int64_t c = 0; c < out.cols; ++c) {
+    double sum = 0;
+    for (int64_t r = 0; r < out.rows; ++r) sum += AsFloat(in[r * out.cols + c]);
+    dbias[c] += static_cast<float>(sum);
+  }
+  return Status::Ok();
+}
+
 #define FP8RT_INSTANTIATE(T)                                          \
   template Status Quantize<T>(const T*, const Fp8Tensor&, uint64_t*); \
+  template Status QuantizeDbias<T>(const T*, const Fp8Tensor&, float*, uint64_t*); \
   template Status Dequantize<T>(const Fp8Tensor&, T*);                \
   template Status ComputeAmax<T>(const T*, int64_t, float*);          \
   template Status QuantizeCurrentScaling<T>(const T*, const Fp8Tensor&, int, uint64_t*);

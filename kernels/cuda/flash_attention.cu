@@ -155,7 +155,8 @@ __global__ void __launch_bounds__(32 * W)
     const E* k_tile = sK + stage * Bc * P;
     const E* v_tile = sV + stage * Bc * P;
 
-    // S = Q K^T for this warp's 16 rows x 64 keys.
+    // S = Q K^T for this warp's 16 rows x 64 keys. (Keeping the Q fragments in registers across
+    // the key tiles instead of reloading them measured 16% slower at HS 128 on H200: occupancy.)
     float s[Bc / 8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -453,7 +454,8 @@ __global__ void __launch_bounds__(32 * W)
     const E* k_tile = sK + stage * Bc * P;
     const E* v_tile = sV + stage * Bc * P;
 
-    // S = Q K^T and dP = dO V^T, 16 queries x Bc keys.
+    // S = Q K^T and dP = dO V^T, 16 queries x Bc keys. (Q and dO fragments kept in registers
+    // across key tiles measured no faster on H200.)
     float s[Bc / 8][4] = {}, dp[Bc / 8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {

@@ -159,7 +159,8 @@ __device__ __forceinline__ void CastTransposeTile(const T* __restrict__ in,
                                                   uint8_t* __restrict__ data,
                                                   uint8_t* __restrict__ data_t, int64_t rows,
                                                   int64_t cols, float scale, int64_t tile_r,
-                                                  int64_t tile_c, uint2* smem, Telemetry& tel) {
+                                                  int64_t tile_c, uint2* smem, Telemetry& tel,
+                                                  float* colsum, float* partials) {
   const float fp8_max = Fp8MaxFinite(F);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int64_t r0 = tile_r + warp * kSubR;
@@ -177,6 +178,17 @@ __device__ __forceinline__ void CastTransposeTile(const T* __restrict__ in,
       for (int j = 0; j < kSubC; ++j) {
         x[i][j] = (r < rows && c0 + j < cols) ? LoadF(in + r * cols + c0 + j) : 0.0f;
       }
+    }
+  }
+  // Column sums of the unscaled input (bias gradient), when asked: this thread's 8 rows, parked
+  // per warp; the block adds its 8 warps after the barrier below.
+  if (partials != nullptr) {
+#pragma unroll
+    for (int j = 0; j < kSubC; ++j) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kSubR; ++i) sum += x[i][j];
+      colsum[warp * kTileC + lane * kSubC + j] = sum;
     }
   }
   // Scale, encode, count; store the row-major codes. w[i] holds row r0 + i, column c0 in the
@@ -211,6 +223,12 @@ __device__ __forceinline__ void CastTransposeTile(const T* __restrict__ in,
     smem[(j * kWarpSize + lane) * kPitch + warp] = make_uint2(lo[j], hi[j]);
   }
   __syncthreads();
+  if (partials != nullptr && threadIdx.x < kTileC && tile_c + threadIdx.x < cols) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w8 = 0; w8 < kCtWarps; ++w8) sum += colsum[w8 * kTileC + threadIdx.x];
+    partials[(tile_r / kTileR) * cols + tile_c + threadIdx.x] = sum;  // one per (tile row, column)
+  }
 
   // Store data_t: lane = (piece p of the row, which of kRowsPerStore rows), so a warp-wide
   // store writes 64 contiguous bytes into each of 4 data_t rows.
@@ -243,8 +261,9 @@ __global__ void __launch_bounds__(kCtThreads)
                         uint8_t* __restrict__ data_t, int64_t rows, int64_t cols,
                         const float* __restrict__ scale_ptr, float* __restrict__ scale_inv,
                         float* amax, unsigned long long* saturated, int64_t full_r, int64_t full_c,
-                        int64_t tiles_c, bool write_scale_inv) {
+                        int64_t tiles_c, bool write_scale_inv, float* partials) {
   __shared__ uint2 smem[kCtSmemPieces];
+  __shared__ float colsum[kCtWarps * kTileC];
   const float scale = *scale_ptr;
   const int64_t b = blockIdx.x;
   int64_t tr, tc;
@@ -263,7 +282,7 @@ __global__ void __launch_bounds__(kCtThreads)
   }
   Telemetry tel;
   CastTransposeTile<T, F, kFull>(in, data, data_t, rows, cols, scale, tr * kTileR, tc * kTileC,
-                                 smem, tel);
+                                 smem, tel, colsum, partials);
   CommitTelemetry<kCtThreads>(tel, amax, saturated);
   if (write_scale_inv && blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = ScaleInv(scale);
 }
@@ -450,17 +469,40 @@ unsigned FlatGrid(int64_t n) {
 template <typename T, Fp8Format F, bool kFull>
 cudaError_t LaunchCastTransposeKernel(int64_t blocks, const T* in, const Fp8Tensor& out,
                                       unsigned long long* saturated, int64_t full_r, int64_t full_c,
-                                      int64_t tiles_c, bool write_scale_inv, cudaStream_t stream) {
+                                      int64_t tiles_c, bool write_scale_inv, float* partials,
+                                      cudaStream_t stream) {
   if (blocks == 0) return cudaSuccess;
   CastTransposeKernel<T, F, kFull><<<static_cast<unsigned>(blocks), kCtThreads, 0, stream>>>(
       in, out.data, out.data_t, out.rows, out.cols, out.scale, out.scale_inv, out.amax, saturated,
-      full_r, full_c, tiles_c, write_scale_inv);
+      full_r, full_c, tiles_c, write_scale_inv, partials);
   return cudaGetLastError();
+}
+
+// dbias[c] += sum over tile rows t of partials[t][c]. Block (32, 32): column x of a 32-wide
+// strip, lane y sums tile rows y, y + 32, ...; then y == 0 adds the 32 lane sums in order (a
+// fixed order: deterministic). One thread per column looping over every tile row was too little
+// parallelism for narrow layers (768 columns: 768 threads).
+__global__ void __launch_bounds__(1024)
+    AddColumnPartialsKernel(float* __restrict__ dbias, const float* __restrict__ partials,
+                            int64_t tiles_r, int64_t cols) {
+  __shared__ float tile[32][33];
+  const int64_t c = blockIdx.x * int64_t{32} + threadIdx.x;
+  float sum = 0.0f;
+  if (c < cols) {
+    for (int64_t t = threadIdx.y; t < tiles_r; t += 32) sum += partials[t * cols + c];
+  }
+  tile[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = 0.0f;
+    for (int y = 0; y < 32; ++y) total += tile[y][threadIdx.x];
+    dbias[c] += total;
+  }
 }
 
 template <typename T>
 Status LaunchCastTranspose(const T* in, const Fp8Tensor& out, unsigned long long* saturated,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, float* partials = nullptr) {
   const int64_t rows = out.rows, cols = out.cols;
   // The fast kernel needs vector access everywhere: input rows aligned for kSubC-element loads,
   // data rows for 4-byte stores, and 8-row pieces of data_t for 8-byte stores.
@@ -480,10 +522,10 @@ Status LaunchCastTranspose(const T* in, const Fp8Tensor& out, unsigned long long
   cudaError_t err = cudaSuccess;
   cuda_detail::DispatchFp8(out.format, [&]<Fp8Format F>() {
     err = LaunchCastTransposeKernel<T, F, true>(interior, in, out, saturated, full_r, full_c,
-                                                tiles_c, true, stream);
+                                                tiles_c, true, partials, stream);
     if (err != cudaSuccess) return;
     err = LaunchCastTransposeKernel<T, F, false>(edge, in, out, saturated, full_r, full_c, tiles_c,
-                                                 interior == 0, stream);
+                                                 interior == 0, partials, stream);
   });
   if (err != cudaSuccess) {
     return Status::Internal(
@@ -513,6 +555,38 @@ Status Quantize(const T* in, const Fp8Tensor& out, unsigned long long* saturated
                                                         amax, sat);
   });
   FP8RT_CUDA_TRY_LAUNCH("Quantize");
+  return Status::Ok();
+}
+
+size_t QuantizeDbiasScratchBytes(int64_t rows, int64_t cols) {
+  return static_cast<size_t>((rows + kTileR - 1) / kTileR) * static_cast<size_t>(cols) *
+         sizeof(float);
+}
+
+template <typename T>
+Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias,
+                     unsigned long long* saturated, void* scratch, size_t scratch_bytes,
+                     cudaStream_t stream) {
+  FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor("QuantizeDbias", out));
+  if (out.data_t == nullptr) {
+    return Status::InvalidArgument(
+        "QuantizeDbias: out.data_t is null; the bias gradient rides on the cast+transpose pass");
+  }
+  if (dbias == nullptr) return Status::InvalidArgument("QuantizeDbias: dbias is null");
+  const int64_t n = out.numel();
+  if (n == 0) return Quantize(in, out, saturated, stream);
+  if (in == nullptr) return Status::InvalidArgument("QuantizeDbias: in is null");
+  const size_t need = QuantizeDbiasScratchBytes(out.rows, out.cols);
+  if (scratch == nullptr || scratch_bytes < need) {
+    return Status::InvalidArgument(StrCat("QuantizeDbias: scratch_bytes=", scratch_bytes, " < ",
+                                          need, " (QuantizeDbiasScratchBytes)"));
+  }
+  float* partials = static_cast<float*>(scratch);
+  FP8RT_RETURN_IF_ERROR(LaunchCastTranspose(in, out, saturated, stream, partials));
+  const int64_t tiles_r = (out.rows + kTileR - 1) / kTileR;
+  AddColumnPartialsKernel<<<static_cast<unsigned>((out.cols + 31) / 32), dim3(32, 32), 0,
+                            stream>>>(dbias, partials, tiles_r, out.cols);
+  FP8RT_CUDA_TRY_LAUNCH("QuantizeDbias");
   return Status::Ok();
 }
 
@@ -571,7 +645,9 @@ Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin,
   template Status Dequantize<T>(const Fp8Tensor&, T*, cudaStream_t);                              \
   template Status ComputeAmax<T>(const T*, int64_t, float*, cudaStream_t);                        \
   template Status QuantizeCurrentScaling<T>(const T*, const Fp8Tensor&, int, unsigned long long*, \
-                                            cudaStream_t);
+                                            cudaStream_t);                                        \
+  template Status QuantizeDbias<T>(const T*, const Fp8Tensor&, float*, unsigned long long*,       \
+                                   void*, size_t, cudaStream_t);
 FP8RT_INSTANTIATE(float)
 FP8RT_INSTANTIATE(bf16)
 #undef FP8RT_INSTANTIATE

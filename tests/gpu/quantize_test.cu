@@ -180,6 +180,39 @@ class QuantizeGpu : public test::GpuTest, public ::testing::WithParamInterface<C
     if (c.transpose) EXPECT_TRUE(SameCodes(got.data_t.Download(), want.data_t, "data_t"));
   }
 
+  // QuantizeDbias: the same codes and telemetry as Quantize, plus dbias += column sums.
+  template <typename T>
+  void RunDbias() {
+    const Case& c = GetParam();
+    const int64_t rows = c.shape.rows, cols = c.shape.cols, n = rows * cols;
+    const std::vector<T> in = test::CastVector<T>(Inputs(n, 41 + n));
+    const float scale = SaturatingScale(c.format);
+    const std::vector<float> db0 = test::RandomNormal(cols, 43);  // accumulated into
+    HostFp8 want(rows, cols, c.format, true, scale, 0.125f);
+    uint64_t want_sat = 0;
+    std::vector<float> want_db = db0;
+    ASSERT_TRUE(cpu::QuantizeDbias(in.data(), want.t, want_db.data(), &want_sat).ok());
+
+    DeviceBuffer<T> d_in(in);
+    DeviceFp8 got(rows, cols, c.format, true, scale, 0.125f);
+    DeviceBuffer<unsigned long long> d_sat(std::vector<unsigned long long>{0});
+    DeviceBuffer<float> d_db(db0);
+    DeviceBuffer<uint8_t> scratch(cuda::QuantizeDbiasScratchBytes(rows, cols));
+    scratch.Poison();
+    const Status st = cuda::QuantizeDbias(d_in.get(), got.t, d_db.get(), d_sat.get(),
+                                          scratch.get(), scratch.size(), nullptr);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_TRUE(SameCodes(got.data.Download(), want.data, "data"));
+    EXPECT_TRUE(SameCodes(got.data_t.Download(), want.data_t, "data_t"));
+    const std::vector<float> scalars = got.scalars.Download();
+    EXPECT_TRUE(SameBits(scalars[1], want.scale_inv, "scale_inv"));
+    EXPECT_TRUE(SameBits(scalars[2], want.amax, "amax"));
+    EXPECT_EQ(d_sat.Download()[0], want_sat) << "saturated";
+    // Column sums of `rows` O(1) values: FP32 per 64-row tile then over tiles, against double.
+    const test::Tolerance tol{1e-6 * static_cast<double>(rows) + 1e-6, 1e-5, 0};
+    EXPECT_TRUE(test::AllClose(d_db.Download(), want_db, tol, "dbias"));
+  }
+
   template <typename T>
   void RunAmax() {
     const Case& c = GetParam();
@@ -232,6 +265,28 @@ std::vector<Case> AllCases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, QuantizeGpu, ::testing::ValuesIn(AllCases()),
+                         [](const auto& info) { return CaseName(info.param); });
+
+// The bias gradient rides on the transposing cast: the transposed cases only.
+class QuantizeDbiasGpu : public QuantizeGpu {};
+
+TEST_P(QuantizeDbiasGpu, MatchesReference) {
+  if (GetParam().dtype == DType::kFloat32) {
+    RunDbias<float>();
+  } else {
+    RunDbias<bf16>();
+  }
+}
+
+std::vector<Case> TransposedCases() {
+  std::vector<Case> cases;
+  for (const Case& c : AllCases()) {
+    if (c.transpose) cases.push_back(c);
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, QuantizeDbiasGpu, ::testing::ValuesIn(TransposedCases()),
                          [](const auto& info) { return CaseName(info.param); });
 
 // Buffers offset from their allocation so no vector path applies: the guarded code everywhere.

@@ -1,6 +1,9 @@
 // RunConfig parsing: defaults, every error names the key and what is allowed.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <string>
+
 #include "runtime/config.h"
 
 namespace fp8rt {
@@ -55,6 +58,18 @@ TEST(RunConfig, RefusesBadValuesNamingField) {
   ExpectError("train: {batch_size: 1}\n", "data.train is required");
   ExpectError("data: {train: a}\ntrain: {seq_len: 65}\n", "train.seq_len = 65");
   ExpectError("model: [1, 2\n", "not valid YAML");
+}
+
+// Every preset in configs/ loads and validates (the data files need not exist for that).
+TEST(RunConfig, EveryPresetInConfigsLoads) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(FP8RT_CONFIGS_DIR)) {
+    if (e.path().extension() != ".yaml") continue;
+    auto cfg = LoadRunConfig(e.path().string());
+    EXPECT_TRUE(cfg.ok()) << e.path() << ": " << cfg.status().ToString();
+    ++n;
+  }
+  EXPECT_GE(n, 6) << "presets in " << FP8RT_CONFIGS_DIR;
 }
 
 }  // namespace

@@ -178,6 +178,38 @@ TEST(QuantizeCpu, DequantizeToBf16RoundsTheProduct) {
   EXPECT_EQ(out[3].bits, bf16(448.f * scale_inv).bits);
 }
 
+TEST(QuantizeCpu, DbiasAddsColumnSumsAndKeepsTheCodes) {
+  const int64_t rows = 5, cols = 3;
+  std::vector<float> in(rows * cols);
+  for (int64_t i = 0; i < rows * cols; ++i) in[i] = 0.25f * static_cast<float>(i) - 1.0f;
+  std::vector<uint8_t> d1(in.size()), t1(in.size()), d2(in.size()), t2(in.size());
+  float s1 = 2.f, si1 = 0, a1 = 0, s2 = 2.f, si2 = 0, a2 = 0;
+  auto tensor = [&](uint8_t* d, uint8_t* t, float* s, float* si, float* a) {
+    Fp8Tensor q;
+    q.data = d, q.data_t = t, q.rows = rows, q.cols = cols;
+    q.scale = s, q.scale_inv = si, q.amax = a;
+    return q;
+  };
+  const Fp8Tensor q1 = tensor(d1.data(), t1.data(), &s1, &si1, &a1);
+  Fp8Tensor q2 = tensor(d2.data(), t2.data(), &s2, &si2, &a2);
+  ASSERT_TRUE(cpu::Quantize(in.data(), q1).ok());
+  std::vector<float> db = {10.f, 20.f, 30.f};
+  ASSERT_TRUE(cpu::QuantizeDbias(in.data(), q2, db.data()).ok());
+  EXPECT_EQ(d1, d2);
+  EXPECT_EQ(t1, t2);
+  EXPECT_EQ(a1, a2);
+  for (int64_t c = 0; c < cols; ++c) {
+    float sum = 0;
+    for (int64_t r = 0; r < rows; ++r) sum += in[r * cols + c];
+    EXPECT_FLOAT_EQ(db[c], 10.f * (c + 1) + sum) << "column " << c;
+  }
+  // Without the transposed copy there is no cast+transpose pass to ride on.
+  q2.data_t = nullptr;
+  const Status st = cpu::QuantizeDbias(in.data(), q2, db.data());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("data_t"), std::string::npos) << st.ToString();
+}
+
 TEST(QuantizeCpu, CurrentScalingUsesThisTensorsAmax) {
   const std::vector<float> in = {0.5f, -7.f, 3.f, 1.f};
   HostFp8 q(2, 2, Fp8Format::kE4M3, 123.f);
