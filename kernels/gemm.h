@@ -44,6 +44,8 @@ enum class Epilogue : uint8_t {
   kGelu,  // tanh-approximation GELU, as cuBLASLt implements it
   kBiasGelu,
   kBiasGeluAux,  // also writes the pre-GELU value (bias included) to `aux`, for the backward
+  kDGelu,        // D = (alpha A B + beta D) * gelu'(aux), aux (M, N) in d_dtype read, not written:
+                 // the GELU backward fused into the GEMM that computes its input gradient
 };
 const char* EpilogueName(Epilogue e);
 
@@ -65,8 +67,9 @@ struct GemmArgs {
   float alpha = 1.0f, beta = 0.0f;
   // N elements of dtype GemmBiasDType(*this); used by the epilogues with a bias. Default: nullptr.
   const void* bias = nullptr;
-  // kBiasGeluAux only: (M, N) packed per batch (pitch N, batch stride M * N), of dtype d_dtype;
-  // N must be a multiple of 8 (cuBLASLt's rule for the aux pitch). Default: nullptr.
+  // kBiasGeluAux (written) and kDGelu (read) only: (M, N) packed per batch (pitch N, batch stride
+  // M * N), of dtype d_dtype; N must be a multiple of 8 (cuBLASLt's rule for the aux pitch).
+  // Default: nullptr.
   void* aux = nullptr;
   // What follows the product, fused into the GEMM. Default: kNone.
   Epilogue epilogue = Epilogue::kNone;

@@ -232,7 +232,10 @@ class Gpt final : public GptModel {
   // *gelu_done is set; otherwise the caller applies GELU itself).
   Status LinearForward(int l, int kind, T* y, const T* x, const T* b, bool cast_w,
                        T* gelu_out = nullptr, bool* gelu_done = nullptr);
-  Status LinearBackward(int l, int kind, T* dx, float* dw, float* db, const T* dy, const T* x);
+  // With dgelu_aux (the forward's pre-GELU input of this layer's input), dx comes out multiplied
+  // by GELU'(dgelu_aux) from the dgrad GEMM's epilogue where cuBLASLt can (*dgelu_done set).
+  Status LinearBackward(int l, int kind, T* dx, float* dw, float* db, const T* dy, const T* x,
+                        const T* dgelu_aux = nullptr, bool* dgelu_done = nullptr);
   Status AddBias(T* y, const T* b, int64_t M, int64_t N);
   Status ForwardPass(const int32_t* x_host, const int32_t* y_host, bool cast_weights,
                      bool compute_grad, int micro);
@@ -283,7 +286,8 @@ class Gpt final : public GptModel {
   static constexpr int kScaleSlot = 16;          // floats per tensor in gemm_scale_inv_
   float* gemm_scale_inv_ = nullptr;              // (N, kScaleSlot)
   int64_t weight_casts_ = 0;
-  bool gelu_epilogue_ok_ = true;  // false once cuBLASLt refused the fused GELU epilogue
+  bool gelu_epilogue_ok_ = true;   // false once cuBLASLt refused the fused GELU epilogue
+  bool dgelu_epilogue_ok_ = true;  // the same for the GELU backward in the dgrad epilogue
 };
 
 
@@ -547,9 +551,28 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
 
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db, const T* dy,
-                                   const T* x) {
+                                   const T* x, const T* dgelu_aux, bool* dgelu_done) {
   int64_t N, K;
   LinearShape(kind, &N, &K);
+  if (dgelu_done != nullptr) *dgelu_done = false;
+  // Runs the dgrad GEMM, with the GELU backward in its epilogue when asked and possible; a case
+  // cuBLASLt refuses is remembered and runs unfused from then on. BF16/FP32 layers only: cuBLASLt
+  // 13.1 takes DGELU with FP8 inputs, but its kernel made the fc_proj dgrad 7x slower on H200
+  // (0.7 -> 4.8 ms per step at gpt2-124m), far more than the GELU pass it saves.
+  auto run_dgrad = [&](GemmArgs gd) -> Status {
+    if (dgelu_aux != nullptr && dgelu_epilogue_ok_ && K % 8 == 0 && !Fp8On(kind)) {
+      GemmArgs fused = gd;
+      fused.epilogue = Epilogue::kDGelu;
+      fused.aux = const_cast<T*>(dgelu_aux);  // read only
+      const Status s = ops_->Gemm(fused);
+      if (s.ok()) {
+        *dgelu_done = true;
+        return s;
+      }
+      dgelu_epilogue_ok_ = false;
+    }
+    return ops_->Gemm(gd);
+  };
   // FP8 layers get db from the cast of dY (QuantizeDbias), the rest from a GEMM.
   if (db != nullptr && !Fp8On(kind)) {  // db (1, N) += ones (1, M) dY (M, N)
     ops_->Mark("gemm bias grad");
@@ -568,7 +591,7 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
     gd.b = {w, kT};
     gd.d = dx, gd.d_dtype = kT;
     ops_->Mark(kDgradNames[kind]);
-    FP8RT_RETURN_IF_ERROR(ops_->Gemm(gd));
+    FP8RT_RETURN_IF_ERROR(run_dgrad(gd));
     GemmArgs gw;  // dW (N, K) += dY^T (N, M) X (M, K)
     gw.M = N, gw.N = K, gw.K = M_;
     gw.a = {dy, kT, /*trans=*/true};
@@ -591,7 +614,7 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
   const Fp8Tensor xq = Fp8Of(l, kind, kRoleX, nullptr, x8t_[slot], M_, K);
   FP8RT_ASSIGN_OR_RETURN(GemmArgs gd, Fp8Dgrad(dyq, wq, dx, kT));
   ops_->Mark(kDgradNames[kind]);
-  FP8RT_RETURN_IF_ERROR(ops_->Gemm(gd));
+  FP8RT_RETURN_IF_ERROR(run_dgrad(gd));
   FP8RT_ASSIGN_OR_RETURN(GemmArgs gw, Fp8Wgrad(dyq, xq, dw, /*accumulate=*/true));
   ops_->Mark(kWgradNames[kind]);
   return ops_->Gemm(gw);
@@ -663,10 +686,14 @@ Status Gpt<Ops, T>::BackwardPass() {
   for (int64_t l = L - 1; l >= 0; --l) {
     const T* res_in = l == 0 ? encoded_ : res3_[l - 1];
     // dres_ is the gradient of this block's output (res3).
+    bool dgelu_done = false;
     FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFcProj, d4c_, G(kFcProjW) + l * 4 * C * C,
-                                         G(kFcProjB) + l * C, dres_, fch_gelu_[l]));
-    ops_->Mark("gelu bwd");
-    FP8RT_RETURN_IF_ERROR(ops_->GeluBackward(d4c_, fch_[l], d4c_, M_ * 4 * C));
+                                         G(kFcProjB) + l * C, dres_, fch_gelu_[l], fch_[l],
+                                         &dgelu_done));
+    if (!dgelu_done) {
+      ops_->Mark("gelu bwd");
+      FP8RT_RETURN_IF_ERROR(ops_->GeluBackward(d4c_, fch_[l], d4c_, M_ * 4 * C));
+    }
     FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFc, dc1_, G(kFcW) + l * 4 * C * C,
                                          G(kFcB) + l * 4 * C, d4c_, ln2_[l]));
     ops_->Mark("layernorm bwd");

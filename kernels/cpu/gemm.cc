@@ -148,6 +148,12 @@ double GeluTanh(double x) {
   const double k = std::sqrt(2.0 / std::numbers::pi);
   return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
 }
+// d/dx of GeluTanh.
+double GeluTanhGrad(double x) {
+  const double k = std::sqrt(2.0 / std::numbers::pi);
+  const double th = std::tanh(k * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * k * (1.0 + 3.0 * 0.044715 * x * x);
+}
 
 // op(X) of one batch as a packed (rows, cols) double matrix.
 void LoadOp(const GemmOperand& x, const void* base, int64_t rows, int64_t cols, int64_t ld,
@@ -225,6 +231,8 @@ const char* EpilogueName(Epilogue e) {
       return "bias+gelu";
     case Epilogue::kBiasGeluAux:
       return "bias+gelu+aux";
+    case Epilogue::kDGelu:
+      return "dgelu";
   }
   return "?";
 }
@@ -261,11 +269,16 @@ Status ValidateGemm(const GemmArgs& g) {
     return Status::InvalidArgument(
         StrCat("gemm: epilogue ", EpilogueName(g.epilogue), " needs a bias (N elements)"));
   }
-  if (g.epilogue == Epilogue::kBiasGeluAux) {
-    if (g.aux == nullptr) return Status::InvalidArgument("gemm: epilogue bias+gelu+aux needs aux");
+  if (g.epilogue == Epilogue::kBiasGeluAux || g.epilogue == Epilogue::kDGelu) {
+    const char* name = EpilogueName(g.epilogue);
+    if (g.aux == nullptr) return Status::InvalidArgument(StrCat("gemm: epilogue ", name, " needs aux"));
     if (g.N % 8 != 0) {
-      return Status::InvalidArgument(StrCat("gemm: epilogue bias+gelu+aux with N=", g.N,
+      return Status::InvalidArgument(StrCat("gemm: epilogue ", name, " with N=", g.N,
                                             "; the aux pitch N must be a multiple of 8"));
+    }
+    if (g.epilogue == Epilogue::kDGelu && g.d_dtype != DType::kBFloat16 &&
+        g.d_dtype != DType::kFloat32) {
+      return Status::InvalidArgument("gemm: epilogue dgelu needs a bf16 or fp32 output");
     }
   }
   return Status::Ok();
@@ -367,6 +380,9 @@ Status Gemm(const GemmArgs& g) {
         if (HasBias(g.epilogue)) v += LoadAsDouble(g.bias, j, bias_t, no_table);
         if (g.epilogue == Epilogue::kBiasGeluAux) StoreFromDouble(aux, i * N + j, g.d_dtype, v);
         if (HasGelu(g.epilogue)) v = GeluTanh(v);
+        if (g.epilogue == Epilogue::kDGelu) {
+          v *= GeluTanhGrad(LoadAsDouble(aux, i * N + j, g.d_dtype, no_table));
+        }
         StoreFromDouble(d, i * ldd + j, g.d_dtype, v);
       }
     }

@@ -49,6 +49,8 @@ cublasLtEpilogue_t LtEpilogue(Epilogue e) {
       return CUBLASLT_EPILOGUE_GELU_BIAS;
     case Epilogue::kBiasGeluAux:
       return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Epilogue::kDGelu:
+      return CUBLASLT_EPILOGUE_DGELU;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -214,7 +216,7 @@ Status GemmRunner::Run(const GemmArgs& g, cudaStream_t stream) {
     FP8RT_RETURN_IF_ERROR(SetDesc(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias));
     FP8RT_RETURN_IF_ERROR(SetDesc(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type));
   }
-  if (g.epilogue == Epilogue::kBiasGeluAux) {
+  if (g.epilogue == Epilogue::kBiasGeluAux || g.epilogue == Epilogue::kDGelu) {
     const int64_t aux_ld = g.N, aux_stride = g.M * g.N;
     FP8RT_RETURN_IF_ERROR(SetDesc(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux));
     FP8RT_RETURN_IF_ERROR(SetDesc(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld));

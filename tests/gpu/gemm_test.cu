@@ -94,6 +94,9 @@ struct GemmHarness {
     bias = Encode(test::RandomUniform(g.N, seed + 3), GemmBiasDType(g));
     aux.assign(
         g.epilogue == Epilogue::kBiasGeluAux ? g.batch * g.M * g.N * ElemBytes(g.d_dtype) : 0, 0);
+    if (g.epilogue == Epilogue::kDGelu) {  // an input: pre-activations in [-3, 3)
+      aux = Encode(test::RandomUniform(g.batch * g.M * g.N, seed + 4, -3.f, 3.f), g.d_dtype);
+    }
   }
 
   // Runs GemmRunner on device copies and the reference on the host copies; compares D's
@@ -112,7 +115,11 @@ struct GemmHarness {
 
     DeviceBuffer<uint8_t> da(a), db(b), dd(d), dbias(bias), daux(std::max<size_t>(aux.size(), 1));
     DeviceBuffer<float> dsa(std::vector<float>{scale_a}), dsb(std::vector<float>{scale_b});
-    daux.Poison();
+    if (h.epilogue == Epilogue::kDGelu) {
+      daux.Upload(aux);  // read by the GEMM
+    } else {
+      daux.Poison();  // written by the GEMM
+    }
     GemmArgs g = h;
     g.a.ptr = da.get(), g.b.ptr = db.get(), g.d = dd.get();
     g.a.scale_inv = h.a.scale_inv ? dsa.get() : nullptr;
@@ -151,7 +158,7 @@ struct GemmHarness {
       if (!is_el[e] && std::memcmp(&got_d[e * es], &d_before[e * es], es) != 0) ++touched;
     }
     EXPECT_EQ(touched, 0u) << what << ": padding elements of D were written";
-    if (h.aux) {
+    if (h.aux && h.epilogue != Epilogue::kDGelu) {
       std::vector<uint8_t> got_aux = daux.Download();
       got_aux.resize(aux.size());
       EXPECT_TRUE(
@@ -237,7 +244,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          std::make_pair(DType::kBFloat16, DType::kBFloat16),
                                          std::make_pair(DType::kBFloat16, DType::kFloat32)),
                        ::testing::Values(Epilogue::kNone, Epilogue::kBias, Epilogue::kGelu,
-                                         Epilogue::kBiasGelu, Epilogue::kBiasGeluAux)),
+                                         Epilogue::kBiasGelu, Epilogue::kBiasGeluAux,
+                                         Epilogue::kDGelu)),
     [](const auto& info) {
       std::string e = EpilogueName(std::get<1>(info.param));
       for (char& ch : e) ch = ch == '+' ? '_' : ch;
@@ -476,7 +484,8 @@ INSTANTIATE_TEST_SUITE_P(
         std::make_tuple(DType::kE4M3, DType::kE5M2, DType::kFloat32, Epilogue::kNone),
         std::make_tuple(DType::kE4M3, DType::kE4M3, DType::kBFloat16, Epilogue::kBiasGeluAux),
         std::make_tuple(DType::kE4M3, DType::kE4M3, DType::kBFloat16, Epilogue::kBiasGelu),
-        std::make_tuple(DType::kE4M3, DType::kE4M3, DType::kFloat32, Epilogue::kBias)),
+        std::make_tuple(DType::kE4M3, DType::kE4M3, DType::kFloat32, Epilogue::kBias),
+        std::make_tuple(DType::kE5M2, DType::kE4M3, DType::kBFloat16, Epilogue::kDGelu)),
     [](const auto& info) {
       std::string e = EpilogueName(std::get<3>(info.param));
       for (char& ch : e) ch = ch == '+' ? '_' : ch;

@@ -140,6 +140,32 @@ TEST(GemmReference, BiasGeluAndAuxFollowCublasLtOrder) {
   EXPECT_EQ(d[2], 0.f);
 }
 
+TEST(GemmReference, DGeluMultipliesByTheGeluDerivativeOfAux) {
+  // D = (A B) * gelu'(aux) with A = I: D[i] = B[i] * gelu'(aux[i]); aux is read, not written.
+  const int64_t N = 8;
+  std::vector<float> a = {1, 0, 0, 1}, b(2 * N), aux(2 * N), d(2 * N, -5.f);
+  for (int i = 0; i < 2 * N; ++i) {
+    b[i] = 0.5f * static_cast<float>(i) - 3.f;
+    aux[i] = 0.375f * static_cast<float>(i) - 2.5f;
+  }
+  const std::vector<float> aux_before = aux;
+  GemmArgs g;
+  g.M = 2, g.N = N, g.K = 2;
+  g.a = F32(a), g.b = F32(b);
+  g.d = d.data(), g.aux = aux.data();
+  g.epilogue = Epilogue::kDGelu;
+  ASSERT_TRUE(cpu::Gemm(g).ok());
+  EXPECT_EQ(aux, aux_before);
+  for (int i = 0; i < 2 * N; ++i) {
+    const double x = aux[i], eps = 1e-5;  // central difference of the forward's GELU
+    const double grad = (GeluRef(x + eps) - GeluRef(x - eps)) / (2 * eps);
+    EXPECT_NEAR(d[i], b[i] * grad, 1e-5 * (1 + std::fabs(b[i] * grad))) << i;
+  }
+  // The aux pitch rule and a missing aux are refused by name.
+  g.aux = nullptr;
+  EXPECT_NE(cpu::Gemm(g).message().find("dgelu needs aux"), std::string::npos);
+}
+
 TEST(GemmReference, Bf16OutputRoundsOnceToNearestEven) {
   // 1 x 1 x 2: 1 + 2^-9 rounds to 1 in bf16; 1 + 3 * 2^-9 rounds up to 1 + 2^-7.
   const std::vector<bf16> a = {bf16(1.f), bf16(1.f)};
