@@ -53,6 +53,23 @@ void ParallelFor(int64_t n, double work_per_item, const Fn& fn) {
   for (auto& th : pool) th.join();
 }
 
+// z[t2] = (q_t . k_t2) * mult for t2 <= t, for batch b and head h; returns their max.
+template <typename T>
+double ScoreRow(const T* qkv, const AttentionShape& s, int64_t b, int64_t h, int64_t t, double mult,
+                std::vector<double>& z) {
+  const int64_t C = s.C(), HS = s.HS, seq = s.T;
+  const T* q = qkv + (b * seq + t) * 3 * C + h * HS;
+  double mx = -INFINITY;
+  for (int64_t t2 = 0; t2 <= t; ++t2) {
+    const T* k = qkv + (b * seq + t2) * 3 * C + C + h * HS;
+    double dot = 0;
+    for (int64_t d = 0; d < HS; ++d) dot += ToD(q[d]) * ToD(k[d]);
+    z[t2] = dot * mult;
+    mx = std::max(mx, z[t2]);
+  }
+  return mx;
+}
+
 Status CheckPointers(std::initializer_list<std::pair<const char*, const void*>> ptrs) {
   for (const auto& [name, p] : ptrs) {
     if (p == nullptr) return Status::InvalidArgument(StrCat("attention: ", name, " is null"));
@@ -86,15 +103,7 @@ Status AttentionForward(T* out, T* att, const T* qkv, const AttentionShape& s) {
     const int64_t b = bh / s.NH, h = bh % s.NH;
     std::vector<double> p(static_cast<size_t>(seq));
     for (int64_t t = 0; t < seq; ++t) {
-      const T* q = qkv + (b * seq + t) * 3 * C + h * HS;
-      double mx = -INFINITY;
-      for (int64_t t2 = 0; t2 <= t; ++t2) {
-        const T* k = qkv + (b * seq + t2) * 3 * C + C + h * HS;
-        double dot = 0;
-        for (int64_t d = 0; d < HS; ++d) dot += ToD(q[d]) * ToD(k[d]);
-        p[t2] = dot * scale;
-        mx = std::max(mx, p[t2]);
-      }
+      const double mx = ScoreRow(qkv, s, b, h, t, scale, p);
       double sum = 0;
       for (int64_t t2 = 0; t2 <= t; ++t2) sum += (p[t2] = std::exp(p[t2] - mx));
       T* arow = att + (bh * seq + t) * seq;
@@ -168,21 +177,13 @@ template <typename T>
 Status AttentionLse(float* lse, const T* qkv, const AttentionShape& s) {
   FP8RT_RETURN_IF_ERROR(ValidateAttention(s));
   FP8RT_RETURN_IF_ERROR(CheckPointers({{"lse", lse}, {"qkv", qkv}}));
-  const int64_t C = s.C(), HS = s.HS, seq = s.T;
+  const int64_t HS = s.HS, seq = s.T;
   const double scale_log2 = 1.0 / std::sqrt(static_cast<double>(HS)) / std::log(2.0);
   ParallelFor(s.B * s.NH, double(seq) * seq * HS, [&](int64_t bh) {
     const int64_t b = bh / s.NH, h = bh % s.NH;
     std::vector<double> z(static_cast<size_t>(seq));
     for (int64_t t = 0; t < seq; ++t) {
-      const T* q = qkv + (b * seq + t) * 3 * C + h * HS;
-      double mx = -INFINITY;
-      for (int64_t t2 = 0; t2 <= t; ++t2) {
-        const T* k = qkv + (b * seq + t2) * 3 * C + C + h * HS;
-        double dot = 0;
-        for (int64_t d = 0; d < HS; ++d) dot += ToD(q[d]) * ToD(k[d]);
-        z[t2] = dot * scale_log2;
-        mx = std::max(mx, z[t2]);
-      }
+      const double mx = ScoreRow(qkv, s, b, h, t, scale_log2, z);
       double sum = 0;
       for (int64_t t2 = 0; t2 <= t; ++t2) sum += std::exp2(z[t2] - mx);
       lse[bh * seq + t] = static_cast<float>(mx + std::log2(sum));

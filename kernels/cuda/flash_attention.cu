@@ -109,6 +109,73 @@ __device__ __forceinline__ float QuadMax(float x) {
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
 
+// Double-buffered key and value tiles of Bc rows (stages 0 and 1 of sK, sV): starts loading tile
+// j + 1, when there is one, into the other stage and waits until tile j has landed. The caller
+// then syncs the block.
+template <int D, int P, int Bc, int NT>
+__device__ __forceinline__ void NextKeyValueTile(E* sK, E* sV, const E* base, int64_t pitch, int C,
+                                                 int T, int j, int n_kv) {
+  if (j + 1 < n_kv) {
+    const int stage = (j + 1) & 1, k0 = (j + 1) * Bc;
+    LoadTile<D, P, Bc, NT>(sK + stage * Bc * P, base + k0 * pitch + C, pitch, T - k0);
+    LoadTile<D, P, Bc, NT>(sV + stage * Bc * P, base + k0 * pitch + 2 * C, pitch, T - k0);
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+  } else {
+    CpAsyncWait<0>();
+  }
+}
+
+// acc (16 x NC) += A (rows [m0, m0+16) of a_tile) B^T (rows [0, NC) of b_tile), both tiles stored
+// [row][k] with k in [0, D): S = Q K^T, dP = dO V^T and their transposes.
+template <int D, int P, int NC>
+__device__ __forceinline__ void MmaRowsByRows(float (&acc)[NC / 8][4], const E* a_tile, int m0,
+                                              const E* b_tile, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t a[4];
+    Ldsm4(a, AFrag<P>(a_tile, m0, kk * 16, lane));
+#pragma unroll
+    for (int np = 0; np < NC / 16; ++np) {
+      uint32_t bfr[4];
+      Ldsm4(bfr, BFragNK<P>(b_tile, np * 16, kk * 16, lane));
+      Mma(acc[2 * np], a, bfr[0], bfr[1]);
+      Mma(acc[2 * np + 1], a, bfr[2], bfr[3]);
+    }
+  }
+}
+
+// acc (16 x D) += X (16 x KC, the C fragments of an earlier product, rounded to bf16) times rows
+// [0, KC) of tile (stored [k][n]): O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K.
+template <int D, int P, int KC>
+__device__ __forceinline__ void MmaFragsByTile(float (&acc)[D / 8][4], const float (&x)[KC / 8][4],
+                                               const E* tile, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < KC / 16; ++kk) {
+    const uint32_t a[4] = {PackBf16(x[2 * kk][0], x[2 * kk][1]), PackBf16(x[2 * kk][2], x[2 * kk][3]),
+                           PackBf16(x[2 * kk + 1][0], x[2 * kk + 1][1]),
+                           PackBf16(x[2 * kk + 1][2], x[2 * kk + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t bfr[4];
+      Ldsm4T(bfr, BFragKN<P>(tile, kk * 16, dp * 16, lane));
+      Mma(acc[2 * dp], a, bfr[0], bfr[1]);
+      Mma(acc[2 * dp + 1], a, bfr[2], bfr[3]);
+    }
+  }
+}
+
+// Stores row r (0: the fragment's row g, 1: row g + 8) of a 16 x D accumulator, times mult, as bf16
+// at dst (this lane's first column already added).
+template <int D>
+__device__ __forceinline__ void StoreRow(E* dst, const float (&acc)[D / 8][4], int r, float mult) {
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    *reinterpret_cast<__nv_bfloat162*>(dst + dt * 8) =
+        __floats2bfloat162_rn(acc[dt][2 * r] * mult, acc[dt][2 * r + 1] * mult);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Forward. W warps own 16 W query rows; grid (ceil(T / 16W), B * NH); the heaviest query tiles
 // (last rows, most keys) start first.
@@ -142,15 +209,7 @@ __global__ void __launch_bounds__(32 * W)
 
   for (int j = 0; j < n_kv; ++j) {
     const int stage = j & 1;
-    if (j + 1 < n_kv) {
-      const int k0 = (j + 1) * Bc;
-      LoadTile<D, P, Bc, kThreads>(sK + (stage ^ 1) * Bc * P, base + k0 * pitch + C, pitch, T - k0);
-      LoadTile<D, P, Bc, kThreads>(sV + (stage ^ 1) * Bc * P, base + k0 * pitch + 2 * C, pitch, T - k0);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
+    NextKeyValueTile<D, P, Bc, kThreads>(sK, sV, base, pitch, C, T, j, n_kv);
     __syncthreads();
     const E* k_tile = sK + stage * Bc * P;
     const E* v_tile = sV + stage * Bc * P;
@@ -158,18 +217,7 @@ __global__ void __launch_bounds__(32 * W)
     // S = Q K^T for this warp's 16 rows x 64 keys. (Keeping the Q fragments in registers across
     // the key tiles instead of reloading them measured 16% slower at HS 128 on H200: occupancy.)
     float s[Bc / 8][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t a[4];
-      Ldsm4(a, AFrag<P>(sQ, warp * kWarpRows, kk * 16, lane));
-#pragma unroll
-      for (int np = 0; np < Bc / 16; ++np) {
-        uint32_t bfr[4];
-        Ldsm4(bfr, BFragNK<P>(k_tile, np * 16, kk * 16, lane));
-        Mma(s[2 * np], a, bfr[0], bfr[1]);
-        Mma(s[2 * np + 1], a, bfr[2], bfr[3]);
-      }
-    }
+    MmaRowsByRows<D, P, Bc>(s, sQ, warp * kWarpRows, k_tile, lane);
     // Scale into the log2 domain; mask keys after the query where the tile crosses the diagonal.
     const bool diag = j * Bc + Bc - 1 > q0;
     float mx[2] = {-INFINITY, -INFINITY};
@@ -207,21 +255,7 @@ __global__ void __launch_bounds__(32 * W)
       o[dt][0] *= corr[0], o[dt][1] *= corr[0];
       o[dt][2] *= corr[1], o[dt][3] *= corr[1];
     }
-    // O += P V.
-#pragma unroll
-    for (int kk = 0; kk < Bc / 16; ++kk) {
-      const uint32_t a[4] = {PackBf16(s[2 * kk][0], s[2 * kk][1]),
-                             PackBf16(s[2 * kk][2], s[2 * kk][3]),
-                             PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
-        uint32_t bfr[4];
-        Ldsm4T(bfr, BFragKN<P>(v_tile, kk * 16, dp * 16, lane));
-        Mma(o[2 * dp], a, bfr[0], bfr[1]);
-        Mma(o[2 * dp + 1], a, bfr[2], bfr[3]);
-      }
-    }
+    MmaFragsByTile<D, P, Bc>(o, s, v_tile, lane);  // O += P V
     __syncthreads();  // the next iteration's loads overwrite this stage
   }
 
@@ -231,12 +265,7 @@ __global__ void __launch_bounds__(32 * W)
     const float sum = QuadSum(l[r]);
     if (row >= T) continue;
     const float inv = 1.0f / sum;
-    E* dst = out + (int64_t{b} * T + row) * C + int64_t{h} * D + (lane & 3) * 2;
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      *reinterpret_cast<__nv_bfloat162*>(dst + dt * 8) =
-          __floats2bfloat162_rn(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
-    }
+    StoreRow<D>(out + (int64_t{b} * T + row) * C + int64_t{h} * D + (lane & 3) * 2, o, r, inv);
     if ((lane & 3) == 0) lse[int64_t{bh} * T + row] = m[r] + log2f(sum);
   }
 }
@@ -327,22 +356,8 @@ __global__ void __launch_bounds__(32 * W)
 
     // S^T = K Q^T and dP^T = V dO^T, 16 keys x Br queries.
     float s[Br / 8][4] = {}, dp[Br / 8][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t ak[4], av[4];
-      Ldsm4(ak, AFrag<P>(sK, warp * kWarpRows, kk * 16, lane));
-      Ldsm4(av, AFrag<P>(sV, warp * kWarpRows, kk * 16, lane));
-#pragma unroll
-      for (int np = 0; np < Br / 16; ++np) {
-        uint32_t bq[4], bo[4];
-        Ldsm4(bq, BFragNK<P>(q_tile, np * 16, kk * 16, lane));
-        Mma(s[2 * np], ak, bq[0], bq[1]);
-        Mma(s[2 * np + 1], ak, bq[2], bq[3]);
-        Ldsm4(bo, BFragNK<P>(do_tile, np * 16, kk * 16, lane));
-        Mma(dp[2 * np], av, bo[0], bo[1]);
-        Mma(dp[2 * np + 1], av, bo[2], bo[3]);
-      }
-    }
+    MmaRowsByRows<D, P, Br>(s, sK, warp * kWarpRows, q_tile, lane);
+    MmaRowsByRows<D, P, Br>(dp, sV, warp * kWarpRows, do_tile, lane);
     // P^T = exp2(S^T * scale_log2 - lse), zero where the query precedes the key or is past T;
     // dS^T = P^T (dP^T - delta).
     const bool edge = q0 < k0 + kTileRows - 1 || q0 + Br > T;
@@ -359,27 +374,8 @@ __global__ void __launch_bounds__(32 * W)
       }
     }
     // dV += P^T dO, dK += dS^T Q (k = queries).
-#pragma unroll
-    for (int kk = 0; kk < Br / 16; ++kk) {
-      const uint32_t ap[4] = {PackBf16(s[2 * kk][0], s[2 * kk][1]),
-                              PackBf16(s[2 * kk][2], s[2 * kk][3]),
-                              PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      const uint32_t ads[4] = {PackBf16(dp[2 * kk][0], dp[2 * kk][1]),
-                               PackBf16(dp[2 * kk][2], dp[2 * kk][3]),
-                               PackBf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                               PackBf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
-#pragma unroll
-      for (int dpair = 0; dpair < D / 16; ++dpair) {
-        uint32_t bo[4], bq[4];
-        Ldsm4T(bo, BFragKN<P>(do_tile, kk * 16, dpair * 16, lane));
-        Mma(dv[2 * dpair], ap, bo[0], bo[1]);
-        Mma(dv[2 * dpair + 1], ap, bo[2], bo[3]);
-        Ldsm4T(bq, BFragKN<P>(q_tile, kk * 16, dpair * 16, lane));
-        Mma(dk[2 * dpair], ads, bq[0], bq[1]);
-        Mma(dk[2 * dpair + 1], ads, bq[2], bq[3]);
-      }
-    }
+    MmaFragsByTile<D, P, Br>(dv, s, do_tile, lane);
+    MmaFragsByTile<D, P, Br>(dk, dp, q_tile, lane);
     __syncthreads();
   }
 
@@ -388,13 +384,8 @@ __global__ void __launch_bounds__(32 * W)
     const int key = key0 + r * 8;
     if (key >= T) continue;
     E* dst = dqkv + (int64_t{b} * T + key) * pitch + int64_t{h} * D + (lane & 3) * 2;
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      *reinterpret_cast<__nv_bfloat162*>(dst + C + dt * 8) =
-          __floats2bfloat162_rn(dk[dt][2 * r] * scale, dk[dt][2 * r + 1] * scale);
-      *reinterpret_cast<__nv_bfloat162*>(dst + 2 * C + dt * 8) =
-          __floats2bfloat162_rn(dv[dt][2 * r], dv[dt][2 * r + 1]);
-    }
+    StoreRow<D>(dst + C, dk, r, scale);
+    StoreRow<D>(dst + 2 * C, dv, r, 1.0f);
   }
 }
 
@@ -441,15 +432,7 @@ __global__ void __launch_bounds__(32 * W)
 
   for (int j = 0; j < n_kv; ++j) {
     const int stage = j & 1;
-    if (j + 1 < n_kv) {
-      const int k0 = (j + 1) * Bc;
-      LoadTile<D, P, Bc, kThreads>(sK + (stage ^ 1) * Bc * P, base + k0 * pitch + C, pitch, T - k0);
-      LoadTile<D, P, Bc, kThreads>(sV + (stage ^ 1) * Bc * P, base + k0 * pitch + 2 * C, pitch, T - k0);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
+    NextKeyValueTile<D, P, Bc, kThreads>(sK, sV, base, pitch, C, T, j, n_kv);
     __syncthreads();
     const E* k_tile = sK + stage * Bc * P;
     const E* v_tile = sV + stage * Bc * P;
@@ -457,22 +440,8 @@ __global__ void __launch_bounds__(32 * W)
     // S = Q K^T and dP = dO V^T, 16 queries x Bc keys. (Q and dO fragments kept in registers
     // across key tiles measured no faster on H200.)
     float s[Bc / 8][4] = {}, dp[Bc / 8][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t aq[4], ao[4];
-      Ldsm4(aq, AFrag<P>(sQ, warp * kWarpRows, kk * 16, lane));
-      Ldsm4(ao, AFrag<P>(sdO, warp * kWarpRows, kk * 16, lane));
-#pragma unroll
-      for (int np = 0; np < Bc / 16; ++np) {
-        uint32_t bk[4], bv[4];
-        Ldsm4(bk, BFragNK<P>(k_tile, np * 16, kk * 16, lane));
-        Mma(s[2 * np], aq, bk[0], bk[1]);
-        Mma(s[2 * np + 1], aq, bk[2], bk[3]);
-        Ldsm4(bv, BFragNK<P>(v_tile, np * 16, kk * 16, lane));
-        Mma(dp[2 * np], ao, bv[0], bv[1]);
-        Mma(dp[2 * np + 1], ao, bv[2], bv[3]);
-      }
-    }
+    MmaRowsByRows<D, P, Bc>(s, sQ, warp * kWarpRows, k_tile, lane);
+    MmaRowsByRows<D, P, Bc>(dp, sdO, warp * kWarpRows, v_tile, lane);
     const bool diag = j * Bc + Bc - 1 > q0;
 #pragma unroll
     for (int nt = 0; nt < Bc / 8; ++nt) {
@@ -485,21 +454,7 @@ __global__ void __launch_bounds__(32 * W)
         dp[nt][e] = p * (dp[nt][e] - drow[r]);
       }
     }
-    // dQ += dS K (k = keys).
-#pragma unroll
-    for (int kk = 0; kk < Bc / 16; ++kk) {
-      const uint32_t a[4] = {PackBf16(dp[2 * kk][0], dp[2 * kk][1]),
-                             PackBf16(dp[2 * kk][2], dp[2 * kk][3]),
-                             PackBf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                             PackBf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
-#pragma unroll
-      for (int dpair = 0; dpair < D / 16; ++dpair) {
-        uint32_t bk[4];
-        Ldsm4T(bk, BFragKN<P>(k_tile, kk * 16, dpair * 16, lane));
-        Mma(dq[2 * dpair], a, bk[0], bk[1]);
-        Mma(dq[2 * dpair + 1], a, bk[2], bk[3]);
-      }
-    }
+    MmaFragsByTile<D, P, Bc>(dq, dp, k_tile, lane);  // dQ += dS K (k = keys)
     __syncthreads();
   }
 
@@ -507,12 +462,8 @@ __global__ void __launch_bounds__(32 * W)
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + r * 8;
     if (row >= T) continue;
-    E* dst = dqkv + (int64_t{b} * T + row) * pitch + int64_t{h} * D + (lane & 3) * 2;
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      *reinterpret_cast<__nv_bfloat162*>(dst + dt * 8) =
-          __floats2bfloat162_rn(dq[dt][2 * r] * scale, dq[dt][2 * r + 1] * scale);
-    }
+    StoreRow<D>(dqkv + (int64_t{b} * T + row) * pitch + int64_t{h} * D + (lane & 3) * 2, dq, r,
+                scale);
   }
 }
 
