@@ -178,7 +178,9 @@ __device__ __forceinline__ void StoreRow(E* dst, const float (&acc)[D / 8][4], i
 
 // ---------------------------------------------------------------------------------------------
 // Forward. W warps own 16 W query rows; grid (ceil(T / 16W), B * NH); the heaviest query tiles
-// (last rows, most keys) start first.
+// (last rows, most keys) start first. Its products are written out here rather than through
+// MmaRowsByRows / MmaFragsByTile / NextKeyValueTile as in the backward: with the helpers the
+// HS-128 forward measured 10% slower on H200 (0.382 against 0.347 ms at GPT-1.3B's shape).
 template <int D, int W>
 __global__ void __launch_bounds__(32 * W)
     FlashForwardKernel(E* __restrict__ out, float* __restrict__ lse, const E* __restrict__ qkv,
@@ -209,7 +211,15 @@ __global__ void __launch_bounds__(32 * W)
 
   for (int j = 0; j < n_kv; ++j) {
     const int stage = j & 1;
-    NextKeyValueTile<D, P, Bc, kThreads>(sK, sV, base, pitch, C, T, j, n_kv);
+    if (j + 1 < n_kv) {
+      const int k0 = (j + 1) * Bc;
+      LoadTile<D, P, Bc, kThreads>(sK + (stage ^ 1) * Bc * P, base + k0 * pitch + C, pitch, T - k0);
+      LoadTile<D, P, Bc, kThreads>(sV + (stage ^ 1) * Bc * P, base + k0 * pitch + 2 * C, pitch, T - k0);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
     __syncthreads();
     const E* k_tile = sK + stage * Bc * P;
     const E* v_tile = sV + stage * Bc * P;
@@ -217,7 +227,18 @@ __global__ void __launch_bounds__(32 * W)
     // S = Q K^T for this warp's 16 rows x 64 keys. (Keeping the Q fragments in registers across
     // the key tiles instead of reloading them measured 16% slower at HS 128 on H200: occupancy.)
     float s[Bc / 8][4] = {};
-    MmaRowsByRows<D, P, Bc>(s, sQ, warp * kWarpRows, k_tile, lane);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[4];
+      Ldsm4(a, AFrag<P>(sQ, warp * kWarpRows, kk * 16, lane));
+#pragma unroll
+      for (int np = 0; np < Bc / 16; ++np) {
+        uint32_t bfr[4];
+        Ldsm4(bfr, BFragNK<P>(k_tile, np * 16, kk * 16, lane));
+        Mma(s[2 * np], a, bfr[0], bfr[1]);
+        Mma(s[2 * np + 1], a, bfr[2], bfr[3]);
+      }
+    }
     // Scale into the log2 domain; mask keys after the query where the tile crosses the diagonal.
     const bool diag = j * Bc + Bc - 1 > q0;
     float mx[2] = {-INFINITY, -INFINITY};
@@ -255,7 +276,21 @@ __global__ void __launch_bounds__(32 * W)
       o[dt][0] *= corr[0], o[dt][1] *= corr[0];
       o[dt][2] *= corr[1], o[dt][3] *= corr[1];
     }
-    MmaFragsByTile<D, P, Bc>(o, s, v_tile, lane);  // O += P V
+    // O += P V.
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; ++kk) {
+      const uint32_t a[4] = {PackBf16(s[2 * kk][0], s[2 * kk][1]),
+                             PackBf16(s[2 * kk][2], s[2 * kk][3]),
+                             PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t bfr[4];
+        Ldsm4T(bfr, BFragKN<P>(v_tile, kk * 16, dp * 16, lane));
+        Mma(o[2 * dp], a, bfr[0], bfr[1]);
+        Mma(o[2 * dp + 1], a, bfr[2], bfr[3]);
+      }
+    }
     __syncthreads();  // the next iteration's loads overwrite this stage
   }
 
@@ -265,7 +300,12 @@ __global__ void __launch_bounds__(32 * W)
     const float sum = QuadSum(l[r]);
     if (row >= T) continue;
     const float inv = 1.0f / sum;
-    StoreRow<D>(out + (int64_t{b} * T + row) * C + int64_t{h} * D + (lane & 3) * 2, o, r, inv);
+    E* dst = out + (int64_t{b} * T + row) * C + int64_t{h} * D + (lane & 3) * 2;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      *reinterpret_cast<__nv_bfloat162*>(dst + dt * 8) =
+          __floats2bfloat162_rn(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+    }
     if ((lane & 3) == 0) lse[int64_t{bh} * T + row] = m[r] + log2f(sum);
   }
 }
