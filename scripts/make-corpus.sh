@@ -10,6 +10,10 @@
 #     data/corpus-large.txt, which `gunzip -k` makes.
 # Idempotent. --large installs the two doc packages (root or sudo) when they are missing.
 set -euo pipefail
+case "${1:-}" in
+  "" | --large) ;;
+  *) echo "make-corpus: unknown argument '$1' (usage: make-corpus.sh [--large])" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 mkdir -p data
 small=data/corpus.txt

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "kernels/quantize.h"
 #include "runtime/checkpoint.h"
@@ -78,6 +79,36 @@ TEST_F(TrainerTest, Bf16AndFp32AlsoTrain) {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_LT(r->losses.back(), r->losses.front() - 1.0f) << PrecisionName(p);
     for (int64_t c : r->weight_casts) ASSERT_EQ(c, 0);
+  }
+}
+
+// --profile-ops: every op of the step is timed from the third step on; the report names the
+// ops, their time adds up to about the step, and profiling leaves the losses unchanged.
+TEST_F(TrainerTest, ProfileOpsReportsEveryOpOfTheStepWithoutChangingTheRun) {
+  TrainOptions plain;
+  plain.config = Tiny(Precision::kFp8, 6);
+  auto base = RunTraining(plain, cpu_);
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  EXPECT_TRUE(base->op_profile.empty());
+
+  TrainOptions o = plain;
+  o.profile_ops = true;
+  auto r = RunTraining(o, cpu_);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->losses, base->losses);
+  std::map<std::string, OpTime> by_name;
+  for (const OpTime& t : r->op_profile) by_name[t.op] = t;
+  for (const char* op : {"embedding fwd", "layernorm fwd", "attention fwd", "fp8 cast x (+T)",
+                         "gemm fprop qkv", "softmax-xent", "attention bwd", "layernorm bwd",
+                         "embedding bwd", "adamw", "fp8 scaling update"}) {
+    ASSERT_TRUE(by_name.count(op)) << "no '" << op << "' in the profile";
+    EXPECT_GT(by_name[op].ms_per_step, 0.0) << op;
+  }
+  // Two layers: two attention forwards per step; weights are cast once per step.
+  EXPECT_EQ(by_name["attention fwd"].calls_per_step, 2.0);
+  EXPECT_EQ(by_name["fp8 cast w (+T)"].calls_per_step, 8.0);
+  for (size_t i = 1; i < r->op_profile.size(); ++i) {
+    EXPECT_GE(r->op_profile[i - 1].ms_per_step, r->op_profile[i].ms_per_step) << "not sorted";
   }
 }
 
