@@ -183,6 +183,7 @@ Result<RunConfig> ParseRunConfig(const std::string& yaml_text) {
       {"margin", Scalar(&f.margin)},
       {"recipe", Scalar(&f.recipe)},
       {"telemetry_every", Scalar(&f.telemetry_every)},
+      {"first_step_current", Scalar(&f.first_step_current)},
       {"layers", [&](const YAML::Node& n, const std::string& p) { return ReadMap(n, p, fp8_layers); }},
   };
   auto sub = [](const std::map<std::string, Handler>& h) {

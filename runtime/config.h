@@ -36,6 +36,10 @@ struct Fp8Config {
   int margin = 0;                  // scale = fp8_max / amax / 2^margin. Default: 0
   std::string recipe = "hybrid";   // "hybrid" (E4M3 fwd, E5M2 bwd) or "e4m3". Default: hybrid
   int telemetry_every = 100;       // per-tensor amax/scale/saturation report period; 0 = off. Default: 100
+  // The first step of a fresh (or --reset-fp8-history) scale state casts every FP8 tensor with
+  // current scaling (its own amax) instead of the initial scale 1, which flushes small gradients
+  // to zero. Later steps use delayed scaling. Default: true
+  bool first_step_current = true;
   // Per layer kind: true runs its GEMMs in FP8. Defaults: linears in FP8, LM head in BF16.
   bool qkv = true;                 // Default: true
   bool attn_proj = true;           // Default: true

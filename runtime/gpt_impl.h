@@ -277,6 +277,17 @@ class Gpt final : public GptModel {
   // FP8: scaling state of all FP8 tensors, cached weights, saved inputs, gradient casts.
   DelayedScalingConfig scaling_cfg_;
   ScalingState scaling_;
+  // The scale state is fresh (initial scale 1, empty history): the next step's first micro-batch
+  // casts with current scaling when fp8.first_step_current asks for it (calibrate_now_ while it
+  // runs). Cleared by that step's scaling update and by ImportScales.
+  bool calibrate_ = false;
+  bool calibrate_now_ = false;
+  // Casts in to out: with current scaling while calibrating, else with the delayed scale.
+  template <typename U>
+  Status Cast(const U* in, const Fp8Tensor& out, typename Ops::Counter* saturated) {
+    if (calibrate_now_) return ops_->QuantizeCurrentScaling(in, out, scaling_cfg_.margin, saturated);
+    return ops_->Quantize(in, out, saturated);
+  }
   uint8_t* scaling_base_ = nullptr;
   int num_fp8_tensors_ = 0, num_fp8_weights_ = 0;
   std::vector<uint8_t*> w8_, w8t_, x8t_;  // per (layer, kind) slot
@@ -404,6 +415,7 @@ Status Gpt<Ops, T>::Setup() {
     }
     FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling_base_ + sl.formats, formats.data(), formats.size()));
     FP8RT_RETURN_IF_ERROR(ops_->InitScaling(scaling_));
+    calibrate_ = o_.fp8.first_step_current;
     FP8RT_RETURN_IF_ERROR(Alloc(&saturated_, num_fp8_tensors_));
     FP8RT_RETURN_IF_ERROR(Alloc(&gemm_scale_inv_, int64_t{num_fp8_tensors_} * kScaleSlot));
     w8_.assign(slots, nullptr), w8t_.assign(slots, nullptr), x8t_.assign(slots, nullptr);
@@ -476,6 +488,7 @@ Status Gpt<Ops, T>::InitRandom(uint64_t seed) {
   FP8RT_RETURN_IF_ERROR(ops_->Zero(m_, host.size() * sizeof(float)));
   FP8RT_RETURN_IF_ERROR(ops_->Zero(v_, host.size() * sizeof(float)));
   if (num_fp8_tensors_ > 0) FP8RT_RETURN_IF_ERROR(ops_->InitScaling(scaling_));
+  calibrate_ = num_fp8_tensors_ > 0 && o_.fp8.first_step_current;
   return RefreshWorkingCopy();
 }
 
@@ -532,12 +545,12 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
   const int slot = Slot(l, kind);
   const Fp8Tensor xq = Fp8Of(l, kind, kRoleX, x8_, x8t_[slot], M_, K);
   ops_->Mark("fp8 cast x (+T)");
-  FP8RT_RETURN_IF_ERROR(ops_->Quantize(x, xq, saturated_ + Fp8Index(l, kind, kRoleX)));
+  FP8RT_RETURN_IF_ERROR(Cast(x, xq, saturated_ + Fp8Index(l, kind, kRoleX)));
   const Fp8Tensor wq = Fp8Of(l, kind, kRoleW, w8_[slot], w8t_[slot], N, K);
   if (cast_w) {  // from the FP32 master weights
     ops_->Mark("fp8 cast w (+T)");
     const float* w = master_ + layout_.offset[wp] + l * N * K;
-    FP8RT_RETURN_IF_ERROR(ops_->Quantize(w, wq, saturated_ + Fp8Index(l, kind, kRoleW)));
+    FP8RT_RETURN_IF_ERROR(Cast(w, wq, saturated_ + Fp8Index(l, kind, kRoleW)));
     ++weight_casts_;
   }
   FP8RT_ASSIGN_OR_RETURN(GemmArgs probe, Fp8Fprop(xq, wq, y, kT, nullptr, true));
@@ -602,13 +615,19 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
   }
   const int slot = Slot(l, kind);
   const Fp8Tensor dyq = Fp8Of(l, kind, kRoleDy, dy8_, dy8t_, M_, N);
+  typename Ops::Counter* const dy_saturated = saturated_ + Fp8Index(l, kind, kRoleDy);
+  if (calibrate_now_) {
+    // Sets this tensor's scale from its own amax (QuantizeDbias below then casts again with it and
+    // adds the bias gradient; the first step only).
+    ops_->Mark("fp8 calibrate dy");
+    FP8RT_RETURN_IF_ERROR(Cast(dy, dyq, db != nullptr ? nullptr : dy_saturated));
+  }
   if (db != nullptr) {
     ops_->Mark("fp8 cast dy (+T, +dbias)");
-    FP8RT_RETURN_IF_ERROR(
-        ops_->QuantizeDbias(dy, dyq, db, saturated_ + Fp8Index(l, kind, kRoleDy)));
-  } else {
+    FP8RT_RETURN_IF_ERROR(ops_->QuantizeDbias(dy, dyq, db, dy_saturated));
+  } else if (!calibrate_now_) {
     ops_->Mark("fp8 cast dy (+T)");
-    FP8RT_RETURN_IF_ERROR(ops_->Quantize(dy, dyq, saturated_ + Fp8Index(l, kind, kRoleDy)));
+    FP8RT_RETURN_IF_ERROR(ops_->Quantize(dy, dyq, dy_saturated));
   }
   const Fp8Tensor wq = Fp8Of(l, kind, kRoleW, w8_[slot], w8t_[slot], N, K);
   const Fp8Tensor xq = Fp8Of(l, kind, kRoleX, nullptr, x8t_[slot], M_, K);
@@ -728,11 +747,14 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
   ops_->Mark("zero grads");
   FP8RT_RETURN_IF_ERROR(ops_->Zero(grads_, P * sizeof(float)));
   for (int micro = 0; micro < o_.grad_accum; ++micro) {
-    // FP8 weights are cast on the first micro-batch only and reused by the others.
+    // FP8 weights are cast on the first micro-batch only and reused by the others. A fresh scale
+    // state calibrates on the first micro-batch; the others use the scales it set.
+    calibrate_now_ = calibrate_ && micro == 0;
     FP8RT_RETURN_IF_ERROR(
         ForwardPass(staging_ + micro * M_, staging_ + n + micro * M_, micro == 0, true, micro));
     FP8RT_RETURN_IF_ERROR(BackwardPass());
   }
+  calibrate_now_ = false;
   ops_->Mark("grad norm");
   FP8RT_RETURN_IF_ERROR(ops_->NormSquared(norm_sq_, grads_, P));
   AdamWConfig cfg;
@@ -747,6 +769,7 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
   }
   ops_->Mark("fp8 scaling update");
   if (num_fp8_tensors_ > 0) FP8RT_RETURN_IF_ERROR(ops_->UpdateScaling(scaling_, scaling_cfg_));
+  calibrate_ = false;
   // The one host synchronisation of the step: the numbers the metrics need.
   std::vector<float> stats(static_cast<size_t>(o_.grad_accum + 1));
   ops_->Mark("step sync");
@@ -905,12 +928,14 @@ Status Gpt<Ops, T>::ImportScales(const std::vector<TensorScaleRecord>& records) 
   FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling_.scale, scale.data(), N * 4));
   FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling_.scale_inv, scale_inv.data(), N * 4));
   FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling_.amax, amax.data(), N * 4));
+  calibrate_ = false;  // the imported history carries on
   return ops_->Upload(scaling_.pos, &pos, sizeof(int));
 }
 
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::ResetFp8History() {
   if (num_fp8_tensors_ == 0) return Status::Ok();
+  calibrate_ = o_.fp8.first_step_current;
   return ops_->InitScaling(scaling_);
 }
 

@@ -128,6 +128,10 @@ class CpuOps {
   Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias, Counter* saturated) {
     return cpu::QuantizeDbias(in, out, dbias, saturated);
   }
+  template <typename T>
+  Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin, Counter* saturated) {
+    return cpu::QuantizeCurrentScaling(in, out, margin, saturated);
+  }
   Status UpdateScaling(const ScalingState& s, const DelayedScalingConfig& c) {
     return cpu::UpdateDelayedScaling(s, c);
   }

@@ -233,6 +233,10 @@ class CudaOps {
   Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias, Counter* saturated) {
     return cuda::QuantizeDbias(in, out, dbias, saturated, scratch_, scratch_bytes_, stream_);
   }
+  template <typename T>
+  Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin, Counter* saturated) {
+    return cuda::QuantizeCurrentScaling(in, out, margin, saturated, stream_);
+  }
   Status UpdateScaling(const ScalingState& s, const DelayedScalingConfig& c) {
     return cuda::UpdateDelayedScaling(s, c, stream_);
   }

@@ -210,6 +210,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     result.last_step = step;
     result.losses.push_back(st.loss);
+    result.grad_norms.push_back(st.grad_norm);
     result.weight_casts.push_back(st.weight_casts);
     if (!std::isfinite(st.loss)) {
       return Status::Internal(StrCat("loss is ", st.loss, " at step ", step));

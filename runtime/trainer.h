@@ -41,6 +41,7 @@ struct TrainResult {
   Precision precision = Precision::kFp32;
   std::string fallback_reason;
   std::vector<float> losses;       // one per step run
+  std::vector<float> grad_norms;   // one per step run, before clipping
   std::vector<int64_t> weight_casts;
   int fp8_weights = 0;
   std::vector<OpTime> op_profile;  // with profile_ops: mean ms per step of each op

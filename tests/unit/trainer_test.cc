@@ -112,6 +112,29 @@ TEST_F(TrainerTest, ProfileOpsReportsEveryOpOfTheStepWithoutChangingTheRun) {
   }
 }
 
+// A fresh scale state has scale 1 everywhere. At 4096 tokens per step the first step's output
+// gradients are mostly below E5M2's smallest subnormal at that scale and flush to zero, so the
+// first gradient comes out too small; fp8.first_step_current casts step 1 with each tensor's own
+// amax instead, and its gradient norm matches FP32's.
+TEST_F(TrainerTest, FirstStepCurrentScalingKeepsTheFirstGradient) {
+  auto first_grad_norm = [&](Precision p, bool current) {
+    TrainOptions o;
+    o.config = Tiny(p, 10);
+    o.config.train.batch_size = 64;
+    o.config.fp8.first_step_current = current;
+    o.stop_step = 1;
+    auto r = RunTraining(o, cpu_);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() && r->grad_norms.size() == 1 ? r->grad_norms[0] : -1.0f;
+  };
+  const float fp32 = first_grad_norm(Precision::kFp32, true);
+  const float current = first_grad_norm(Precision::kFp8, true);
+  const float unit = first_grad_norm(Precision::kFp8, false);
+  ASSERT_GT(fp32, 0.0f);
+  EXPECT_NEAR(current / fp32, 1.0f, 0.01f) << "fp32 " << fp32 << " fp8 " << current;
+  EXPECT_LT(unit / fp32, 0.98f) << "scale 1 no longer flushes: fp32 " << fp32 << " fp8 " << unit;
+}
+
 TEST_F(TrainerTest, ResumeIsBitIdenticalWithGradientAccumulation) {
   RunConfig c = Tiny(Precision::kFp8, 16);
   c.train.grad_accum = 2;
