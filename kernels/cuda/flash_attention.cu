@@ -20,6 +20,7 @@
 
 #include "common/cuda_check.h"
 #include "kernels/attention.h"
+#include "kernels/cuda/vec.cuh"
 
 namespace fp8rt {
 namespace {
@@ -28,20 +29,10 @@ using E = __nv_bfloat16;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kWarpRows = 16;  // each warp owns 16 rows (queries or keys) of its block's tile
 
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, asynchronously; zero-filled when !valid.
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(smem)), "l"(gmem),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+using cuda_detail::CpAsync16;
+using cuda_detail::CpAsyncCommit;
+using cuda_detail::CpAsyncWait;
+using cuda_detail::SmemAddr;
 
 __device__ __forceinline__ void Ldsm4(uint32_t (&r)[4], const E* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"

@@ -16,6 +16,9 @@
 namespace fp8rt {
 namespace {
 
+using cuda_detail::CpAsync16;
+using cuda_detail::CpAsyncCommit;
+using cuda_detail::CpAsyncWait;
 using cuda_detail::Pack;
 using cuda_detail::Round;
 
@@ -241,6 +244,13 @@ __device__ __forceinline__ void LoadBwdRow(BwdRow<T, kPack, kVec>& r, const T* _
   }
 }
 
+// Floats of the backward's row-sum buffers ([2][rpb][kR][wpr] float2, then, with rpb > 1, the
+// [2][tpr * kPack] buffer that folds the row groups), rounded up to 16 bytes: kAsync stages
+// follow them.
+__host__ __device__ constexpr int BwdReduceFloats(int rpb, int rows, int wpr, int tpr, int pack) {
+  return (4 * rpb * rows * wpr + (rpb > 1 ? 2 * tpr * pack : 0) + 3) / 4 * 4;
+}
+
 // Block shape (tpr, rpb): tpr threads per row (a multiple of 32), rpb row groups of kR rows.
 // Thread (tx, ty) owns vectors tx, tx + tpr, ..., tx + tpr (kVec - 1) of rows base + ty * kR + i
 // (i < kR), where base starts at blockIdx.x * rpb * kR and steps by gridDim.x * rpb * kR; it
@@ -248,16 +258,21 @@ __device__ __forceinline__ void LoadBwdRow(BwdRow<T, kPack, kVec>& r, const T* _
 // share one barrier for their row sums: the per-row chain (loads, sums, barrier, din) is what
 // bounds this kernel, so kR rows per iteration divide its count. With kPrefetch (kR == 1), the
 // next row's loads (x, dout and, when accumulating, the old din) are issued before this row's
-// math instead.
-template <typename T, int kPack, int kVec, int kThreads, int kMinBlocks, int kR, bool kAhead>
+// math instead. With kAsync (16-byte vectors), the next iteration's kR rows are copied into
+// shared memory by cp.async while this iteration computes (two stages; each thread copies and
+// reads only its own vectors, so waiting for its own copies is all the synchronisation needed),
+// keeping loads in flight without the registers that kPrefetch would need for kR rows.
+template <typename T, int kPack, int kVec, int kThreads, int kMinBlocks, int kR, bool kAhead,
+          bool kAsync = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     LayerNormBackwardKernel(T* __restrict__ din, float* __restrict__ partials,
                             const T* __restrict__ dout, const T* __restrict__ in,
                             const T* __restrict__ weight, const float* __restrict__ mean,
                             const float* __restrict__ rstd, int64_t N, int C, bool accumulate) {
   using P = Pack<T, kPack>;
+  static_assert(!kAsync || sizeof(P) == 16, "cp.async copies 16-byte vectors");
   // The 1024-thread shapes have no registers to spare.
-  constexpr bool kPrefetch = kThreads < 1024 && kAhead;
+  constexpr bool kPrefetch = kThreads < 1024 && kAhead && !kAsync;
   extern __shared__ float smem[];
   const int tpr = blockDim.x, rpb = blockDim.y;
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -285,15 +300,60 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   int64_t base = blockIdx.x * int64_t{rpb} * kR;
   const int64_t first = int64_t{ty} * kR;  // this row group's first row, relative to base
   BwdRow<T, kPack, kVec> cur[kR];
+  // kAsync stages, after the row-sum buffers: [2][rpb][kR][x, dout, old din][kVec][tpr] vectors.
+  P* const stages = reinterpret_cast<P*>(smem + BwdReduceFloats(rpb, kR, wpr, tpr, kPack));
+  auto staged = [&](int stage, int i, int t, int k) -> P* {
+    return stages + ((((stage * rpb + ty) * kR + i) * 3 + t) * kVec + k) * tpr + tx;
+  };
+  // Copies the kR rows of the group starting at row0 into `stage` (one commit group, empty past
+  // N) and loads their mean and rstd into `rows`.
+  auto copy_rows = [&](int stage, int64_t row0, BwdRow<T, kPack, kVec>* rows) {
 #pragma unroll
-  for (int i = 0; i < kR; ++i) {
-    if (base + first + i < N) {
-      LoadBwdRow(cur[i], in, dout, din, mean, rstd, base + first + i, C, tx, tpr, accumulate);
+    for (int i = 0; i < kR; ++i) {
+      const int64_t row = row0 + i;
+      if (row >= N) continue;
+      rows[i].mu = mean[row];
+      rows[i].rs = rstd[row];
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const int v = tx + k * tpr;
+        if (v >= nvec) continue;
+        CpAsync16(staged(stage, i, 0, k), reinterpret_cast<const P*>(in + row * C) + v);
+        CpAsync16(staged(stage, i, 1, k), reinterpret_cast<const P*>(dout + row * C) + v);
+        if (accumulate) CpAsync16(staged(stage, i, 2, k), reinterpret_cast<const P*>(din + row * C) + v);
+      }
+    }
+    CpAsyncCommit();
+  };
+  int stage = 0;
+  if constexpr (kAsync) {
+    copy_rows(0, base + first, cur);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+      if (base + first + i < N) {
+        LoadBwdRow(cur[i], in, dout, din, mean, rstd, base + first + i, C, tx, tpr, accumulate);
+      }
     }
   }
   // Every thread runs the same iterations (the barriers); rows past N only skip their math.
   for (; base < N; base += step) {
-    BwdRow<T, kPack, kVec> next[kPrefetch ? kR : 1];
+    BwdRow<T, kPack, kVec> next[kPrefetch || kAsync ? kR : 1];
+    if constexpr (kAsync) {
+      copy_rows(stage ^ 1, base + step + first, next);
+      CpAsyncWait<1>();  // this iteration's copies (the group before the one just committed)
+#pragma unroll
+      for (int i = 0; i < kR; ++i) {
+        if (base + first + i >= N) continue;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          if (tx + k * tpr >= nvec) continue;
+          cur[i].x[k] = *staged(stage, i, 0, k);
+          cur[i].dy[k] = *staged(stage, i, 1, k);
+          if (accumulate) cur[i].old[k] = *staged(stage, i, 2, k);
+        }
+      }
+    }
     if constexpr (kPrefetch) {
 #pragma unroll
       for (int i = 0; i < kR; ++i) {
@@ -372,7 +432,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         }
       }
     }
-    if constexpr (kPrefetch) {
+    if constexpr (kAsync) {
+      stage ^= 1;
+#pragma unroll
+      for (int i = 0; i < kR; ++i) cur[i].mu = next[i].mu, cur[i].rs = next[i].rs;
+    } else if constexpr (kPrefetch) {
 #pragma unroll
       for (int i = 0; i < kR; ++i) cur[i] = next[i];
     } else {
@@ -386,6 +450,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
   }
 
+  if constexpr (kAsync) CpAsyncWait<0>();  // the last group, which copied nothing (rows past N)
   // Fold the rpb row groups into ty == 0, in order ty = 1, 2, ... (rpb > 1 only where tpr < 256,
   // see BackwardShape, so this buffer is under 2 * 256 * 8 floats).
   if (rpb > 1) {
@@ -461,7 +526,6 @@ struct BwdShape {
   int tpr;         // threads per row
   int rpb;         // row groups per block
   int rows;        // rows per row group and iteration (kR)
-  bool ahead;      // the next iteration's rows are loaded before this one's math
   int grid;        // blocks = partial sums
 };
 // Where each thread holds one 16-byte vector of a row (kvec * pack * element size <= 16 bytes,
@@ -476,7 +540,7 @@ constexpr bool BwdManyRows(int kvec, int pack, int elem) {
 
 BwdShape BackwardShape(int64_t N, int64_t C, int pack, int elem) {
   const int64_t nvec = C / pack;
-  BwdShape s{1, 256, 3, 32, 1, 1, true, 1};
+  BwdShape s{1, 256, 3, 32, 1, 1, 1};
   // Rows of at most 256 threads while the accumulators (2 * kvec * pack floats) fit; up to 1024
   // threads per row beyond (C > 4096; C <= 16384 keeps kvec * pack <= 16).
   while ((nvec + s.kvec - 1) / s.kvec > 256 && s.kvec * pack < 16) s.kvec *= 2;
@@ -486,7 +550,6 @@ BwdShape BackwardShape(int64_t N, int64_t C, int pack, int elem) {
     s.rpb = 256 / s.tpr;
     if (BwdManyRows(s.kvec, pack, elem)) {
       s.rows = kBwdRows;
-      s.ahead = false;
       s.min_blocks = 2;
     } else {
       s.min_blocks = s.kvec * pack <= 8 ? 3 : 2;
@@ -548,15 +611,23 @@ void LaunchForward(T* out, float* mean, float* rstd, const T* in, const T* weigh
   }
 }
 
-template <typename T, int kPack, int kVec, int kThreads, int kMinBlocks, int kR, bool kAhead>
+template <typename T, int kPack, int kVec, int kThreads, int kMinBlocks, int kR, bool kAhead,
+          bool kAsync = false>
 void LaunchBackwardKernel(const BwdShape& s, T* din, float* partials, const T* dout, const T* in,
                           const T* weight, const float* mean, const float* rstd, int64_t N, int C,
                           bool accumulate, cudaStream_t stream) {
-  size_t smem = sizeof(float2) * 2 * s.rpb * kR * (s.tpr / 32);
-  if (s.rpb > 1) smem += sizeof(float) * 2 * s.tpr * kPack;
-  LayerNormBackwardKernel<T, kPack, kVec, kThreads, kMinBlocks, kR, kAhead>
-      <<<s.grid, dim3(s.tpr, s.rpb), smem, stream>>>(din, partials, dout, in, weight, mean, rstd, N,
-                                                     C, accumulate);
+  auto* kernel = LayerNormBackwardKernel<T, kPack, kVec, kThreads, kMinBlocks, kR, kAhead, kAsync>;
+  size_t smem = sizeof(float) * BwdReduceFloats(s.rpb, kR, s.tpr / 32, s.tpr, kPack);
+  if constexpr (kAsync) {
+    // Two stages of kR rows x (x, dout, old din) x kVec vectors per thread: 96 KiB at most
+    // (tpr * rpb <= 256), within every sm_80+ part's opt-in limit (99 KiB on sm_86/sm_89).
+    smem += sizeof(Pack<T, kPack>) * 2 * s.rpb * kR * 3 * kVec * s.tpr;
+    static const cudaError_t opt_in =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 99 * 1024);
+    (void)opt_in;  // a failure shows as the launch's error
+  }
+  kernel<<<s.grid, dim3(s.tpr, s.rpb), smem, stream>>>(din, partials, dout, in, weight, mean, rstd,
+                                                       N, C, accumulate);
 }
 
 template <typename T, int kPack>
@@ -568,8 +639,10 @@ void LaunchBackward(const BwdShape& s, T* din, float* dweight, float* dbias, flo
     if constexpr (kVec * kPack <= 16) {
       if (s.threads == 256 && s.rows == kBwdRows) {
         if constexpr (BwdManyRows(kVec, kPack, sizeof(T))) {
-          LaunchBackwardKernel<T, kPack, kVec, 256, 2, kBwdRows, false>(
-              s, din, partials, dout, in, weight, mean, rstd, N, C, accumulate, stream);
+          // 16-byte vectors come through shared memory (cp.async), others straight to registers.
+          LaunchBackwardKernel<T, kPack, kVec, 256, 2, kBwdRows, false,
+                               kPack * sizeof(T) == 16>(s, din, partials, dout, in, weight, mean,
+                                                        rstd, N, C, accumulate, stream);
         }
 
       } else if (s.threads == 256) {

@@ -1,8 +1,11 @@
-// Helpers shared by the element-wise and row kernels: a 16-byte vector of elements for wide
-// loads and stores, and rounding from fp32 to the element type.
+// Helpers shared by the element-wise, row and attention kernels: a 16-byte vector of elements for
+// wide loads and stores, rounding from fp32 to the element type, and asynchronous 16-byte copies
+// from global to shared memory (cp.async, sm_80 and later).
 #pragma once
 
 #include <cuda_bf16.h>
+
+#include <cstdint>
 
 #include "kernels/dtype.h"
 
@@ -24,6 +27,22 @@ __device__ __forceinline__ bf16 Round<bf16>(float x) {
   bf16 r;
   r.bits = __bfloat16_as_ushort(__float2bfloat16_rn(x));
   return r;
+}
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronously, bypassing L1; zero-filled when !valid.
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid = true) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 }  // namespace fp8rt::cuda_detail
