@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   using namespace fp8rt;
   CLI::App app{"fp8train: FP8 GPT training shard (one process per GPU, or the CPU)"};
   std::string config_path, checkpoint_dir, precision, device = "auto", metrics, inspect;
+  std::string attention = "auto";
   int64_t steps = -1, inspect_step = -1;
   bool resume = false, reset_history = false, profile_ops = false;
   app.add_option("--config", config_path, "run configuration (YAML)");
@@ -31,6 +32,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp8", "bf16", "fp32"}));
   app.add_option("--device", device, "cpu, cuda:K, or auto (cuda:0 if present, else cpu)");
   app.add_option("--metrics", metrics, "JSON lines per step to FILE, or - for stdout");
+  app.add_option("--attention", attention,
+                 "CUDA attention kernels: auto (cuDNN where it loads, else fp8rt flash), cudnn, "
+                 "flash or gemm")
+      ->check(CLI::IsMember({"auto", "cudnn", "flash", "gemm"}));
   app.add_flag("--profile-ops", profile_ops,
                "time every op of each step (after the first two) and print a table at exit");
   app.add_option("--inspect-scales", inspect,
@@ -66,6 +71,7 @@ int main(int argc, char** argv) {
   o.resume = resume;
   o.reset_fp8_history = reset_history;
   o.profile_ops = profile_ops;
+  o.attention = attention;
   if (!precision.empty()) o.precision = *ParsePrecision(precision);
   if (device == "auto") {
     device = QueryDevice("cuda:0").ok() ? "cuda:0" : "cpu";

@@ -25,6 +25,9 @@ struct ModelOptions {
   int grad_accum = 1;  // micro-batches per step
   float grad_clip = 1.0f;
   float weight_decay = 0.1f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  // CUDA only: the attention kernels, "auto" (cuDNN's fused flash attention where it loads and
+  // takes the shape, else fp8rt's flash kernels, else GEMMs), "cudnn", "flash" or "gemm".
+  std::string attention = "auto";
 };
 
 struct StepStats {
@@ -78,6 +81,8 @@ class GptModel {
   virtual int num_fp8_weights() const = 0;
   // Peak device (or host, on the CPU) bytes allocated by the model.
   virtual size_t allocated_bytes() const = 0;
+  // Which kernels the attention runs on, for logs (e.g. "cuDNN 9.14.0 fused flash attention").
+  virtual std::string attention_kernel() const = 0;
   // --profile-ops: time per op of each Step (see runtime/op_profile.h), mean ms per step.
   virtual void EnableOpProfile(bool on) = 0;
   virtual std::vector<OpTime> OpProfile() const = 0;

@@ -6,7 +6,7 @@ namespace fp8rt {
 
 Result<std::unique_ptr<GptModel>> CreateCudaGpt(const ModelOptions& options, int device) {
   auto ops = std::make_unique<CudaOps>();
-  FP8RT_RETURN_IF_ERROR(ops->Init(device));
+  FP8RT_RETURN_IF_ERROR(ops->Init(device, options.attention));
   if (options.precision == Precision::kFp32) {
     return gpt_detail::MakeGpt<CudaOps, float>(options, std::move(ops));
   }

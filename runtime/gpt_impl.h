@@ -120,6 +120,10 @@ class Gpt final : public GptModel {
   int64_t num_params() const override { return layout_.total; }
   int num_fp8_weights() const override { return num_fp8_weights_; }
   size_t allocated_bytes() const override { return allocated_bytes_; }
+  std::string attention_kernel() const override {
+    const ModelConfig& m = o_.model;
+    return ops_->AttentionKernel({o_.B, o_.T, m.n_head, m.n_embd / m.n_head}, kT);
+  }
   void EnableOpProfile(bool on) override { ops_->EnableProfile(on); }
   std::vector<OpTime> OpProfile() const override { return ops_->ProfileReport(); }
   std::vector<std::pair<std::string, int64_t>> ParamTensors() const override {

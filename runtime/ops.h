@@ -102,6 +102,7 @@ class CpuOps {
     return static_cast<size_t>(s.B * s.NH * s.T * s.T) * (t == DType::kBFloat16 ? 2 : 4);
   }
   bool AttentionReadsOutput(const AttentionShape&, DType) const { return false; }
+  std::string AttentionKernel(const AttentionShape&, DType) const { return "CPU reference"; }
   template <typename T>
   Status Attention(T* out, void* saved, const T* qkv, const AttentionShape& s) {
     return cpu::AttentionForward(out, static_cast<T*>(saved), qkv, s);

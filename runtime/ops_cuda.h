@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/cuda_check.h"
+#include "kernels/cudnn_attention.h"
 #include "runtime/ops.h"
 
 namespace fp8rt {
@@ -75,10 +76,28 @@ class CudaOps {
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
 
-  Status Init(int device) {
+  // attention: which kernels BF16 attention runs on (ModelOptions::attention): "auto" (cuDNN's
+  // fused flash attention where libcudnn.so.9 loads and takes the shape, else the flash kernels,
+  // else the GEMM version), "cudnn" (an error where cuDNN cannot), "flash" or "gemm".
+  Status Init(int device, const std::string& attention = "auto") {
+    if (attention != "auto" && attention != "cudnn" && attention != "flash" &&
+        attention != "gemm") {
+      return Status::InvalidArgument(StrCat("attention '", attention,
+                                            "': expected auto, cudnn, flash or gemm"));
+    }
+    attention_mode_ = attention;
     FP8RT_CUDA_TRY(cudaSetDevice(device));
     FP8RT_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     FP8RT_ASSIGN_OR_RETURN(gemm_, GemmRunner::Create());
+    if (attention == "auto" || attention == "cudnn") {
+      auto c = cuda::CudnnAttention::Create();
+      if (c.ok()) {
+        cudnn_ = std::move(*c);
+      } else {
+        cudnn_refusal_ = c.status().ToString();
+        if (attention == "cudnn") return c.status();
+      }
+    }
     return Status::Ok();
   }
   // Grows the shared scratch to at least `bytes` (called at model setup, never in a step).
@@ -93,7 +112,17 @@ class CudaOps {
   // backward, gradient norm over P parameters).
   Status ReserveScratchFor(const AttentionShape& s, DType t, int64_t V, int64_t P, size_t* bytes) {
     const int64_t M = s.B * s.T;
-    size_t need = UseFlash(s, t) ? cuda::FlashAttentionScratchBytes(s) : AttentionScratchBytes(s, t);
+    const AttentionPath path = PathFor(s, t);
+    if (attention_mode_ != "auto" && t == DType::kBFloat16 &&
+        path != PathNamed(attention_mode_)) {
+      return Status::InvalidArgument(StrCat("attention '", attention_mode_, "' cannot run B=", s.B,
+                                            " T=", s.T, " NH=", s.NH, " HS=", s.HS, ": ",
+                                            attention_mode_ == "cudnn" ? cudnn_refusal_
+                                                                       : flash_refusal_));
+    }
+    size_t need = path == AttentionPath::kCudnn   ? cudnn_->WorkspaceBytes(s)
+                  : path == AttentionPath::kFlash ? cuda::FlashAttentionScratchBytes(s)
+                                                  : AttentionScratchBytes(s, t);
     auto emb = cuda::EmbeddingBackwardScratchBytes(s.B, s.T, V);
     if (!emb.ok()) return emb.status();
     need = std::max(need, *emb);
@@ -183,22 +212,45 @@ class CudaOps {
   Status Residual(T* out, const T* a, const T* b, int64_t n) {
     return cuda::ResidualAdd(out, a, b, n, stream_);
   }
-  // BF16 attention runs the flash kernels where the head size and the device allow (the forward
-  // saves one FP32 log-sum-exp per query, and the backward reads the forward's output); otherwise
-  // the GEMM version, which saves the (B, NH, T, T) probabilities.
-  bool UseFlash(const AttentionShape& s, DType t) const {
-    return t == DType::kBFloat16 && cuda::FlashAttentionCheck(s).ok();
-  }
-  size_t AttentionSavedBytes(const AttentionShape& s, DType t) const {
-    if (UseFlash(s, t)) return static_cast<size_t>(s.B * s.NH * s.T) * sizeof(float);
+  // BF16 attention runs cuDNN's fused flash attention or our flash kernels (PathFor); both save
+  // one FP32 log-sum-exp per query (cuDNN's in natural log, ours in base 2: each backward reads
+  // its own forward's) and read the forward's output in the backward. Otherwise (FP32, or a shape
+  // neither takes) the GEMM version, which saves the (B, NH, T, T) probabilities.
+  size_t AttentionSavedBytes(const AttentionShape& s, DType t) {
+    if (PathFor(s, t) != AttentionPath::kGemm) {
+      return static_cast<size_t>(s.B * s.NH * s.T) * sizeof(float);
+    }
     return static_cast<size_t>(s.B * s.NH * s.T * s.T) * (t == DType::kBFloat16 ? 2 : 4);
   }
-  bool AttentionReadsOutput(const AttentionShape& s, DType t) const { return UseFlash(s, t); }
+  bool AttentionReadsOutput(const AttentionShape& s, DType t) {
+    return PathFor(s, t) != AttentionPath::kGemm;
+  }
+  // For logs: which kernels attention of this shape runs on, and why not a faster one.
+  std::string AttentionKernel(const AttentionShape& s, DType t) {
+    switch (PathFor(s, t)) {
+      case AttentionPath::kCudnn:
+        return StrCat(cudnn_->Version(), " fused flash attention (deterministic backward)");
+      case AttentionPath::kFlash:
+        return StrCat("fp8rt flash kernels",
+                      cudnn_refusal_.empty() ? "" : StrCat(" (cuDNN: ", cudnn_refusal_, ")"));
+      default:
+        return StrCat("cuBLASLt GEMMs + softmax",
+                      t != DType::kBFloat16  ? " (FP32)"
+                      : flash_refusal_.empty() ? ""
+                                               : StrCat(" (flash: ", flash_refusal_, ")"));
+    }
+  }
   template <typename T>
   Status Attention(T* out, void* saved, const T* qkv, const AttentionShape& s) {
     if constexpr (std::is_same_v<T, bf16>) {
-      if (UseFlash(s, DType::kBFloat16)) {
-        return cuda::FlashAttentionForward(out, static_cast<float*>(saved), qkv, s, stream_);
+      switch (PathFor(s, DType::kBFloat16)) {
+        case AttentionPath::kCudnn:
+          return cudnn_->Forward(out, static_cast<float*>(saved), qkv, s, scratch_, scratch_bytes_,
+                                 stream_);
+        case AttentionPath::kFlash:
+          return cuda::FlashAttentionForward(out, static_cast<float*>(saved), qkv, s, stream_);
+        default:
+          break;
       }
     }
     return cuda::AttentionForward(*gemm_, out, static_cast<T*>(saved), qkv, scratch_,
@@ -208,9 +260,16 @@ class CudaOps {
   Status AttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const void* saved,
                            const AttentionShape& s) {
     if constexpr (std::is_same_v<T, bf16>) {
-      if (UseFlash(s, DType::kBFloat16)) {
-        return cuda::FlashAttentionBackward(dqkv, dout, qkv, out, static_cast<const float*>(saved),
-                                            scratch_, scratch_bytes_, s, stream_);
+      switch (PathFor(s, DType::kBFloat16)) {
+        case AttentionPath::kCudnn:
+          return cudnn_->Backward(dqkv, dout, qkv, out, static_cast<const float*>(saved), s,
+                                  scratch_, scratch_bytes_, stream_);
+        case AttentionPath::kFlash:
+          return cuda::FlashAttentionBackward(dqkv, dout, qkv, out,
+                                              static_cast<const float*>(saved), scratch_,
+                                              scratch_bytes_, s, stream_);
+        default:
+          break;
       }
     }
     return cuda::AttentionBackward(*gemm_, dqkv, dout, qkv, static_cast<const T*>(saved),
@@ -251,8 +310,42 @@ class CudaOps {
   }
 
  private:
+  enum class AttentionPath { kCudnn, kFlash, kGemm };
+  static AttentionPath PathNamed(const std::string& mode) {
+    return mode == "cudnn" ? AttentionPath::kCudnn
+           : mode == "flash" ? AttentionPath::kFlash
+                             : AttentionPath::kGemm;
+  }
+  // The attention kernels for a shape, decided once per shape (cuDNN plans are built then, which
+  // may synchronise: the model asks at setup) and remembered. The refusals are kept for logs.
+  AttentionPath PathFor(const AttentionShape& s, DType t) {
+    if (t != DType::kBFloat16) return AttentionPath::kGemm;
+    for (const auto& [shape, path] : paths_) {
+      if (shape.B == s.B && shape.T == s.T && shape.NH == s.NH && shape.HS == s.HS) return path;
+    }
+    AttentionPath path = AttentionPath::kGemm;
+    const bool want_cudnn = attention_mode_ == "auto" || attention_mode_ == "cudnn";
+    const bool want_flash = attention_mode_ == "auto" || attention_mode_ == "flash";
+    Status cudnn = cudnn_ ? (want_cudnn ? cudnn_->Prepare(s) : Status::Unimplemented("not asked for"))
+                          : Status::Unavailable(cudnn_refusal_);
+    Status flash = want_flash ? cuda::FlashAttentionCheck(s) : Status::Unimplemented("not asked for");
+    if (want_cudnn && cudnn.ok()) {
+      path = AttentionPath::kCudnn;
+    } else if (flash.ok()) {
+      path = AttentionPath::kFlash;
+    }
+    if (want_cudnn && !cudnn.ok()) cudnn_refusal_ = cudnn.ToString();
+    if (want_flash && !flash.ok()) flash_refusal_ = flash.ToString();
+    paths_.emplace_back(s, path);
+    return path;
+  }
+
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<GemmRunner> gemm_;
+  std::string attention_mode_ = "auto";
+  std::unique_ptr<cuda::CudnnAttention> cudnn_;
+  std::string cudnn_refusal_, flash_refusal_;
+  std::vector<std::pair<AttentionShape, AttentionPath>> paths_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   DeviceOpProfiler prof_;

@@ -167,6 +167,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   mo.B = c.train.batch_size, mo.T = c.train.seq_len, mo.grad_accum = c.train.grad_accum;
   mo.grad_clip = c.train.grad_clip, mo.weight_decay = c.train.weight_decay;
   mo.beta1 = c.train.beta1, mo.beta2 = c.train.beta2, mo.eps = c.train.eps;
+  mo.attention = o.attention;
   std::unique_ptr<GptModel> model;
   if (device.is_cpu) {
     FP8RT_ASSIGN_OR_RETURN(model, CreateCpuGpt(mo));
@@ -175,6 +176,8 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   }
   FP8RT_RETURN_IF_ERROR(model->InitRandom(c.train.seed));
   result.fp8_weights = model->num_fp8_weights();
+  result.attention_kernel = model->attention_kernel();
+  if (o.progress) *o.progress << "attention: " << result.attention_kernel << "\n";
 
   int64_t step = 0;
   if (o.resume) {

@@ -32,6 +32,7 @@ struct TrainOptions {
   std::ostream* progress = nullptr;        // human progress lines; null: none
   const std::atomic<bool>* stop_flag = nullptr;  // set by SIGTERM/SIGUSR1
   bool profile_ops = false;                // --profile-ops: time every op of each step
+  std::string attention = "auto";          // --attention: auto, cudnn, flash or gemm (CUDA)
 };
 
 struct TrainResult {
@@ -44,6 +45,7 @@ struct TrainResult {
   std::vector<float> grad_norms;   // one per step run, before clipping
   std::vector<int64_t> weight_casts;
   int fp8_weights = 0;
+  std::string attention_kernel;    // which kernels the attention ran on
   std::vector<OpTime> op_profile;  // with profile_ops: mean ms per step of each op
 };
 
