@@ -13,7 +13,7 @@
 namespace fp8rt {
 
 // Semantics are row-major throughout:
-//   D (M, N) = act(alpha * op(A) op(B) + beta * D + bias)
+//   D (M, N) = act(alpha * op(A) op(B) + beta * C + bias), C = D unless GemmArgs::c is set
 // with op(A) (M, K) and op(B) (K, N); A is stored (M, K), or (K, M) with trans; B is stored
 // (K, N), or (N, K) with trans. `bias` has N elements (one per output column, i.e. per output
 // feature of a linear layer) and is broadcast over rows and batches. Batches are strided: matrix
@@ -63,8 +63,12 @@ struct GemmArgs {
   int64_t ldd = 0;
   // Elements between consecutive D matrices; 0 = packed (M * ldd). Default: 0.
   int64_t d_batch_stride = 0;
-  // D = alpha * op(A) op(B) + beta * D (D is read when beta != 0). Default: 1 and 0.
+  // D = alpha * op(A) op(B) + beta * C (C is read when beta != 0). Default: 1 and 0.
   float alpha = 1.0f, beta = 0.0f;
+  // C: an (M, N) matrix laid out as D (dtype d_dtype, pitch ldd, batch stride d_batch_stride),
+  // e.g. the residual a projection's output is added to; nullptr = D itself (accumulate in
+  // place). Default: nullptr.
+  const void* c = nullptr;
   // N elements of dtype GemmBiasDType(*this); used by the epilogues with a bias. Default: nullptr.
   const void* bias = nullptr;
   // kBiasGeluAux (written) and kDGelu (read) only: (M, N) packed per batch (pitch N, batch stride

@@ -369,6 +369,7 @@ Status Gemm(const GemmArgs& g) {
     const auto* a = static_cast<const char*>(g.a.ptr) + bi * sa * ElemBytes(g.a.dtype);
     const auto* b = static_cast<const char*>(g.b.ptr) + bi * sb * ElemBytes(g.b.dtype);
     char* d = static_cast<char*>(g.d) + bi * sd * ElemBytes(g.d_dtype);
+    const char* c = g.c != nullptr ? static_cast<const char*>(g.c) + bi * sd * ElemBytes(g.d_dtype) : d;
     char* aux = g.aux ? static_cast<char*>(g.aux) + bi * M * N * ElemBytes(g.d_dtype) : nullptr;
     LoadOp(g.a, a, M, K, lda, opa);
     LoadOp(g.b, b, K, N, ldb, opb);
@@ -376,7 +377,7 @@ Status Gemm(const GemmArgs& g) {
     for (int64_t i = 0; i < M; ++i) {
       for (int64_t j = 0; j < N; ++j) {
         double v = scale * acc[i * N + j];
-        if (g.beta != 0.0f) v += g.beta * LoadAsDouble(d, i * ldd + j, g.d_dtype, no_table);
+        if (g.beta != 0.0f) v += g.beta * LoadAsDouble(c, i * ldd + j, g.d_dtype, no_table);
         if (HasBias(g.epilogue)) v += LoadAsDouble(g.bias, j, bias_t, no_table);
         if (g.epilogue == Epilogue::kBiasGeluAux) StoreFromDouble(aux, i * N + j, g.d_dtype, v);
         if (HasGelu(g.epilogue)) v = GeluTanh(v);

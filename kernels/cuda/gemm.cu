@@ -114,9 +114,12 @@ uint32_t AlignmentOf(const void* p) {
   return a;
 }
 
+// The C matrix cuBLASLt reads (beta != 0): GemmArgs::c, or D itself.
+const void* Cptr(const GemmArgs& g) { return g.c != nullptr ? g.c : g.d; }
+
 // Everything the heuristic's choice depends on. Fixed size, so a lookup never allocates.
 struct AlgoKey {
-  std::array<int64_t, 23> v;
+  std::array<int64_t, 24> v;
   bool operator==(const AlgoKey& o) const { return v == o.v; }
 };
 struct AlgoKeyHash {
@@ -255,6 +258,7 @@ Status GemmRunner::Run(const GemmArgs& g, cudaStream_t stream) {
                      AlignmentOf(g.a.ptr),
                      AlignmentOf(g.b.ptr),
                      AlignmentOf(g.d),
+                     AlignmentOf(Cptr(g)),
                      AlignmentOf(g.bias),
                      AlignmentOf(g.aux)}};
   auto it = impl_->cache.find(key);
@@ -267,7 +271,7 @@ Status GemmRunner::Run(const GemmArgs& g, cudaStream_t stream) {
     }
     const uint64_t ws = impl_->workspace_bytes;
     const uint32_t align_a = AlignmentOf(g.b.ptr), align_b = AlignmentOf(g.a.ptr);
-    const uint32_t align_d = AlignmentOf(g.d);
+    const uint32_t align_c = AlignmentOf(Cptr(g)), align_d = AlignmentOf(g.d);
     FP8RT_LT_TRY(cublasLtMatmulPreferenceSetAttribute(
         pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     FP8RT_LT_TRY(cublasLtMatmulPreferenceSetAttribute(
@@ -275,7 +279,7 @@ Status GemmRunner::Run(const GemmArgs& g, cudaStream_t stream) {
     FP8RT_LT_TRY(cublasLtMatmulPreferenceSetAttribute(
         pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
     FP8RT_LT_TRY(cublasLtMatmulPreferenceSetAttribute(
-        pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
+        pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
     FP8RT_LT_TRY(cublasLtMatmulPreferenceSetAttribute(
         pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
     // Ask for several candidates: on some cuBLASLt builds the first one the heuristic returns is
@@ -291,7 +295,7 @@ Status GemmRunner::Run(const GemmArgs& g, cudaStream_t stream) {
     for (int i = 0; i < found; ++i) {
       if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
       last = cublasLtMatmul(impl_->handle.get(), desc.get(), &g.alpha, g.b.ptr, la.get(), g.a.ptr,
-                            lb.get(), &g.beta, g.d, ld.get(), g.d, ld.get(), &results[i].algo,
+                            lb.get(), &g.beta, Cptr(g), ld.get(), g.d, ld.get(), &results[i].algo,
                             impl_->workspace.get(), impl_->workspace_bytes, stream);
       if (last == CUBLAS_STATUS_SUCCESS) {
         impl_->cache.emplace(key, results[i].algo);
@@ -309,7 +313,7 @@ Status GemmRunner::Run(const GemmArgs& g, cudaStream_t stream) {
 
   const cublasStatus_t st =
       cublasLtMatmul(impl_->handle.get(), desc.get(), &g.alpha, g.b.ptr, la.get(), g.a.ptr,
-                     lb.get(), &g.beta, g.d, ld.get(), g.d, ld.get(), &it->second,
+                     lb.get(), &g.beta, Cptr(g), ld.get(), g.d, ld.get(), &it->second,
                      impl_->workspace.get(), impl_->workspace_bytes, stream);
   if (st != CUBLAS_STATUS_SUCCESS) {
     return Status::Internal(StrCat(

@@ -62,7 +62,8 @@ GemmRunner& Runner() {
 // Host and device copies of every buffer a GemmArgs touches; runs both sides and compares.
 struct GemmHarness {
   GemmArgs host;  // pointers into the host vectors below
-  std::vector<uint8_t> a, b, d, bias, aux;
+  bool separate_c = false;  // beta reads the `c` buffer (GemmArgs::c) instead of D
+  std::vector<uint8_t> a, b, c, d, bias, aux;
   float scale_a = 1.f, scale_b = 1.f;
 
   // Sizes each buffer from the args (pitches, strides, batches) and fills it with random values.
@@ -91,6 +92,7 @@ struct GemmHarness {
     a = values(na, g.a.dtype, seed, &scale_a);
     b = values(nb, g.b.dtype, seed + 1, &scale_b);
     d = Encode(test::RandomUniform(nd, seed + 2), g.d_dtype);
+    if (separate_c) c = Encode(test::RandomUniform(nd, seed + 5), g.d_dtype);
     bias = Encode(test::RandomUniform(g.N, seed + 3), GemmBiasDType(g));
     aux.assign(
         g.epilogue == Epilogue::kBiasGeluAux ? g.batch * g.M * g.N * ElemBytes(g.d_dtype) : 0, 0);
@@ -103,9 +105,12 @@ struct GemmHarness {
   // elements (and aux), and checks that D's pitch and batch padding were left alone.
   void RunAndCompare(const std::string& what) {
     GemmArgs h = host;
-    if (h.beta == 0.0f) std::fill(d.begin(), d.end(), uint8_t{0xff});  // poison: D is output only
+    if (h.beta == 0.0f || separate_c) {
+      std::fill(d.begin(), d.end(), uint8_t{0xff});  // poison: D is output only
+    }
     const std::vector<uint8_t> d_before = d;
     h.a.ptr = a.data(), h.b.ptr = b.data(), h.d = d.data();
+    h.c = separate_c ? c.data() : nullptr;
     h.a.scale_inv = IsFp8(h.a.dtype) ? &scale_a : nullptr;
     h.b.scale_inv = IsFp8(h.b.dtype) ? &scale_b : nullptr;
     const bool has_bias = h.epilogue == Epilogue::kBias || h.epilogue == Epilogue::kBiasGelu ||
@@ -114,6 +119,7 @@ struct GemmHarness {
     h.aux = aux.empty() ? nullptr : aux.data();
 
     DeviceBuffer<uint8_t> da(a), db(b), dd(d), dbias(bias), daux(std::max<size_t>(aux.size(), 1));
+    DeviceBuffer<uint8_t> dc(separate_c ? c : std::vector<uint8_t>(1));
     DeviceBuffer<float> dsa(std::vector<float>{scale_a}), dsb(std::vector<float>{scale_b});
     if (h.epilogue == Epilogue::kDGelu) {
       daux.Upload(aux);  // read by the GEMM
@@ -122,6 +128,7 @@ struct GemmHarness {
     }
     GemmArgs g = h;
     g.a.ptr = da.get(), g.b.ptr = db.get(), g.d = dd.get();
+    g.c = separate_c ? dc.get() : nullptr;
     g.a.scale_inv = h.a.scale_inv ? dsa.get() : nullptr;
     g.b.scale_inv = h.b.scale_inv ? dsb.get() : nullptr;
     g.bias = has_bias ? dbias.get() : nullptr;
@@ -158,6 +165,7 @@ struct GemmHarness {
       if (!is_el[e] && std::memcmp(&got_d[e * es], &d_before[e * es], es) != 0) ++touched;
     }
     EXPECT_EQ(touched, 0u) << what << ": padding elements of D were written";
+    if (separate_c) EXPECT_TRUE(dc.Download() == c) << what << ": C was written";
     if (h.aux && h.epilogue != Epilogue::kDGelu) {
       std::vector<uint8_t> got_aux = daux.Download();
       got_aux.resize(aux.size());
@@ -280,6 +288,35 @@ TEST_F(GemmGpu, Fp8BatchedWithBetaAccumulates) {
     h.Fill(17);
     h.RunAndCompare(StrCat("fp8 batched beta ", DTypeName(out)));
   }
+}
+
+// D = A B + bias + C with C a separate matrix (a residual added in the projection's epilogue):
+// C is read, D written, C left alone; high precision and FP8 fprop.
+TEST_F(GemmGpu, SeparateCIsAddedAndLeftUnchanged) {
+  for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+    GemmHarness h;
+    h.separate_c = true;
+    h.host.M = 96, h.host.N = 48, h.host.K = 80;
+    h.host.a.dtype = h.host.b.dtype = t;
+    h.host.b.trans = true;
+    h.host.d_dtype = t;
+    h.host.beta = 1.0f;
+    h.host.epilogue = Epilogue::kBias;
+    h.Fill(19);
+    h.RunAndCompare(StrCat("separate C ", DTypeName(t)));
+  }
+  if (test::ComputeCapability() < 89) GTEST_SKIP() << "FP8 GEMMs need sm_89 or newer";
+  GemmHarness h;
+  h.separate_c = true;
+  h.host.M = 64, h.host.N = 48, h.host.K = 64;
+  h.host.a.dtype = h.host.b.dtype = DType::kE4M3;
+  h.host.b.trans = true;
+  h.host.d_dtype = DType::kBFloat16;
+  h.host.beta = 1.0f;
+  h.host.fast_accum = true;
+  h.host.epilogue = Epilogue::kBias;
+  h.Fill(23);
+  h.RunAndCompare("separate C fp8 fprop");
 }
 
 TEST_F(GemmGpu, RunnerCachesOneAlgorithmPerProblem) {

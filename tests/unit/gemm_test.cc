@@ -108,6 +108,19 @@ TEST(GemmReference, AlphaAndBetaAccumulate) {
   EXPECT_EQ(d, (std::vector<float>{116.5f, 129.f, 279.5f, 310.f}));
 }
 
+// With GemmArgs::c, beta scales C (left unchanged) and D's old contents are never read.
+TEST(GemmReference, BetaReadsASeparateC) {
+  const std::vector<float> c = {1, 2, 3, 4};
+  std::vector<float> d = {NAN, NAN, NAN, NAN};
+  GemmArgs g;
+  g.M = 2, g.N = 2, g.K = 3;
+  g.a = F32(kA), g.b = F32(kB);
+  g.c = c.data(), g.d = d.data(), g.alpha = 2.f, g.beta = 0.5f;
+  ASSERT_TRUE(cpu::Gemm(g).ok());
+  EXPECT_EQ(d, (std::vector<float>{116.5f, 129.f, 279.5f, 310.f}));
+  EXPECT_EQ(c, (std::vector<float>{1, 2, 3, 4}));
+}
+
 TEST(GemmReference, BiasGeluAndAuxFollowCublasLtOrder) {
   // A = I (2x2), B = [1 -1; 0 2] (a multiple-of-8 N is needed for aux, so N = 8 with zero
   // columns), bias per column. D = gelu(A B + bias), aux = A B + bias.
