@@ -33,6 +33,10 @@ namespace fp8rt {
 //   dbias[c] += sum over rows r of in[r][c] (the bias gradient when in is a layer's output
 //   gradient). The CPU sums each column in double; the GPU in FP32 per 64-row tile, the tiles
 //   added in order (deterministic). Codes, amax, saturation and scale_inv are Quantize's.
+// QuantizeDbiasGeluGrad: QuantizeDbias of in[i] = GeluBackward's din[i] = T(dout[i] *
+//   GELU'(pre[i])) (kernels/gelu.h), computed in the same pass: the GELU backward fused into the
+//   cast of the gradient it produces. The CUDA version's codes equal those of cuda::GeluBackward
+//   followed by cuda::QuantizeDbias.
 // Preconditions (InvalidArgument otherwise): rows, cols >= 0; data, scale, scale_inv non-null;
 // scale_inv distinct from scale; data_t, when given, distinct from data; margin in 0..32.
 // Empty tensors only write scale_inv.
@@ -46,6 +50,9 @@ Status Quantize(const T* in, const Fp8Tensor& out, uint64_t* saturated = nullptr
 template <typename T>
 Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias,
                      uint64_t* saturated = nullptr);
+template <typename T>
+Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, float* dbias,
+                             uint64_t* saturated = nullptr);
 template <typename T>
 Status Dequantize(const Fp8Tensor& in, T* out);
 template <typename T>
@@ -71,6 +78,10 @@ template <typename T>
 Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias,
                      unsigned long long* saturated, void* scratch, size_t scratch_bytes,
                      cudaStream_t stream);
+template <typename T>
+Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, float* dbias,
+                             unsigned long long* saturated, void* scratch, size_t scratch_bytes,
+                             cudaStream_t stream);
 template <typename T>
 Status Dequantize(const Fp8Tensor& in, T* out, cudaStream_t stream);
 template <typename T>

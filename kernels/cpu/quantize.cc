@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
+#include "kernels/gelu.h"
 #include "kernels/scaling.h"
 
 namespace fp8rt {
@@ -135,8 +137,22 @@ Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias, uint64_t* 
   return Status::Ok();
 }
 
+template <typename T>
+Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, float* dbias,
+                             uint64_t* saturated) {
+  FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor("QuantizeDbiasGeluGrad", out));
+  const int64_t n = out.numel();
+  if (n > 0 && (dout == nullptr || pre == nullptr)) {
+    return Status::InvalidArgument("QuantizeDbiasGeluGrad: dout and pre must be non-null");
+  }
+  std::vector<T> in(static_cast<size_t>(n));
+  if (n > 0) FP8RT_RETURN_IF_ERROR(GeluBackward(in.data(), pre, dout, n));
+  return QuantizeDbias(in.data(), out, dbias, saturated);
+}
+
 #define FP8RT_INSTANTIATE(T)                                          \
   template Status Quantize<T>(const T*, const Fp8Tensor&, uint64_t*); \
+  template Status QuantizeDbiasGeluGrad<T>(const T*, const T*, const Fp8Tensor&, float*, uint64_t*); \
   template Status QuantizeDbias<T>(const T*, const Fp8Tensor&, float*, uint64_t*); \
   template Status Dequantize<T>(const Fp8Tensor&, T*);                \
   template Status ComputeAmax<T>(const T*, int64_t, float*);          \

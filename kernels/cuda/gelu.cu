@@ -1,10 +1,11 @@
-// tanh-GELU on the GPU: one 16-byte vector (8 bf16 / 4 fp32) per thread, fp32 math in the
-// sigmoid form 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)), which has no cancellation for x < 0.
+// tanh-GELU on the GPU: one 16-byte vector (8 bf16 / 4 fp32) per thread, fp32 math from
+// gelu_math.cuh.
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
 #include "common/cuda_check.h"
+#include "kernels/cuda/gelu_math.cuh"
 #include "kernels/cuda/vec.cuh"
 #include "kernels/gelu.h"
 
@@ -14,24 +15,8 @@ namespace {
 using cuda_detail::Pack;
 using cuda_detail::Round;
 
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCubic = 0.044715f;
-
-__device__ __forceinline__ float GeluF(float x) {
-  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-  return x / (1.0f + expf(-2.0f * u));  // x * sigmoid(2u); expf overflow gives -0, not NaN
-}
-
-__device__ __forceinline__ float GeluGradF(float x) {
-  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-  const float e = expf(-2.0f * u);
-  const float s = 1.0f / (1.0f + e);  // sigmoid(2u) = 0.5 (1 + tanh(u))
-  // d/dx [x sigmoid(2u)] = s + 2 x s (1 - s) u', with 1 - s = e s kept exact for large x. For
-  // e = inf (very negative x), s = 0 and the product e * s is skipped: the gradient is 0.
-  const float s_1ms = e < 3.0e38f ? e * s * s : 0.0f;
-  const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-  return s + 2.0f * x * s_1ms * du;
-}
+using cuda_detail::GeluF;
+using cuda_detail::GeluGradF;
 
 // Pointers may alias (out == in, din == dout): each element is read before it is written, by the
 // same thread, so there is no __restrict__.

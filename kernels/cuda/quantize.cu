@@ -4,6 +4,8 @@
 
 #include "common/cuda_check.h"
 #include "kernels/cuda/fp8_device.cuh"
+#include "kernels/cuda/gelu_math.cuh"
+#include "kernels/cuda/vec.cuh"
 #include "kernels/quantize.h"
 #include "kernels/scaling.h"
 
@@ -12,6 +14,7 @@ namespace {
 
 using cuda_detail::Decode2;
 using cuda_detail::Encode2;
+using cuda_detail::GeluGradF;
 using cuda_detail::LoadF;
 using cuda_detail::StoreF;
 
@@ -154,8 +157,11 @@ constexpr int kCtSmemPieces = kSubC * kWarpSize * kPitch;
 
 // One tile. kFull: the tile lies inside the tensor and every pointer/stride allows vector
 // access; otherwise every element is bounds-checked (edge tiles and odd shapes).
-template <typename T, Fp8Format F, bool kFull>
+// kGelu: the input is GELU'(pre) * in, rounded to T as GeluBackward would store it (the GELU
+// backward fused into the cast of its output).
+template <typename T, Fp8Format F, bool kFull, bool kGelu>
 __device__ __forceinline__ void CastTransposeTile(const T* __restrict__ in,
+                                                  const T* __restrict__ pre,
                                                   uint8_t* __restrict__ data,
                                                   uint8_t* __restrict__ data_t, int64_t rows,
                                                   int64_t cols, float scale, int64_t tile_r,
@@ -177,6 +183,26 @@ __device__ __forceinline__ void CastTransposeTile(const T* __restrict__ in,
 #pragma unroll
       for (int j = 0; j < kSubC; ++j) {
         x[i][j] = (r < rows && c0 + j < cols) ? LoadF(in + r * cols + c0 + j) : 0.0f;
+      }
+    }
+  }
+  if constexpr (kGelu) {
+#pragma unroll
+    for (int i = 0; i < kSubR; ++i) {
+      const int64_t r = r0 + i;
+      float p[kSubC];
+      if constexpr (kFull) {
+        LoadVec<kSubC>(pre + r * cols + c0, p);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kSubC; ++j) {
+          p[j] = (r < rows && c0 + j < cols) ? LoadF(pre + r * cols + c0 + j) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kSubC; ++j) {
+        const T g = cuda_detail::Round<T>(x[i][j] * GeluGradF(p[j]));
+        x[i][j] = LoadF(&g);
       }
     }
   }
@@ -255,9 +281,10 @@ __device__ __forceinline__ void CastTransposeTile(const T* __restrict__ in,
 // the right band (columns full_c..) of the rows above; full_r = full_c = 0 makes that every
 // tile. Two kernels rather than one branch, so the guarded code does not cost the fast path
 // registers.
-template <typename T, Fp8Format F, bool kFull>
+template <typename T, Fp8Format F, bool kFull, bool kGelu>
 __global__ void __launch_bounds__(kCtThreads)
-    CastTransposeKernel(const T* __restrict__ in, uint8_t* __restrict__ data,
+    CastTransposeKernel(const T* __restrict__ in, const T* __restrict__ pre,
+                        uint8_t* __restrict__ data,
                         uint8_t* __restrict__ data_t, int64_t rows, int64_t cols,
                         const float* __restrict__ scale_ptr, float* __restrict__ scale_inv,
                         float* amax, unsigned long long* saturated, int64_t full_r, int64_t full_c,
@@ -281,8 +308,8 @@ __global__ void __launch_bounds__(kCtThreads)
     }
   }
   Telemetry tel;
-  CastTransposeTile<T, F, kFull>(in, data, data_t, rows, cols, scale, tr * kTileR, tc * kTileC,
-                                 smem, tel, colsum, partials);
+  CastTransposeTile<T, F, kFull, kGelu>(in, pre, data, data_t, rows, cols, scale, tr * kTileR,
+                                        tc * kTileC, smem, tel, colsum, partials);
   CommitTelemetry<kCtThreads>(tel, amax, saturated);
   if (write_scale_inv && blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = ScaleInv(scale);
 }
@@ -467,13 +494,15 @@ unsigned FlatGrid(int64_t n) {
 }
 
 template <typename T, Fp8Format F, bool kFull>
-cudaError_t LaunchCastTransposeKernel(int64_t blocks, const T* in, const Fp8Tensor& out,
-                                      unsigned long long* saturated, int64_t full_r, int64_t full_c,
-                                      int64_t tiles_c, bool write_scale_inv, float* partials,
-                                      cudaStream_t stream) {
+cudaError_t LaunchCastTransposeKernel(int64_t blocks, const T* in, const T* pre,
+                                      const Fp8Tensor& out, unsigned long long* saturated,
+                                      int64_t full_r, int64_t full_c, int64_t tiles_c,
+                                      bool write_scale_inv, float* partials, cudaStream_t stream) {
   if (blocks == 0) return cudaSuccess;
-  CastTransposeKernel<T, F, kFull><<<static_cast<unsigned>(blocks), kCtThreads, 0, stream>>>(
-      in, out.data, out.data_t, out.rows, out.cols, out.scale, out.scale_inv, out.amax, saturated,
+  auto* kernel = pre != nullptr ? CastTransposeKernel<T, F, kFull, true>
+                                : CastTransposeKernel<T, F, kFull, false>;
+  kernel<<<static_cast<unsigned>(blocks), kCtThreads, 0, stream>>>(
+      in, pre, out.data, out.data_t, out.rows, out.cols, out.scale, out.scale_inv, out.amax, saturated,
       full_r, full_c, tiles_c, write_scale_inv, partials);
   return cudaGetLastError();
 }
@@ -502,11 +531,13 @@ __global__ void __launch_bounds__(1024)
 
 template <typename T>
 Status LaunchCastTranspose(const T* in, const Fp8Tensor& out, unsigned long long* saturated,
-                           cudaStream_t stream, float* partials = nullptr) {
+                           cudaStream_t stream, float* partials = nullptr,
+                           const T* pre = nullptr) {
   const int64_t rows = out.rows, cols = out.cols;
   // The fast kernel needs vector access everywhere: input rows aligned for kSubC-element loads,
   // data rows for 4-byte stores, and 8-row pieces of data_t for 8-byte stores.
   const bool vector_ok = cols % kSubC == 0 && rows % kSubR == 0 && Aligned(in, kSubC * sizeof(T)) &&
+                         (pre == nullptr || Aligned(pre, kSubC * sizeof(T))) &&
                          Aligned(out.data, kSubC) && Aligned(out.data_t, kSubR);
   const int64_t tiles_r = (rows + kTileR - 1) / kTileR;
   const int64_t tiles_c = (cols + kTileC - 1) / kTileC;
@@ -521,11 +552,11 @@ Status LaunchCastTranspose(const T* in, const Fp8Tensor& out, unsigned long long
   }
   cudaError_t err = cudaSuccess;
   cuda_detail::DispatchFp8(out.format, [&]<Fp8Format F>() {
-    err = LaunchCastTransposeKernel<T, F, true>(interior, in, out, saturated, full_r, full_c,
+    err = LaunchCastTransposeKernel<T, F, true>(interior, in, pre, out, saturated, full_r, full_c,
                                                 tiles_c, true, partials, stream);
     if (err != cudaSuccess) return;
-    err = LaunchCastTransposeKernel<T, F, false>(edge, in, out, saturated, full_r, full_c, tiles_c,
-                                                 interior == 0, partials, stream);
+    err = LaunchCastTransposeKernel<T, F, false>(edge, in, pre, out, saturated, full_r, full_c,
+                                                 tiles_c, interior == 0, partials, stream);
   });
   if (err != cudaSuccess) {
     return Status::Internal(
@@ -563,31 +594,52 @@ size_t QuantizeDbiasScratchBytes(int64_t rows, int64_t cols) {
          sizeof(float);
 }
 
+namespace {
+template <typename T>
+Status QuantizeDbiasImpl(const char* op, const T* in, const T* pre, const Fp8Tensor& out,
+                         float* dbias, unsigned long long* saturated, void* scratch,
+                         size_t scratch_bytes, cudaStream_t stream) {
+  FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor(op, out));
+  if (out.data_t == nullptr) {
+    return Status::InvalidArgument(StrCat(
+        op, ": out.data_t is null; the bias gradient rides on the cast+transpose pass"));
+  }
+  if (dbias == nullptr) return Status::InvalidArgument(StrCat(op, ": dbias is null"));
+  const int64_t n = out.numel();
+  if (n == 0) return Quantize(in, out, saturated, stream);
+  if (in == nullptr) return Status::InvalidArgument(StrCat(op, ": in is null"));
+  const size_t need = QuantizeDbiasScratchBytes(out.rows, out.cols);
+  if (scratch == nullptr || scratch_bytes < need) {
+    return Status::InvalidArgument(StrCat(op, ": scratch_bytes=", scratch_bytes, " < ", need,
+                                          " (QuantizeDbiasScratchBytes)"));
+  }
+  float* partials = static_cast<float*>(scratch);
+  FP8RT_RETURN_IF_ERROR(LaunchCastTranspose(in, out, saturated, stream, partials, pre));
+  const int64_t tiles_r = (out.rows + kTileR - 1) / kTileR;
+  AddColumnPartialsKernel<<<static_cast<unsigned>((out.cols + 31) / 32), dim3(32, 32), 0,
+                            stream>>>(dbias, partials, tiles_r, out.cols);
+  FP8RT_CUDA_TRY_LAUNCH(op);
+  return Status::Ok();
+}
+}  // namespace
+
 template <typename T>
 Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias,
                      unsigned long long* saturated, void* scratch, size_t scratch_bytes,
                      cudaStream_t stream) {
-  FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor("QuantizeDbias", out));
-  if (out.data_t == nullptr) {
-    return Status::InvalidArgument(
-        "QuantizeDbias: out.data_t is null; the bias gradient rides on the cast+transpose pass");
+  return QuantizeDbiasImpl<T>("QuantizeDbias", in, nullptr, out, dbias, saturated, scratch,
+                              scratch_bytes, stream);
+}
+
+template <typename T>
+Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, float* dbias,
+                             unsigned long long* saturated, void* scratch, size_t scratch_bytes,
+                             cudaStream_t stream) {
+  if (out.numel() > 0 && pre == nullptr) {
+    return Status::InvalidArgument("QuantizeDbiasGeluGrad: pre is null");
   }
-  if (dbias == nullptr) return Status::InvalidArgument("QuantizeDbias: dbias is null");
-  const int64_t n = out.numel();
-  if (n == 0) return Quantize(in, out, saturated, stream);
-  if (in == nullptr) return Status::InvalidArgument("QuantizeDbias: in is null");
-  const size_t need = QuantizeDbiasScratchBytes(out.rows, out.cols);
-  if (scratch == nullptr || scratch_bytes < need) {
-    return Status::InvalidArgument(StrCat("QuantizeDbias: scratch_bytes=", scratch_bytes, " < ",
-                                          need, " (QuantizeDbiasScratchBytes)"));
-  }
-  float* partials = static_cast<float*>(scratch);
-  FP8RT_RETURN_IF_ERROR(LaunchCastTranspose(in, out, saturated, stream, partials));
-  const int64_t tiles_r = (out.rows + kTileR - 1) / kTileR;
-  AddColumnPartialsKernel<<<static_cast<unsigned>((out.cols + 31) / 32), dim3(32, 32), 0,
-                            stream>>>(dbias, partials, tiles_r, out.cols);
-  FP8RT_CUDA_TRY_LAUNCH("QuantizeDbias");
-  return Status::Ok();
+  return QuantizeDbiasImpl<T>("QuantizeDbiasGeluGrad", dout, pre, out, dbias, saturated, scratch,
+                              scratch_bytes, stream);
 }
 
 template <typename T>
@@ -647,7 +699,9 @@ Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin,
   template Status QuantizeCurrentScaling<T>(const T*, const Fp8Tensor&, int, unsigned long long*, \
                                             cudaStream_t);                                        \
   template Status QuantizeDbias<T>(const T*, const Fp8Tensor&, float*, unsigned long long*,       \
-                                   void*, size_t, cudaStream_t);
+                                   void*, size_t, cudaStream_t);                                  \
+  template Status QuantizeDbiasGeluGrad<T>(const T*, const T*, const Fp8Tensor&, float*,          \
+                                           unsigned long long*, void*, size_t, cudaStream_t);
 FP8RT_INSTANTIATE(float)
 FP8RT_INSTANTIATE(bf16)
 #undef FP8RT_INSTANTIATE

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/gelu.h"
 #include "kernels/quantize.h"
 #include "tests/common/gpu_util.h"
 #include "tests/common/test_util.h"
@@ -213,6 +214,57 @@ class QuantizeGpu : public test::GpuTest, public ::testing::WithParamInterface<C
     EXPECT_TRUE(test::AllClose(d_db.Download(), want_db, tol, "dbias"));
   }
 
+  // QuantizeDbiasGeluGrad: the same bits as cuda::GeluBackward followed by cuda::QuantizeDbias
+  // (codes, transposed codes, amax, saturations, bias gradient), and the CPU composite within the
+  // GELU's float tolerance.
+  template <typename T>
+  void RunDbiasGeluGrad() {
+    const Case& c = GetParam();
+    const int64_t rows = c.shape.rows, cols = c.shape.cols, n = rows * cols;
+    const std::vector<T> dout = test::CastVector<T>(Inputs(n, 51 + n));
+    const std::vector<T> pre = test::CastVector<T>(test::RandomUniform(n, 53 + n, -4.f, 4.f));
+    const float scale = SaturatingScale(c.format);
+    const std::vector<float> db0 = test::RandomNormal(cols, 55);
+    DeviceBuffer<T> d_dout(dout), d_pre(pre);
+    DeviceBuffer<T> d_tmp{std::vector<T>(static_cast<size_t>(n))};
+    DeviceBuffer<uint8_t> scratch(cuda::QuantizeDbiasScratchBytes(rows, cols));
+    auto run = [&](bool fused, DeviceFp8& out, DeviceBuffer<float>& db,
+                   DeviceBuffer<unsigned long long>& sat) {
+      const Status st = [&]() -> Status {
+        if (fused) {
+          return cuda::QuantizeDbiasGeluGrad(d_dout.get(), d_pre.get(), out.t, db.get(),
+                                             sat.get(), scratch.get(), scratch.size(), nullptr);
+        }
+        FP8RT_RETURN_IF_ERROR(cuda::GeluBackward(d_tmp.get(), d_pre.get(), d_dout.get(), n, nullptr));
+        return cuda::QuantizeDbias(d_tmp.get(), out.t, db.get(), sat.get(), scratch.get(),
+                                   scratch.size(), nullptr);
+      }();
+      ASSERT_TRUE(st.ok()) << st.ToString();
+    };
+    DeviceFp8 fused(rows, cols, c.format, true, scale, 0.125f);
+    DeviceFp8 split(rows, cols, c.format, true, scale, 0.125f);
+    DeviceBuffer<float> db_fused(db0), db_split(db0);
+    DeviceBuffer<unsigned long long> sat_fused(std::vector<unsigned long long>{0});
+    DeviceBuffer<unsigned long long> sat_split(std::vector<unsigned long long>{0});
+    run(true, fused, db_fused, sat_fused);
+    run(false, split, db_split, sat_split);
+    EXPECT_TRUE(SameCodes(fused.data.Download(), split.data.Download(), "data"));
+    EXPECT_TRUE(SameCodes(fused.data_t.Download(), split.data_t.Download(), "data_t"));
+    const std::vector<float> a = fused.scalars.Download(), b = split.scalars.Download();
+    EXPECT_TRUE(SameBits(a[2], b[2], "amax"));
+    EXPECT_EQ(sat_fused.Download()[0], sat_split.Download()[0]) << "saturated";
+    const std::vector<float> got_db = db_fused.Download(), split_db = db_split.Download();
+    for (int64_t i = 0; i < cols; ++i) {
+      ASSERT_TRUE(SameBits(got_db[i], split_db[i], "dbias")) << "column " << i;
+    }
+    // Against the CPU composite: the GELU derivative (expf vs exp) may move a rounding of T.
+    HostFp8 want(rows, cols, c.format, true, scale, 0.125f);
+    std::vector<float> want_db = db0;
+    ASSERT_TRUE(cpu::QuantizeDbiasGeluGrad(dout.data(), pre.data(), want.t, want_db.data()).ok());
+    const test::Tolerance tol{1e-2 * static_cast<double>(rows) + 1e-3, 1e-2, 0};
+    EXPECT_TRUE(test::AllClose(got_db, want_db, tol, "dbias vs CPU"));
+  }
+
   template <typename T>
   void RunAmax() {
     const Case& c = GetParam();
@@ -275,6 +327,14 @@ TEST_P(QuantizeDbiasGpu, MatchesReference) {
     RunDbias<float>();
   } else {
     RunDbias<bf16>();
+  }
+}
+
+TEST_P(QuantizeDbiasGpu, GeluGradFusedMatchesGeluBackwardThenQuantizeDbias) {
+  if (GetParam().dtype == DType::kFloat32) {
+    RunDbiasGeluGrad<float>();
+  } else {
+    RunDbiasGeluGrad<bf16>();
   }
 }
 

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/gelu.h"
 #include "kernels/scaling.h"
 #include "tests/common/test_util.h"
 
@@ -208,6 +209,34 @@ TEST(QuantizeCpu, DbiasAddsColumnSumsAndKeepsTheCodes) {
   const Status st = cpu::QuantizeDbias(in.data(), q2, db.data());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("data_t"), std::string::npos) << st.ToString();
+}
+
+// QuantizeDbiasGeluGrad is QuantizeDbias of GeluBackward's output: same codes, amax, bias sums.
+TEST(QuantizeCpu, DbiasGeluGradIsGeluBackwardThenDbias) {
+  const int64_t rows = 6, cols = 4, n = rows * cols;
+  std::vector<float> dout(n), pre(n), din(n);
+  for (int64_t i = 0; i < n; ++i) {
+    dout[i] = 0.3f * static_cast<float>(i % 7) - 0.9f;
+    pre[i] = 0.37f * static_cast<float>(i) - 4.0f;
+  }
+  ASSERT_TRUE(cpu::GeluBackward(din.data(), pre.data(), dout.data(), n).ok());
+  std::vector<uint8_t> d1(n), t1(n), d2(n), t2(n);
+  float s1 = 8.f, si1 = 0, a1 = 0, s2 = 8.f, si2 = 0, a2 = 0;
+  Fp8Tensor q1, q2;
+  q1.data = d1.data(), q1.data_t = t1.data(), q1.rows = rows, q1.cols = cols;
+  q1.scale = &s1, q1.scale_inv = &si1, q1.amax = &a1;
+  q2 = q1;
+  q2.data = d2.data(), q2.data_t = t2.data(), q2.scale = &s2, q2.scale_inv = &si2, q2.amax = &a2;
+  std::vector<float> db1(cols, 1.f), db2(cols, 1.f);
+  ASSERT_TRUE(cpu::QuantizeDbias(din.data(), q1, db1.data()).ok());
+  ASSERT_TRUE(cpu::QuantizeDbiasGeluGrad(dout.data(), pre.data(), q2, db2.data()).ok());
+  EXPECT_EQ(d1, d2);
+  EXPECT_EQ(t1, t2);
+  EXPECT_EQ(a1, a2);
+  EXPECT_EQ(db1, db2);
+  const Status st = cpu::QuantizeDbiasGeluGrad<float>(dout.data(), nullptr, q2, db2.data());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("pre"), std::string::npos) << st.ToString();
 }
 
 TEST(QuantizeCpu, CurrentScalingUsesThisTensorsAmax) {

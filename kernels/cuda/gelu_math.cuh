@@ -1,0 +1,27 @@
+// The tanh-GELU and its derivative in fp32, shared by the GELU kernels and the FP8 cast that
+// fuses the GELU backward (the same bits either way). Sigmoid form: 0.5 (1 + tanh(u)) =
+// 1 / (1 + exp(-2u)), which has no cancellation for x < 0.
+#pragma once
+
+namespace fp8rt::cuda_detail {
+
+constexpr float kGeluSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+
+__device__ __forceinline__ float GeluF(float x) {
+  const float u = kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x);
+  return x / (1.0f + expf(-2.0f * u));  // x * sigmoid(2u); expf overflow gives -0, not NaN
+}
+
+__device__ __forceinline__ float GeluGradF(float x) {
+  const float u = kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x);
+  const float e = expf(-2.0f * u);
+  const float s = 1.0f / (1.0f + e);  // sigmoid(2u) = 0.5 (1 + tanh(u))
+  // d/dx [x sigmoid(2u)] = s + 2 x s (1 - s) u', with 1 - s = e s kept exact for large x. For
+  // e = inf (very negative x), s = 0 and the product e * s is skipped: the gradient is 0.
+  const float s_1ms = e < 3.0e38f ? e * s * s : 0.0f;
+  const float du = kGeluSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
+  return s + 2.0f * x * s_1ms * du;
+}
+
+}  // namespace fp8rt::cuda_detail
