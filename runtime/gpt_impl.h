@@ -231,15 +231,24 @@ class Gpt final : public GptModel {
     return true;
   }
 
-  // y = x W^T + b for linear `kind` of layer l (its weight: WeightOf(kind), layer l's slice).
-  // With gelu_out, also gelu_out = GELU(y) in the GEMM's epilogue where cuBLASLt can (then
-  // *gelu_done is set; otherwise the caller applies GELU itself).
+  // y = x W^T + b (+ residual) for linear `kind` of layer l (its weight: WeightOf(kind), layer
+  // l's slice); the residual, when given, is added in the GEMM's epilogue (C with beta 1), so a
+  // projection writes the residual stream directly. With gelu_out, also gelu_out = GELU(y) in the
+  // GEMM's epilogue where cuBLASLt can (then *gelu_done is set; otherwise the caller applies
+  // GELU itself).
   Status LinearForward(int l, int kind, T* y, const T* x, const T* b, bool cast_w,
-                       T* gelu_out = nullptr, bool* gelu_done = nullptr);
+                       T* gelu_out = nullptr, bool* gelu_done = nullptr,
+                       const T* residual = nullptr);
   // With dgelu_aux (the forward's pre-GELU input of this layer's input), dx comes out multiplied
   // by GELU'(dgelu_aux) from the dgrad GEMM's epilogue where cuBLASLt can (*dgelu_done set).
+  // With dy_gelu_pre, this layer's output gradient is GELU'(dy_gelu_pre) * dy, applied by the
+  // FP8 cast of dy (QuantizeDbiasGeluGrad): only where FusesGeluIntoDyCast(kind).
   Status LinearBackward(int l, int kind, T* dx, float* dw, float* db, const T* dy, const T* x,
-                        const T* dgelu_aux = nullptr, bool* dgelu_done = nullptr);
+                        const T* dgelu_aux = nullptr, bool* dgelu_done = nullptr,
+                        const T* dy_gelu_pre = nullptr);
+  // Whether layer kind's FP8 cast of its output gradient can also apply the GELU backward (an FP8
+  // layer with a bias, outside the calibrating first step, whose cast measures dy first).
+  bool FusesGeluIntoDyCast(int kind) const { return Fp8On(kind) && !calibrate_now_; }
   Status AddBias(T* y, const T* b, int64_t M, int64_t N);
   Status ForwardPass(const int32_t* x_host, const int32_t* y_host, bool cast_weights,
                      bool compute_grad, int micro);
@@ -273,7 +282,6 @@ class Gpt final : public GptModel {
   float* losses_ = nullptr;                                 // (B, T)
   float* step_losses_ = nullptr;                            // (grad_accum) mean loss per micro
   float* norm_sq_ = nullptr;                                // (1)
-  T* tmp_ = nullptr;                                        // (B, T, C) projection outputs
   T* ones_ = nullptr;                                       // (B*T) for bias gradients
   // Backward scratch.
   T *dres_ = nullptr, *dc1_ = nullptr, *dc2_ = nullptr, *dqkv_ = nullptr, *d4c_ = nullptr;
@@ -286,6 +294,22 @@ class Gpt final : public GptModel {
   // runs). Cleared by that step's scaling update and by ImportScales.
   bool calibrate_ = false;
   bool calibrate_now_ = false;
+  // Set during the backward of a step's first micro-batch: the linear layers' weight gradients
+  // (and the tied wte's, which the LM head's wgrad writes before the embedding backward adds to
+  // it) are written by their wgrad GEMMs (beta 0) rather than accumulated, so ZeroGrads need not
+  // clear them first.
+  bool wgrad_overwrites_ = false;
+  static bool WrittenByWgrad(int p) {
+    return p == kWte || p == kQkvW || p == kAttProjW || p == kFcW || p == kFcProjW;
+  }
+  // Zeroes the gradients that the first micro-batch accumulates into (biases, LayerNorms, wpe).
+  Status ZeroGrads() {
+    for (int p = 0; p < kNumParams; ++p) {
+      if (WrittenByWgrad(p)) continue;
+      FP8RT_RETURN_IF_ERROR(ops_->Zero(grads_ + layout_.offset[p], layout_.size[p] * sizeof(float)));
+    }
+    return Status::Ok();
+  }
   // Casts in to out: with current scaling while calibrating, else with the delayed scale.
   template <typename U>
   Status Cast(const U* in, const Fp8Tensor& out, typename Ops::Counter* saturated) {
@@ -390,7 +414,6 @@ Status Gpt<Ops, T>::Setup() {
   FP8RT_RETURN_IF_ERROR(Alloc(&losses_, M_));
   FP8RT_RETURN_IF_ERROR(Alloc(&step_losses_, o_.grad_accum + 1));
   norm_sq_ = step_losses_ + o_.grad_accum;  // one download brings losses and the norm
-  FP8RT_RETURN_IF_ERROR(Alloc(&tmp_, M_ * C));
   FP8RT_RETURN_IF_ERROR(Alloc(&ones_, M_));
   FP8RT_RETURN_IF_ERROR(Alloc(&dres_, M_ * C));
   FP8RT_RETURN_IF_ERROR(Alloc(&dc1_, M_ * C));
@@ -511,7 +534,7 @@ Status Gpt<Ops, T>::AddBias(T* y, const T* b, int64_t M, int64_t N) {
 
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b, bool cast_w,
-                                  T* gelu_out, bool* gelu_done) {
+                                  T* gelu_out, bool* gelu_done, const T* residual) {
   int64_t N, K;
   LinearShape(kind, &N, &K);
   const Param wp = WeightOf(kind);
@@ -532,6 +555,7 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
       }
       gelu_epilogue_ok_ = false;  // e.g. cuBLASLt has no GELU_AUX_BIAS algorithm for this case
     }
+    if (residual != nullptr) g.c = residual, g.beta = 1.0f;
     return ops_->Gemm(g);
   };
   if (!Fp8On(kind)) {
@@ -568,7 +592,12 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
 
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db, const T* dy,
-                                   const T* x, const T* dgelu_aux, bool* dgelu_done) {
+                                   const T* x, const T* dgelu_aux, bool* dgelu_done,
+                                   const T* dy_gelu_pre) {
+  if (dy_gelu_pre != nullptr && (db == nullptr || !FusesGeluIntoDyCast(kind))) {
+    return Status::Internal(StrCat("LinearBackward: layer kind ", kind,
+                                   " cannot apply the GELU backward in its dy cast"));
+  }
   int64_t N, K;
   LinearShape(kind, &N, &K);
   if (dgelu_done != nullptr) *dgelu_done = false;
@@ -613,7 +642,7 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
     gw.M = N, gw.N = K, gw.K = M_;
     gw.a = {dy, kT, /*trans=*/true};
     gw.b = {x, kT};
-    gw.d = dw, gw.d_dtype = DType::kFloat32, gw.beta = 1.0f;
+    gw.d = dw, gw.d_dtype = DType::kFloat32, gw.beta = wgrad_overwrites_ ? 0.0f : 1.0f;
     ops_->Mark(kWgradNames[kind]);
     return ops_->Gemm(gw);
   }
@@ -626,7 +655,10 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
     ops_->Mark("fp8 calibrate dy");
     FP8RT_RETURN_IF_ERROR(Cast(dy, dyq, db != nullptr ? nullptr : dy_saturated));
   }
-  if (db != nullptr) {
+  if (dy_gelu_pre != nullptr) {
+    ops_->Mark("fp8 cast dy (+T, +dbias, +gelu bwd)");
+    FP8RT_RETURN_IF_ERROR(ops_->QuantizeDbiasGeluGrad(dy, dy_gelu_pre, dyq, db, dy_saturated));
+  } else if (db != nullptr) {
     ops_->Mark("fp8 cast dy (+T, +dbias)");
     FP8RT_RETURN_IF_ERROR(ops_->QuantizeDbias(dy, dyq, db, dy_saturated));
   } else if (!calibrate_now_) {
@@ -638,7 +670,7 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
   FP8RT_ASSIGN_OR_RETURN(GemmArgs gd, Fp8Dgrad(dyq, wq, dx, kT));
   ops_->Mark(kDgradNames[kind]);
   FP8RT_RETURN_IF_ERROR(run_dgrad(gd));
-  FP8RT_ASSIGN_OR_RETURN(GemmArgs gw, Fp8Wgrad(dyq, xq, dw, /*accumulate=*/true));
+  FP8RT_ASSIGN_OR_RETURN(GemmArgs gw, Fp8Wgrad(dyq, xq, dw, /*accumulate=*/!wgrad_overwrites_));
   ops_->Mark(kWgradNames[kind]);
   return ops_->Gemm(gw);
 }
@@ -664,10 +696,8 @@ Status Gpt<Ops, T>::ForwardPass(const int32_t* x_host, const int32_t* y_host, bo
         LinearForward(l, kQkv, qkv_[l], ln1_[l], W(kQkvB) + l * 3 * C, cast_weights));
     ops_->Mark("attention fwd");
     FP8RT_RETURN_IF_ERROR(ops_->Attention(atty_[l], att_[l], qkv_[l], as));
-    FP8RT_RETURN_IF_ERROR(
-        LinearForward(l, kAttProj, tmp_, atty_[l], W(kAttProjB) + l * C, cast_weights));
-    ops_->Mark("residual add");
-    FP8RT_RETURN_IF_ERROR(ops_->Residual(res2_[l], res, tmp_, M_ * C));
+    FP8RT_RETURN_IF_ERROR(LinearForward(l, kAttProj, res2_[l], atty_[l], W(kAttProjB) + l * C,
+                                        cast_weights, nullptr, nullptr, /*residual=*/res));
     ops_->Mark("layernorm fwd");
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln2_[l], ln2_mean_[l], ln2_rstd_[l], res2_[l],
                                                  W(kLn2W) + l * C, W(kLn2B) + l * C, M_, C));
@@ -678,10 +708,9 @@ Status Gpt<Ops, T>::ForwardPass(const int32_t* x_host, const int32_t* y_host, bo
       ops_->Mark("gelu fwd");
       FP8RT_RETURN_IF_ERROR(ops_->Gelu(fch_gelu_[l], fch_[l], M_ * 4 * C));
     }
-    FP8RT_RETURN_IF_ERROR(
-        LinearForward(l, kFcProj, tmp_, fch_gelu_[l], W(kFcProjB) + l * C, cast_weights));
-    ops_->Mark("residual add");
-    FP8RT_RETURN_IF_ERROR(ops_->Residual(res3_[l], res2_[l], tmp_, M_ * C));
+    FP8RT_RETURN_IF_ERROR(LinearForward(l, kFcProj, res3_[l], fch_gelu_[l],
+                                        W(kFcProjB) + l * C, cast_weights, nullptr, nullptr,
+                                        /*residual=*/res2_[l]));
     res = res3_[l];
   }
   ops_->Mark("layernorm fwd");
@@ -713,12 +742,16 @@ Status Gpt<Ops, T>::BackwardPass() {
     FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFcProj, d4c_, G(kFcProjW) + l * 4 * C * C,
                                          G(kFcProjB) + l * C, dres_, fch_gelu_[l], fch_[l],
                                          &dgelu_done));
-    if (!dgelu_done) {
+    // The GELU backward: in fc_proj's dgrad epilogue (BF16), else in fc's FP8 cast of its output
+    // gradient, else a kernel of its own.
+    const bool gelu_in_cast = !dgelu_done && FusesGeluIntoDyCast(kFc);
+    if (!dgelu_done && !gelu_in_cast) {
       ops_->Mark("gelu bwd");
       FP8RT_RETURN_IF_ERROR(ops_->GeluBackward(d4c_, fch_[l], d4c_, M_ * 4 * C));
     }
     FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFc, dc1_, G(kFcW) + l * 4 * C * C,
-                                         G(kFcB) + l * 4 * C, d4c_, ln2_[l]));
+                                         G(kFcB) + l * 4 * C, d4c_, ln2_[l], nullptr, nullptr,
+                                         gelu_in_cast ? fch_[l] : nullptr));
     ops_->Mark("layernorm bwd");
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, G(kLn2W) + l * C, G(kLn2B) + l * C, dc1_,
                                                   res2_[l], W(kLn2W) + l * C, ln2_mean_[l],
@@ -749,16 +782,18 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
   std::memcpy(staging_, x, n * sizeof(int32_t));
   std::memcpy(staging_ + n, y, n * sizeof(int32_t));
   ops_->Mark("zero grads");
-  FP8RT_RETURN_IF_ERROR(ops_->Zero(grads_, P * sizeof(float)));
+  FP8RT_RETURN_IF_ERROR(ZeroGrads());
   for (int micro = 0; micro < o_.grad_accum; ++micro) {
     // FP8 weights are cast on the first micro-batch only and reused by the others. A fresh scale
     // state calibrates on the first micro-batch; the others use the scales it set.
     calibrate_now_ = calibrate_ && micro == 0;
+    wgrad_overwrites_ = micro == 0;
     FP8RT_RETURN_IF_ERROR(
         ForwardPass(staging_ + micro * M_, staging_ + n + micro * M_, micro == 0, true, micro));
     FP8RT_RETURN_IF_ERROR(BackwardPass());
   }
   calibrate_now_ = false;
+  wgrad_overwrites_ = false;
   ops_->Mark("grad norm");
   FP8RT_RETURN_IF_ERROR(ops_->NormSquared(norm_sq_, grads_, P));
   AdamWConfig cfg;
@@ -815,12 +850,15 @@ Status Gpt<Ops, T>::Gradients(const int32_t* x, const int32_t* y, float* loss,
                               std::vector<float>* grads) {
   const int saved = o_.grad_accum;
   o_.grad_accum = 1;
-  FP8RT_RETURN_IF_ERROR(ops_->Zero(grads_, layout_.total * sizeof(float)));
+  FP8RT_RETURN_IF_ERROR(ZeroGrads());
   std::memcpy(staging_, x, M_ * sizeof(int32_t));
   std::memcpy(staging_ + M_, y, M_ * sizeof(int32_t));
   const Status s = [&]() -> Status {
     FP8RT_RETURN_IF_ERROR(ForwardPass(staging_, staging_ + M_, true, true, 0));
-    return BackwardPass();
+    wgrad_overwrites_ = true;
+    const Status b = BackwardPass();
+    wgrad_overwrites_ = false;
+    return b;
   }();
   o_.grad_accum = saved;
   FP8RT_RETURN_IF_ERROR(s);

@@ -133,6 +133,11 @@ class CpuOps {
   Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin, Counter* saturated) {
     return cpu::QuantizeCurrentScaling(in, out, margin, saturated);
   }
+  template <typename T>
+  Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, float* dbias,
+                               Counter* saturated) {
+    return cpu::QuantizeDbiasGeluGrad(dout, pre, out, dbias, saturated);
+  }
   Status UpdateScaling(const ScalingState& s, const DelayedScalingConfig& c) {
     return cpu::UpdateDelayedScaling(s, c);
   }

@@ -296,6 +296,12 @@ class CudaOps {
   Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin, Counter* saturated) {
     return cuda::QuantizeCurrentScaling(in, out, margin, saturated, stream_);
   }
+  template <typename T>
+  Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, float* dbias,
+                               Counter* saturated) {
+    return cuda::QuantizeDbiasGeluGrad(dout, pre, out, dbias, saturated, scratch_, scratch_bytes_,
+                                       stream_);
+  }
   Status UpdateScaling(const ScalingState& s, const DelayedScalingConfig& c) {
     return cuda::UpdateDelayedScaling(s, c, stream_);
   }
