@@ -16,7 +16,7 @@ using cuda_detail::Pack;
 using cuda_detail::Round;
 
 using cuda_detail::GeluF;
-using cuda_detail::GeluGradF;
+using cuda_detail::GeluGradFor;
 
 // Pointers may alias (out == in, din == dout): each element is read before it is written, by the
 // same thread, so there is no __restrict__.
@@ -42,7 +42,7 @@ __global__ void GeluBackwardKernel(T* din, const T* in, const T* dout, int64_t n
   P dx;
 #pragma unroll
   for (int j = 0; j < kPack; ++j) {
-    dx.v[j] = Round<T>(ToFloat(dy.v[j]) * GeluGradF(ToFloat(x.v[j])));
+    dx.v[j] = Round<T>(ToFloat(dy.v[j]) * GeluGradFor<T>(ToFloat(x.v[j])));
   }
   reinterpret_cast<P*>(din)[i] = dx;
 }

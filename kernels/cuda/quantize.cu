@@ -14,7 +14,7 @@ namespace {
 
 using cuda_detail::Decode2;
 using cuda_detail::Encode2;
-using cuda_detail::GeluGradF;
+using cuda_detail::GeluGradFor;
 using cuda_detail::LoadF;
 using cuda_detail::StoreF;
 
@@ -172,36 +172,31 @@ __device__ __forceinline__ void CastTransposeTile(const T* __restrict__ in,
   const int64_t r0 = tile_r + warp * kSubR;
   const int64_t c0 = tile_c + lane * kSubC;
 
-  // Load the sub-tile: all 8 rows first, so 8 loads are in flight together.
+  // Load the sub-tile: all 8 rows first (and, with kGelu, their pre-activations), so every load
+  // is in flight together.
   float x[kSubR][kSubC];
+  float pre_x[kGelu ? kSubR : 1][kSubC];
 #pragma unroll
   for (int i = 0; i < kSubR; ++i) {
     const int64_t r = r0 + i;
     if constexpr (kFull) {
       LoadVec<kSubC>(in + r * cols + c0, x[i]);
+      if constexpr (kGelu) LoadVec<kSubC>(pre + r * cols + c0, pre_x[i]);
     } else {
 #pragma unroll
       for (int j = 0; j < kSubC; ++j) {
-        x[i][j] = (r < rows && c0 + j < cols) ? LoadF(in + r * cols + c0 + j) : 0.0f;
+        const bool ok = r < rows && c0 + j < cols;
+        x[i][j] = ok ? LoadF(in + r * cols + c0 + j) : 0.0f;
+        if constexpr (kGelu) pre_x[i][j] = ok ? LoadF(pre + r * cols + c0 + j) : 0.0f;
       }
     }
   }
   if constexpr (kGelu) {
 #pragma unroll
     for (int i = 0; i < kSubR; ++i) {
-      const int64_t r = r0 + i;
-      float p[kSubC];
-      if constexpr (kFull) {
-        LoadVec<kSubC>(pre + r * cols + c0, p);
-      } else {
-#pragma unroll
-        for (int j = 0; j < kSubC; ++j) {
-          p[j] = (r < rows && c0 + j < cols) ? LoadF(pre + r * cols + c0 + j) : 0.0f;
-        }
-      }
 #pragma unroll
       for (int j = 0; j < kSubC; ++j) {
-        const T g = cuda_detail::Round<T>(x[i][j] * GeluGradF(p[j]));
+        const T g = cuda_detail::Round<T>(x[i][j] * GeluGradFor<T>(pre_x[i][j]));
         x[i][j] = LoadF(&g);
       }
     }
