@@ -250,6 +250,19 @@ class Gpt final : public GptModel {
   // layer with a bias, outside the calibrating first step, whose cast measures dy first).
   bool FusesGeluIntoDyCast(int kind) const { return Fp8On(kind) && !calibrate_now_; }
   Status AddBias(T* y, const T* b, int64_t M, int64_t N);
+  // Runs `fused` (a GEMM with an epilogue that does more) while cuBLASLt takes it (*ok), else
+  // `plain`; a refusal clears *ok for good, so the model stops asking. *done says fused ran.
+  Status GemmTryFused(const GemmArgs& fused, const GemmArgs& plain, bool* ok, bool* done) {
+    if (*ok) {
+      const Status s = ops_->Gemm(fused);
+      if (s.ok()) {
+        *done = true;
+        return s;
+      }
+      *ok = false;  // e.g. cuBLASLt has no algorithm with this epilogue for this case
+    }
+    return ops_->Gemm(plain);
+  }
   Status ForwardPass(const int32_t* x_host, const int32_t* y_host, bool cast_weights,
                      bool compute_grad, int micro);
   Status BackwardPass();
@@ -540,23 +553,15 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
   const Param wp = WeightOf(kind);
   if (gelu_done != nullptr) *gelu_done = false;
   // Runs g, with GELU fused into its bias epilogue when asked and possible: the epilogue writes
-  // GELU(y) to gelu_out and y itself (the backward's input) to aux. A shape or dtype cuBLASLt
-  // does not fuse is remembered and runs unfused from then on.
+  // GELU(y) to gelu_out and y itself (the backward's input) to aux.
   auto run = [&](GemmArgs g) -> Status {
-    if (gelu_out != nullptr && gelu_epilogue_ok_ && g.epilogue == Epilogue::kBias && N % 8 == 0) {
-      GemmArgs fused = g;
-      fused.epilogue = Epilogue::kBiasGeluAux;
-      fused.d = gelu_out;
-      fused.aux = y;
-      const Status s = ops_->Gemm(fused);
-      if (s.ok()) {
-        *gelu_done = true;
-        return s;
-      }
-      gelu_epilogue_ok_ = false;  // e.g. cuBLASLt has no GELU_AUX_BIAS algorithm for this case
-    }
     if (residual != nullptr) g.c = residual, g.beta = 1.0f;
-    return ops_->Gemm(g);
+    if (gelu_out == nullptr || g.epilogue != Epilogue::kBias || N % 8 != 0) return ops_->Gemm(g);
+    GemmArgs fused = g;
+    fused.epilogue = Epilogue::kBiasGeluAux;
+    fused.d = gelu_out;
+    fused.aux = y;
+    return GemmTryFused(fused, g, &gelu_epilogue_ok_, gelu_done);
   };
   if (!Fp8On(kind)) {
     ops_->Mark(kFpropNames[kind]);
@@ -601,23 +606,16 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
   int64_t N, K;
   LinearShape(kind, &N, &K);
   if (dgelu_done != nullptr) *dgelu_done = false;
-  // Runs the dgrad GEMM, with the GELU backward in its epilogue when asked and possible; a case
-  // cuBLASLt refuses is remembered and runs unfused from then on. BF16/FP32 layers only: cuBLASLt
-  // 13.1 takes DGELU with FP8 inputs, but its kernel made the fc_proj dgrad 7x slower on H200
-  // (0.7 -> 4.8 ms per step at gpt2-124m), far more than the GELU pass it saves.
-  auto run_dgrad = [&](GemmArgs gd) -> Status {
-    if (dgelu_aux != nullptr && dgelu_epilogue_ok_ && K % 8 == 0 && !Fp8On(kind)) {
-      GemmArgs fused = gd;
-      fused.epilogue = Epilogue::kDGelu;
-      fused.aux = const_cast<T*>(dgelu_aux);  // read only
-      const Status s = ops_->Gemm(fused);
-      if (s.ok()) {
-        *dgelu_done = true;
-        return s;
-      }
-      dgelu_epilogue_ok_ = false;
-    }
-    return ops_->Gemm(gd);
+  // Runs the dgrad GEMM, with the GELU backward in its epilogue when asked and possible. BF16/FP32
+  // layers only: cuBLASLt 13.1 takes DGELU with FP8 inputs, but its kernel made the fc_proj dgrad
+  // 7x slower on H200 (0.7 -> 4.8 ms per step at gpt2-124m); FP8 layers apply the GELU backward in
+  // the next layer's dY cast instead (FusesGeluIntoDyCast).
+  auto run_dgrad = [&](const GemmArgs& gd) -> Status {
+    if (dgelu_aux == nullptr || K % 8 != 0 || Fp8On(kind)) return ops_->Gemm(gd);
+    GemmArgs fused = gd;
+    fused.epilogue = Epilogue::kDGelu;
+    fused.aux = const_cast<T*>(dgelu_aux);  // read only
+    return GemmTryFused(fused, gd, &dgelu_epilogue_ok_, dgelu_done);
   };
   // FP8 layers get db from the cast of dY (QuantizeDbias), the rest from a GEMM.
   if (db != nullptr && !Fp8On(kind)) {  // db (1, N) += ones (1, M) dY (M, N)
