@@ -258,12 +258,12 @@ __host__ __device__ constexpr int BwdReduceFloats(int rpb, int rows, int wpr, in
 // share one barrier for their row sums: the per-row chain (loads, sums, barrier, din) is what
 // bounds this kernel, so kR rows per iteration divide its count. With kPrefetch (kR == 1), the
 // next row's loads (x, dout and, when accumulating, the old din) are issued before this row's
-// math instead. With kAsync (16-byte vectors), the next iteration's kR rows are copied into
-// shared memory by cp.async while this iteration computes (two stages; each thread copies and
-// reads only its own vectors, so waiting for its own copies is all the synchronisation needed),
-// keeping loads in flight without the registers that kPrefetch would need for kR rows.
+// math instead. With kAsync (16-byte vectors), the next kStages - 1 iterations' rows are copied
+// into shared memory by cp.async while this iteration computes (each thread copies and reads only
+// its own vectors, so waiting for its own copies is all the synchronisation needed), keeping
+// loads in flight without the registers that kPrefetch would need for kR rows.
 template <typename T, int kPack, int kVec, int kThreads, int kMinBlocks, int kR, bool kAhead,
-          bool kAsync = false>
+          bool kAsync = false, int kStages = 2>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     LayerNormBackwardKernel(T* __restrict__ din, float* __restrict__ partials,
                             const T* __restrict__ dout, const T* __restrict__ in,
@@ -306,28 +306,40 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     return stages + ((((stage * rpb + ty) * kR + i) * 3 + t) * kVec + k) * tpr + tx;
   };
   // Copies the kR rows of the group starting at row0 into `stage` (one commit group, empty past
-  // N) and loads their mean and rstd into `rows`.
-  auto copy_rows = [&](int stage, int64_t row0, BwdRow<T, kPack, kVec>* rows) {
+  // N).
+  auto copy_rows = [&](int stage, int64_t row0) {
 #pragma unroll
     for (int i = 0; i < kR; ++i) {
       const int64_t row = row0 + i;
       if (row >= N) continue;
-      rows[i].mu = mean[row];
-      rows[i].rs = rstd[row];
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         const int v = tx + k * tpr;
         if (v >= nvec) continue;
         CpAsync16(staged(stage, i, 0, k), reinterpret_cast<const P*>(in + row * C) + v);
         CpAsync16(staged(stage, i, 1, k), reinterpret_cast<const P*>(dout + row * C) + v);
-        if (accumulate) CpAsync16(staged(stage, i, 2, k), reinterpret_cast<const P*>(din + row * C) + v);
+        if (accumulate) {
+          CpAsync16(staged(stage, i, 2, k), reinterpret_cast<const P*>(din + row * C) + v);
+        }
       }
     }
     CpAsyncCommit();
   };
+  // Loads the mean and rstd of the kR rows starting at row0 into `rows`.
+  auto load_stats = [&](int64_t row0, BwdRow<T, kPack, kVec>* rows) {
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+      if (row0 + i < N) {
+        rows[i].mu = mean[row0 + i];
+        rows[i].rs = rstd[row0 + i];
+      }
+    }
+  };
   int stage = 0;
   if constexpr (kAsync) {
-    copy_rows(0, base + first, cur);
+#pragma unroll
+    for (int f = 0; f + 1 < kStages; ++f) copy_rows(f, base + f * step + first);
+    load_stats(base + first, cur);
   } else {
 #pragma unroll
     for (int i = 0; i < kR; ++i) {
@@ -340,8 +352,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   for (; base < N; base += step) {
     BwdRow<T, kPack, kVec> next[kPrefetch || kAsync ? kR : 1];
     if constexpr (kAsync) {
-      copy_rows(stage ^ 1, base + step + first, next);
-      CpAsyncWait<1>();  // this iteration's copies (the group before the one just committed)
+      copy_rows((stage + kStages - 1) % kStages, base + (kStages - 1) * step + first);
+      load_stats(base + step + first, next);
+      CpAsyncWait<kStages - 1>();  // this iteration's copies (kStages - 1 groups before the last)
 #pragma unroll
       for (int i = 0; i < kR; ++i) {
         if (base + first + i >= N) continue;
@@ -433,7 +446,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       }
     }
     if constexpr (kAsync) {
-      stage ^= 1;
+      stage = (stage + 1) % kStages;
 #pragma unroll
       for (int i = 0; i < kR; ++i) cur[i].mu = next[i].mu, cur[i].rs = next[i].rs;
     } else if constexpr (kPrefetch) {
@@ -450,7 +463,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
   }
 
-  if constexpr (kAsync) CpAsyncWait<0>();  // the last group, which copied nothing (rows past N)
+  if constexpr (kAsync) CpAsyncWait<0>();  // the last groups, which copied nothing (rows past N)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the partials' reduction
+#endif
   // Fold the rpb row groups into ty == 0, in order ty = 1, 2, ... (rpb > 1 only where tpr < 256,
   // see BackwardShape, so this buffer is under 2 * 256 * 8 floats).
   if (rpb > 1) {
@@ -495,25 +511,40 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 }
 
 // partials (G, 2, C) -> dweight, dbias (+=). Block (32, 32): column x of a 32-wide tile of the 2C
-// values, lane y sums partials y, y + 32, ...; then y == 0 adds the 32 lane sums in order.
+// values, lane y sums partials y, y + 32, ... (eight loads in flight before the first add); then
+// warp y adds the 32 lane sums of column y with a butterfly. A fixed order: bit-identical results.
 __global__ void __launch_bounds__(1024)
     LayerNormReducePartialsKernel(float* __restrict__ dweight, float* __restrict__ dbias,
                                   const float* __restrict__ partials, int G, int C) {
   __shared__ float tile[32][33];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Launched early (programmatic dependent launch): wait for the partials to be complete.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
   const int idx = blockIdx.x * 32 + threadIdx.x;
+  const int64_t stride = int64_t{2} * C;
   float s = 0.0f;
   if (idx < 2 * C) {
-    for (int g = threadIdx.y; g < G; g += 32) s += partials[g * int64_t{2} * C + idx];
+    const float* p = partials + idx;
+    int g = threadIdx.y;
+    for (; g + 7 * 32 < G; g += 8 * 32) {
+      float v[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = p[(g + 32 * i) * stride];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s += v[i];
+    }
+    for (; g < G; g += 32) s += p[g * stride];
   }
   tile[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
-  if (threadIdx.y == 0 && idx < 2 * C) {
-    float t = 0.0f;
-    for (int y = 0; y < 32; ++y) t += tile[y][threadIdx.x];
-    if (idx < C) {
-      dweight[idx] += t;
+  const int col = blockIdx.x * 32 + threadIdx.y;
+  const float t = WarpSum(tile[threadIdx.x][threadIdx.y]);
+  if (threadIdx.x == 0 && col < 2 * C) {
+    if (col < C) {
+      dweight[col] += t;
     } else {
-      dbias[idx - C] += t;
+      dbias[col - C] += t;
     }
   }
 }
@@ -529,11 +560,14 @@ struct BwdShape {
   int grid;        // blocks = partial sums
 };
 // Where each thread holds one 16-byte vector of a row (kvec * pack * element size <= 16 bytes,
-// e.g. C = 2048 in bf16), an iteration takes four rows (measured on H200 at 8192 x 2048 bf16:
-// 57% of copy against 47% for one row with the next loaded ahead, and 44% for two rows with the
-// next two loaded ahead). Wider shapes have no registers for more and run one row per iteration
-// with the next row loaded ahead.
-constexpr int kBwdRows = 4;
+// e.g. C = 2048 in bf16), an iteration takes three rows. Measured on H200 at 8192 x 2048 bf16, %
+// of copy with the reduction launched early: through two cp.async stages, 3 rows 64.0-65.0%
+// against 62.8-63.0% for 4 rows in the same session (every number moves by about 3 points
+// between sessions); three stages of 3 rows (2 x 108 KiB per SM) 62.1-62.6%; four stages of 2
+// rows 57.9%; 8 rows 47.7%. In registers instead: one row with the next loaded ahead 47%, two rows
+// with the next two loaded ahead 44%. Wider shapes have no registers for more and run one row per
+// iteration with the next row loaded ahead.
+constexpr int kBwdRows = 3;
 constexpr bool BwdManyRows(int kvec, int pack, int elem) {
   return kvec * pack * elem <= 16 && kvec <= 4;
 }
@@ -574,6 +608,18 @@ int PackFor(int64_t C, std::initializer_list<const void*> ptrs) {
   return kPack;
 }
 
+// The current device's compute capability major, looked up once per device.
+int DeviceMajor() {
+  static int major[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  if (major[dev] == 0 &&
+      cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    return 0;
+  }
+  return major[dev];
+}
+
 template <typename T, int kPack>
 void LaunchForward(T* out, float* mean, float* rstd, const T* in, const T* weight, const T* bias,
                    int64_t N, int C, float eps, cudaStream_t stream) {
@@ -612,16 +658,19 @@ void LaunchForward(T* out, float* mean, float* rstd, const T* in, const T* weigh
 }
 
 template <typename T, int kPack, int kVec, int kThreads, int kMinBlocks, int kR, bool kAhead,
-          bool kAsync = false>
+          bool kAsync = false, int kStages = 2>
 void LaunchBackwardKernel(const BwdShape& s, T* din, float* partials, const T* dout, const T* in,
                           const T* weight, const float* mean, const float* rstd, int64_t N, int C,
                           bool accumulate, cudaStream_t stream) {
-  auto* kernel = LayerNormBackwardKernel<T, kPack, kVec, kThreads, kMinBlocks, kR, kAhead, kAsync>;
+  auto* kernel =
+      LayerNormBackwardKernel<T, kPack, kVec, kThreads, kMinBlocks, kR, kAhead, kAsync, kStages>;
   size_t smem = sizeof(float) * BwdReduceFloats(s.rpb, kR, s.tpr / 32, s.tpr, kPack);
   if constexpr (kAsync) {
-    // Two stages of kR rows x (x, dout, old din) x kVec vectors per thread: 96 KiB at most
-    // (tpr * rpb <= 256), within every sm_80+ part's opt-in limit (99 KiB on sm_86/sm_89).
-    smem += sizeof(Pack<T, kPack>) * 2 * s.rpb * kR * 3 * kVec * s.tpr;
+    // kStages stages of kR rows x (x, dout, old din) x kVec vectors per thread: 72 KiB at most
+    // with two stages of three rows (tpr * rpb * kVec <= 256), within every sm_80+ part's opt-in
+    // limit (99 KiB on sm_86/sm_89).
+    static_assert(kStages * kR * 3 * 4096 + 9 * 1024 <= 99 * 1024, "stages exceed 99 KiB");
+    smem += sizeof(Pack<T, kPack>) * kStages * s.rpb * kR * 3 * kVec * s.tpr;
     static const cudaError_t opt_in =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 99 * 1024);
     (void)opt_in;  // a failure shows as the launch's error
@@ -644,7 +693,6 @@ void LaunchBackward(const BwdShape& s, T* din, float* dweight, float* dbias, flo
                                kPack * sizeof(T) == 16>(s, din, partials, dout, in, weight, mean,
                                                         rstd, N, C, accumulate, stream);
         }
-
       } else if (s.threads == 256) {
         LaunchBackwardKernel<T, kPack, kVec, 256, (kVec * kPack <= 8 ? 3 : 2), 1, true>(
             s, din, partials, dout, in, weight, mean, rstd, N, C, accumulate, stream);
@@ -671,9 +719,28 @@ void LaunchBackward(const BwdShape& s, T* din, float* dweight, float* dbias, flo
       launch.template operator()<16>();
       break;
   }
+  // On sm_90 the reduction is launched while the backward drains (programmatic dependent launch:
+  // it waits for the backward's completion in the kernel), hiding its launch latency. Measured on
+  // H200 at 8192 x 2048 bf16: about 1.5 points of copy (the reduction and its launch cost about
+  // 2 us of the backward's 49 us).
   const unsigned reduce_blocks = static_cast<unsigned>((2 * C + 31) / 32);
-  LayerNormReducePartialsKernel<<<reduce_blocks, dim3(32, 32), 0, stream>>>(dweight, dbias,
-                                                                            partials, s.grid, C);
+  if (DeviceMajor() >= 9) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(reduce_blocks);
+    config.blockDim = dim3(32, 32);
+    config.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    // A failure shows in the caller's launch check (cudaGetLastError).
+    (void)cudaLaunchKernelEx(&config, LayerNormReducePartialsKernel, dweight, dbias,
+                             static_cast<const float*>(partials), s.grid, C);
+  } else {
+    LayerNormReducePartialsKernel<<<reduce_blocks, dim3(32, 32), 0, stream>>>(dweight, dbias,
+                                                                              partials, s.grid, C);
+  }
 }
 
 }  // namespace
