@@ -609,15 +609,20 @@ int PackFor(int64_t C, std::initializer_list<const void*> ptrs) {
 }
 
 // The current device's compute capability major, looked up once per device.
-int DeviceMajor() {
-  static int major[64] = {};
+// Whether the partials' reduction may be launched early (programmatic dependent launch): only
+// where the code loaded for it on this device is sm_90 or later, i.e. contains its
+// griddepcontrol.wait (a binary with sm_80 code only, JIT-run on Hopper, must not). Per device.
+bool ReduceMayLaunchEarly() {
+  static int state[64] = {};  // 0 unknown, 1 yes, 2 no
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  if (major[dev] == 0 &&
-      cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-    return 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (state[dev] == 0) {
+    cudaFuncAttributes a{};
+    const bool ok = cudaFuncGetAttributes(&a, LayerNormReducePartialsKernel) == cudaSuccess &&
+                    a.binaryVersion >= 90;
+    state[dev] = ok ? 1 : 2;
   }
-  return major[dev];
+  return state[dev] == 1;
 }
 
 template <typename T, int kPack>
@@ -724,7 +729,7 @@ void LaunchBackward(const BwdShape& s, T* din, float* dweight, float* dbias, flo
   // H200 at 8192 x 2048 bf16: about 1.5 points of copy (the reduction and its launch cost about
   // 2 us of the backward's 49 us).
   const unsigned reduce_blocks = static_cast<unsigned>((2 * C + 31) / 32);
-  if (DeviceMajor() >= 9) {
+  if (ReduceMayLaunchEarly()) {
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(reduce_blocks);
     config.blockDim = dim3(32, 32);
