@@ -92,10 +92,6 @@ class CpuOps {
   Status GeluBackward(T* din, const T* in, const T* dout, int64_t n) {
     return cpu::GeluBackward(din, in, dout, n);
   }
-  template <typename T>
-  Status Residual(T* out, const T* a, const T* b, int64_t n) {
-    return cpu::ResidualAdd(out, a, b, n);
-  }
   // What the attention forward saves per layer for the backward: here the (B, NH, T, T)
   // probabilities in T. The backward does not read the forward's output.
   size_t AttentionSavedBytes(const AttentionShape& s, DType t) const {

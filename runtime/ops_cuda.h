@@ -78,24 +78,30 @@ class CudaOps {
 
   // attention: which kernels BF16 attention runs on (ModelOptions::attention): "auto" (cuDNN's
   // fused flash attention where libcudnn.so.9 loads and takes the shape, else the flash kernels,
-  // else the GEMM version), "cudnn" (an error where cuDNN cannot), "flash" or "gemm".
+  // else the GEMM version), "cudnn", "flash" or "gemm" (an error at setup where it cannot run).
   Status Init(int device, const std::string& attention = "auto") {
-    if (attention != "auto" && attention != "cudnn" && attention != "flash" &&
-        attention != "gemm") {
+    if (attention == "auto") {
+      attention_mode_ = AttentionMode::kAuto;
+    } else if (attention == "cudnn") {
+      attention_mode_ = AttentionMode::kCudnn;
+    } else if (attention == "flash") {
+      attention_mode_ = AttentionMode::kFlash;
+    } else if (attention == "gemm") {
+      attention_mode_ = AttentionMode::kGemm;
+    } else {
       return Status::InvalidArgument(StrCat("attention '", attention,
                                             "': expected auto, cudnn, flash or gemm"));
     }
-    attention_mode_ = attention;
     FP8RT_CUDA_TRY(cudaSetDevice(device));
     FP8RT_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     FP8RT_ASSIGN_OR_RETURN(gemm_, GemmRunner::Create());
-    if (attention == "auto" || attention == "cudnn") {
+    if (Wants(AttentionMode::kCudnn)) {
       auto c = cuda::CudnnAttention::Create();
-      if (c.ok()) {
-        cudnn_ = std::move(*c);
-      } else {
+      if (!c.ok()) {
+        if (attention_mode_ == AttentionMode::kCudnn) return c.status();
         cudnn_refusal_ = c.status().ToString();
-        if (attention == "cudnn") return c.status();
+      } else {
+        cudnn_ = std::move(*c);
       }
     }
     return Status::Ok();
@@ -112,16 +118,15 @@ class CudaOps {
   // backward, gradient norm over P parameters).
   Status ReserveScratchFor(const AttentionShape& s, DType t, int64_t V, int64_t P, size_t* bytes) {
     const int64_t M = s.B * s.T;
-    const AttentionPath path = PathFor(s, t);
-    if (attention_mode_ != "auto" && t == DType::kBFloat16 &&
-        path != PathNamed(attention_mode_)) {
-      return Status::InvalidArgument(StrCat("attention '", attention_mode_, "' cannot run B=", s.B,
-                                            " T=", s.T, " NH=", s.NH, " HS=", s.HS, ": ",
-                                            attention_mode_ == "cudnn" ? cudnn_refusal_
-                                                                       : flash_refusal_));
+    const AttentionMode path = PathFor(s, t);
+    if (t == DType::kBFloat16 && attention_mode_ != AttentionMode::kAuto &&
+        path != attention_mode_) {
+      return Status::InvalidArgument(
+          StrCat("--attention cannot run B=", s.B, " T=", s.T, " NH=", s.NH, " HS=", s.HS, ": ",
+                 attention_mode_ == AttentionMode::kCudnn ? cudnn_refusal_ : flash_refusal_));
     }
-    size_t need = path == AttentionPath::kCudnn   ? cudnn_->WorkspaceBytes(s)
-                  : path == AttentionPath::kFlash ? cuda::FlashAttentionScratchBytes(s)
+    size_t need = path == AttentionMode::kCudnn   ? cudnn_->WorkspaceBytes(s)
+                  : path == AttentionMode::kFlash ? cuda::FlashAttentionScratchBytes(s)
                                                   : AttentionScratchBytes(s, t);
     auto emb = cuda::EmbeddingBackwardScratchBytes(s.B, s.T, V);
     if (!emb.ok()) return emb.status();
@@ -208,29 +213,25 @@ class CudaOps {
   Status GeluBackward(T* din, const T* in, const T* dout, int64_t n) {
     return cuda::GeluBackward(din, in, dout, n, stream_);
   }
-  template <typename T>
-  Status Residual(T* out, const T* a, const T* b, int64_t n) {
-    return cuda::ResidualAdd(out, a, b, n, stream_);
-  }
   // BF16 attention runs cuDNN's fused flash attention or our flash kernels (PathFor); both save
   // one FP32 log-sum-exp per query (cuDNN's in natural log, ours in base 2: each backward reads
   // its own forward's) and read the forward's output in the backward. Otherwise (FP32, or a shape
   // neither takes) the GEMM version, which saves the (B, NH, T, T) probabilities.
   size_t AttentionSavedBytes(const AttentionShape& s, DType t) {
-    if (PathFor(s, t) != AttentionPath::kGemm) {
+    if (PathFor(s, t) != AttentionMode::kGemm) {
       return static_cast<size_t>(s.B * s.NH * s.T) * sizeof(float);
     }
     return static_cast<size_t>(s.B * s.NH * s.T * s.T) * (t == DType::kBFloat16 ? 2 : 4);
   }
   bool AttentionReadsOutput(const AttentionShape& s, DType t) {
-    return PathFor(s, t) != AttentionPath::kGemm;
+    return PathFor(s, t) != AttentionMode::kGemm;
   }
   // For logs: which kernels attention of this shape runs on, and why not a faster one.
   std::string AttentionKernel(const AttentionShape& s, DType t) {
     switch (PathFor(s, t)) {
-      case AttentionPath::kCudnn:
+      case AttentionMode::kCudnn:
         return StrCat(cudnn_->Version(), " fused flash attention (deterministic backward)");
-      case AttentionPath::kFlash:
+      case AttentionMode::kFlash:
         return StrCat("fp8rt flash kernels",
                       cudnn_refusal_.empty() ? "" : StrCat(" (cuDNN: ", cudnn_refusal_, ")"));
       default:
@@ -244,10 +245,10 @@ class CudaOps {
   Status Attention(T* out, void* saved, const T* qkv, const AttentionShape& s) {
     if constexpr (std::is_same_v<T, bf16>) {
       switch (PathFor(s, DType::kBFloat16)) {
-        case AttentionPath::kCudnn:
+        case AttentionMode::kCudnn:
           return cudnn_->Forward(out, static_cast<float*>(saved), qkv, s, scratch_, scratch_bytes_,
                                  stream_);
-        case AttentionPath::kFlash:
+        case AttentionMode::kFlash:
           return cuda::FlashAttentionForward(out, static_cast<float*>(saved), qkv, s, stream_);
         default:
           break;
@@ -261,10 +262,10 @@ class CudaOps {
                            const AttentionShape& s) {
     if constexpr (std::is_same_v<T, bf16>) {
       switch (PathFor(s, DType::kBFloat16)) {
-        case AttentionPath::kCudnn:
+        case AttentionMode::kCudnn:
           return cudnn_->Backward(dqkv, dout, qkv, out, static_cast<const float*>(saved), s,
                                   scratch_, scratch_bytes_, stream_);
-        case AttentionPath::kFlash:
+        case AttentionMode::kFlash:
           return cuda::FlashAttentionBackward(dqkv, dout, qkv, out,
                                               static_cast<const float*>(saved), scratch_,
                                               scratch_bytes_, s, stream_);
@@ -316,42 +317,45 @@ class CudaOps {
   }
 
  private:
-  enum class AttentionPath { kCudnn, kFlash, kGemm };
-  static AttentionPath PathNamed(const std::string& mode) {
-    return mode == "cudnn" ? AttentionPath::kCudnn
-           : mode == "flash" ? AttentionPath::kFlash
-                             : AttentionPath::kGemm;
+  // What --attention asked for, and (kCudnn, kFlash, kGemm) the path a shape runs on.
+  enum class AttentionMode { kAuto, kCudnn, kFlash, kGemm };
+  bool Wants(AttentionMode m) const {
+    return attention_mode_ == m || attention_mode_ == AttentionMode::kAuto;
   }
   // The attention kernels for a shape, decided once per shape (cuDNN plans are built then, which
   // may synchronise: the model asks at setup) and remembered. The refusals are kept for logs.
-  AttentionPath PathFor(const AttentionShape& s, DType t) {
-    if (t != DType::kBFloat16) return AttentionPath::kGemm;
+  AttentionMode PathFor(const AttentionShape& s, DType t) {
+    if (t != DType::kBFloat16) return AttentionMode::kGemm;
     for (const auto& [shape, path] : paths_) {
       if (shape.B == s.B && shape.T == s.T && shape.NH == s.NH && shape.HS == s.HS) return path;
     }
-    AttentionPath path = AttentionPath::kGemm;
-    const bool want_cudnn = attention_mode_ == "auto" || attention_mode_ == "cudnn";
-    const bool want_flash = attention_mode_ == "auto" || attention_mode_ == "flash";
-    Status cudnn = cudnn_ ? (want_cudnn ? cudnn_->Prepare(s) : Status::Unimplemented("not asked for"))
-                          : Status::Unavailable(cudnn_refusal_);
-    Status flash = want_flash ? cuda::FlashAttentionCheck(s) : Status::Unimplemented("not asked for");
-    if (want_cudnn && cudnn.ok()) {
-      path = AttentionPath::kCudnn;
-    } else if (flash.ok()) {
-      path = AttentionPath::kFlash;
+    AttentionMode path = AttentionMode::kGemm;
+    if (Wants(AttentionMode::kCudnn) && cudnn_ != nullptr) {
+      const Status st = cudnn_->Prepare(s);
+      if (st.ok()) {
+        path = AttentionMode::kCudnn;
+      } else {
+        cudnn_refusal_ = st.ToString();
+      }
     }
-    if (want_cudnn && !cudnn.ok()) cudnn_refusal_ = cudnn.ToString();
-    if (want_flash && !flash.ok()) flash_refusal_ = flash.ToString();
+    if (path == AttentionMode::kGemm && Wants(AttentionMode::kFlash)) {
+      const Status st = cuda::FlashAttentionCheck(s);
+      if (st.ok()) {
+        path = AttentionMode::kFlash;
+      } else {
+        flash_refusal_ = st.ToString();
+      }
+    }
     paths_.emplace_back(s, path);
     return path;
   }
 
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<GemmRunner> gemm_;
-  std::string attention_mode_ = "auto";
+  AttentionMode attention_mode_ = AttentionMode::kAuto;
   std::unique_ptr<cuda::CudnnAttention> cudnn_;
   std::string cudnn_refusal_, flash_refusal_;
-  std::vector<std::pair<AttentionShape, AttentionPath>> paths_;
+  std::vector<std::pair<AttentionShape, AttentionMode>> paths_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   DeviceOpProfiler prof_;
