@@ -647,21 +647,19 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
   const int slot = Slot(l, kind);
   const Fp8Tensor dyq = Fp8Of(l, kind, kRoleDy, dy8_, dy8t_, M_, N);
   typename Ops::Counter* const dy_saturated = saturated_ + Fp8Index(l, kind, kRoleDy);
-  if (calibrate_now_) {
-    // Sets this tensor's scale from its own amax (QuantizeDbias below then casts again with it and
-    // adds the bias gradient; the first step only).
-    ops_->Mark("fp8 calibrate dy");
-    FP8RT_RETURN_IF_ERROR(Cast(dy, dyq, db != nullptr ? nullptr : dy_saturated));
-  }
-  if (dy_gelu_pre != nullptr) {
+  if (dy_gelu_pre != nullptr) {  // never while calibrating (FusesGeluIntoDyCast)
     ops_->Mark("fp8 cast dy (+T, +dbias, +gelu bwd)");
     FP8RT_RETURN_IF_ERROR(ops_->QuantizeDbiasGeluGrad(dy, dy_gelu_pre, dyq, db, dy_saturated));
   } else if (db != nullptr) {
+    if (calibrate_now_) {  // the first step: this tensor's scale from its own amax, cast again below
+      ops_->Mark("fp8 calibrate dy");
+      FP8RT_RETURN_IF_ERROR(Cast(dy, dyq, nullptr));
+    }
     ops_->Mark("fp8 cast dy (+T, +dbias)");
     FP8RT_RETURN_IF_ERROR(ops_->QuantizeDbias(dy, dyq, db, dy_saturated));
-  } else if (!calibrate_now_) {
+  } else {
     ops_->Mark("fp8 cast dy (+T)");
-    FP8RT_RETURN_IF_ERROR(ops_->Quantize(dy, dyq, dy_saturated));
+    FP8RT_RETURN_IF_ERROR(Cast(dy, dyq, dy_saturated));
   }
   const Fp8Tensor wq = Fp8Of(l, kind, kRoleW, w8_[slot], w8t_[slot], N, K);
   const Fp8Tensor xq = Fp8Of(l, kind, kRoleX, nullptr, x8t_[slot], M_, K);
