@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -239,6 +240,40 @@ TEST_F(TrainerTest, HistoryMismatchCanBeRecalibratedOnPurpose) {
   auto res = RunTraining(r, cpu_);
   ASSERT_TRUE(res.ok()) << res.status().ToString();
   EXPECT_EQ(res->first_step, 4);
+}
+
+// Weight gradients are written by the first micro-batch's wgrad GEMMs, not zeroed and added to:
+// nothing of an earlier batch may leak into the next gradient, and micro-batches 2..M add to the
+// first. Gradients(a), Gradients(b), Gradients(a) gives a's gradient twice, bit for bit; a Step
+// over micro-batches (a, b) reports the norm of their mean.
+TEST_F(TrainerTest, GradientsStartFreshEachStepAndAccumulateOverMicroBatches) {
+  ModelOptions mo;
+  mo.model = {2, 64, 4, 64, 256};
+  mo.precision = Precision::kFp32;
+  mo.B = 2, mo.T = 32, mo.grad_accum = 2;
+  auto model = CreateCpuGpt(mo);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  GptModel& g = **model;
+  ASSERT_TRUE(g.InitRandom(9).ok());
+  const size_t M = 2 * 32;
+  std::vector<int32_t> x(2 * M), y(2 * M);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t(i * 13 % 256), y[i] = int32_t(i * 5 % 256);
+  float loss = 0;
+  std::vector<float> ga, gb, ga2;
+  ASSERT_TRUE(g.Gradients(x.data(), y.data(), &loss, &ga).ok());
+  ASSERT_TRUE(g.Gradients(x.data() + M, y.data() + M, &loss, &gb).ok());
+  ASSERT_TRUE(g.Gradients(x.data(), y.data(), &loss, &ga2).ok());
+  ASSERT_EQ(ga.size(), gb.size());
+  EXPECT_TRUE(ga == ga2) << "the second batch's gradient leaked into the third call";
+  EXPECT_FALSE(ga == gb);
+  double norm_sq = 0;
+  for (size_t i = 0; i < ga.size(); ++i) {
+    const double mean = 0.5 * (static_cast<double>(ga[i]) + gb[i]);
+    norm_sq += mean * mean;
+  }
+  StepStats st;
+  ASSERT_TRUE(g.Step(1, 1e-3f, x.data(), y.data(), &st).ok());
+  EXPECT_NEAR(st.grad_norm, std::sqrt(norm_sq), 1e-5 * std::sqrt(norm_sq));
 }
 
 TEST_F(TrainerTest, LaterMicroBatchesUseThisStepsFp8WeightBytes) {
