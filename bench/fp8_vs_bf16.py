@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """Plots FP8 vs BF16 loss curves from two fp8train metrics files and checks the final-loss gap.
 Usage: fp8_vs_bf16.py BF16.jsonl FP8.jsonl OUT.png [--window 100] [--max-gap 0.015]"""
+import gzip
 import json
 import sys
 
 
 def load(p):
+    """(steps, losses) of an fp8train metrics file, plain or gzipped."""
+    opener = gzip.open if p.endswith(".gz") else open
     try:
-        rows = [json.loads(l) for l in open(p) if l.strip()]
+        with opener(p, "rt") as f:
+            rows = [json.loads(l) for l in f if l.strip()]
     except (OSError, json.JSONDecodeError) as e:
         sys.exit(f"fp8_vs_bf16: cannot read metrics file {p}: {e}")
     rows = [r for r in rows if "loss" in r]

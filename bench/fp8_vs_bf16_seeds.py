@@ -5,24 +5,11 @@ of the last WINDOW steps, as bench/fp8_vs_bf16.py) and their mean, and draws OUT
 curves of every seed and the gap per seed.
 Usage: fp8_vs_bf16_seeds.py DIR OUT.png [--window 100] [--max-gap 0.015] [--variant fp8]"""
 import glob
-import gzip
-import json
 import os
 import re
 import sys
 
-
-def load(p):
-    opener = gzip.open if p.endswith(".gz") else open
-    try:
-        with opener(p, "rt") as f:
-            rows = [json.loads(l) for l in f if l.strip()]
-    except (OSError, json.JSONDecodeError) as e:
-        sys.exit(f"fp8_vs_bf16_seeds: cannot read {p}: {e}")
-    rows = [r for r in rows if "loss" in r]
-    if not rows:
-        sys.exit(f"fp8_vs_bf16_seeds: {p} has no step with a loss")
-    return [r["step"] for r in rows], [r["loss"] for r in rows]
+from fp8_vs_bf16 import load, smooth  # same directory
 
 
 def find(d, variant, seed):
@@ -99,16 +86,6 @@ def main(a):
     bx.legend()
     bx.grid(alpha=0.3, axis="y")
     fig.savefig(out, dpi=110, bbox_inches="tight")
-
-
-def smooth(v, w):
-    out, acc = [], 0.0
-    for i, x in enumerate(v):
-        acc += x
-        if i >= w:
-            acc -= v[i - w]
-        out.append(acc / min(i + 1, w))
-    return out
 
 
 if __name__ == "__main__":
