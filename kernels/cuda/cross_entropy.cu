@@ -13,8 +13,10 @@
 namespace fp8rt {
 namespace {
 
+using cuda_detail::LoadStreaming;
 using cuda_detail::Pack;
 using cuda_detail::Round;
+using cuda_detail::StoreStreaming;
 
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -34,25 +36,6 @@ __device__ __forceinline__ void Merge(float& m, float& s, float m2, float s2) {
   if (mx == -INFINITY) return;  // both parts empty
   s = s * Exp2((m - mx) * kLog2e) + s2 * Exp2((m2 - mx) * kLog2e);
   m = mx;
-}
-
-// Streaming accesses for the second pass: the row is not read again.
-template <typename P>
-__device__ __forceinline__ P LoadStreaming(const P* p) {
-  if constexpr (sizeof(P) == 16) {
-    const int4 r = __ldcs(reinterpret_cast<const int4*>(p));
-    return *reinterpret_cast<const P*>(&r);
-  } else {
-    return *p;
-  }
-}
-template <typename P>
-__device__ __forceinline__ void StoreStreaming(P* p, const P& v) {
-  if constexpr (sizeof(P) == 16) {
-    __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&v));
-  } else {
-    *p = v;
-  }
 }
 
 // Block size and vectors in flight per thread: 512 threads at <= 64 registers, two blocks per SM,

@@ -45,4 +45,35 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// A read-only 16-byte vector in one load. Unpacking a Pack straight from global memory lets the
+// compiler split it into four 4-byte loads (it did in LayerNorm's weight and bias reads).
+template <typename P>
+__device__ __forceinline__ P LoadVector(const P* p) {
+  if constexpr (sizeof(P) == 16) {
+    const int4 r = __ldg(reinterpret_cast<const int4*>(p));
+    return *reinterpret_cast<const P*>(&r);
+  } else {
+    return *p;
+  }
+}
+
+// Streaming (evict-first) accesses of 16-byte vectors touched exactly once; other sizes plain.
+template <typename P>
+__device__ __forceinline__ P LoadStreaming(const P* p) {
+  if constexpr (sizeof(P) == 16) {
+    const int4 r = __ldcs(reinterpret_cast<const int4*>(p));
+    return *reinterpret_cast<const P*>(&r);
+  } else {
+    return *p;
+  }
+}
+template <typename P>
+__device__ __forceinline__ void StoreStreaming(P* p, const P& v) {
+  if constexpr (sizeof(P) == 16) {
+    __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&v));
+  } else {
+    *p = v;
+  }
+}
+
 }  // namespace fp8rt::cuda_detail
