@@ -24,7 +24,8 @@ struct Row {
 
 struct Context {
   cudaStream_t stream = nullptr;
-  int warmup = 5;
+  int warmup = 5;         // warm-up calls before timing, at least...
+  double warmup_ms = 10;  // ...and at least this long, the GPU kept busy (see MedianMs)
   int repeats = 20;
   double copy_gbps = 0;          // device-to-device copy, bytes read + written per second
   double raw_fp8_tflops = 0;     // raw heuristic-best cuBLASLt FP8 8192^3, BF16 out
@@ -36,8 +37,8 @@ struct Context {
   }
 };
 
-// Median time in milliseconds of fn() on ctx.stream, after ctx.warmup calls; each repeat is
-// timed with its own pair of events.
+// Median time in milliseconds of fn() on ctx.stream, after at least ctx.warmup calls and
+// ctx.warmup_ms of warm-up; each repeat is timed with its own pair of events.
 double MedianMs(Context& ctx, const std::function<void()>& fn);
 
 // Rotating set of identical-size device buffers, so repeats do not measure the L2 cache.
