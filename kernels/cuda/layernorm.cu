@@ -75,11 +75,11 @@ __device__ __forceinline__ Pack<T, kPack> Repack(const float (&f)[kPack]) {
 // registers (unpacked to fp32 once). Many small blocks keep the SMs full; the row sums cross warps
 // through shared memory. Measured on H200 at 8192 x 2048 bf16: 4 warps per row (16 columns per
 // thread) beat 1, 2 and 8 (the barrier waits on the slowest warp's loads, while one warp per row
-// needs too many registers for good occupancy). The row geometry is a template parameter and the
-// output is stored streaming (evict-first): the same kernel with the geometry read from blockDim
-// compiled to 40 registers and 12 blocks per SM with its loads less overlapped, 66% of copy
-// against 76% for this one at 48 registers and 10 blocks (2026-11-22; the sweep is in
-// docs/PERFORMANCE.md).
+// needs too many registers for good occupancy). The row geometry is a template parameter, weight
+// and bias come in one 16-byte load per vector and the output is stored streaming (evict-first):
+// before, with the geometry read from blockDim and weight/bias unpacked straight from global
+// memory (which the compiler split into 4-byte loads), it measured 66% of copy; now 73-75%
+// (2026-11-22, H200; the sweep is in docs/PERFORMANCE.md).
 constexpr int kFwdThreads = 128;
 
 // Resident blocks per SM the forward is compiled for: 10 where a thread's share of the row is at
@@ -506,7 +506,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   // The partials leave in 16-byte stores where a vector holds 4 or more floats: storing them one
   // float at a time (a warp's store then touches 32 sectors for 4 bytes each) cost the whole
-  // backward 10 points of copy bandwidth at 8192 x 2048 bf16 (64.4% -> 74.6%).
+  // backward 10 points of copy bandwidth at 8192 x 2048 bf16 (about 64% -> 74% on H200).
   if (ty == 0) {
     float* pdw = partials + blockIdx.x * int64_t{2} * C;
     float* pdb = pdw + C;
