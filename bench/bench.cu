@@ -41,7 +41,10 @@ double MedianMs(Context& ctx, const std::function<void()>& fn) {
   // 0.1 ms, and on the H200 a short memory-bound kernel timed that soon after the GPU sat idle
   // (allocations, fills) ran slower: LayerNorm's forward at 68% of copy in a run of the
   // elementwise rows alone against 74% in the full table, where the GEMM rows run first. With
-  // this warm-up the elementwise rows alone measure 75% (2026-11-22, H200).
+  // this warm-up the elementwise rows alone measure 75% (2026-11-22, H200). Calls go in batches of
+  // four between synchronisations (so at least 8 when ctx.warmup is 5), which keeps the GPU busy
+  // apart from one host round trip per batch. PairedMedianMs (the GEMM rows) warms up by count:
+  // its calls take 0.05-1.6 ms each.
   FP8RT_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
   const auto start = std::chrono::steady_clock::now();
   for (int calls = 0;;) {

@@ -25,7 +25,7 @@ struct Row {
 struct Context {
   cudaStream_t stream = nullptr;
   int warmup = 5;         // warm-up calls before timing, at least...
-  double warmup_ms = 10;  // ...and at least this long, the GPU kept busy (see MedianMs)
+  double warmup_ms = 10;  // ...and for at least this wall time (see MedianMs)
   int repeats = 20;
   double copy_gbps = 0;          // device-to-device copy, bytes read + written per second
   double raw_fp8_tflops = 0;     // raw heuristic-best cuBLASLt FP8 8192^3, BF16 out

@@ -1,9 +1,9 @@
 // LayerNorm on the GPU. Forward: a group of threads per row (one to four warps), the row held in
 // registers as 16-byte vectors (one DRAM read, exact two-pass variance), the output stored
 // streaming. Backward: the same row layout, each thread owning fixed columns so that it accumulates
-// their dweight/dbias in registers across the rows its block visits (the next rows copied into
-// shared memory while it works on these); per-block partial sums, stored as 16-byte vectors, are
-// then added in a fixed order.
+// their dweight/dbias in registers across the rows its block visits (rows of 16-byte vectors are
+// copied into shared memory an iteration ahead, wide rows loaded into registers a row ahead);
+// per-block partial sums, stored as 16-byte vectors, are then added in a fixed order.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -78,12 +78,12 @@ __device__ __forceinline__ Pack<T, kPack> Repack(const float (&f)[kPack]) {
 // needs too many registers for good occupancy). The row geometry is a template parameter, weight
 // and bias come in one 16-byte load per vector and the output is stored streaming (evict-first):
 // before, with the geometry read from blockDim and weight/bias unpacked straight from global
-// memory (which the compiler split into 4-byte loads), it measured 66% of copy; now 73-75%
-// (2026-11-22, H200; the sweep is in docs/PERFORMANCE.md).
+// memory (which the compiler split into 4-byte loads), the bench measured 66.5% of copy; now
+// 72.9-75.2% (2026-11-22, H200; the sweep and both bench warm-ups are in docs/PERFORMANCE.md).
 constexpr int kFwdThreads = 128;
 
 // Resident blocks per SM the forward is compiled for: 10 where a thread's share of the row is at
-// most 16 elements (at most 51 registers, without spills), else whatever the row needs.
+// most 16 elements (48 registers or fewer, no spills), else whatever the row needs.
 constexpr int FwdMinBlocks(int vec, int pack) { return vec * pack <= 16 ? 10 : 1; }
 
 template <typename T, int kPack, int kVec, int kTpr, bool kExact>
@@ -750,8 +750,9 @@ void LaunchBackward(const BwdShape& s, T* din, float* dweight, float* dbias, flo
       if (s.threads == 256 && s.rows == kBwdRows) {
         if constexpr (BwdManyRows(kVec, kPack, sizeof(T))) {
           // 16-byte vectors come through shared memory (cp.async), others straight to registers.
-          // Rows of 256 threads (C = 2048 in bf16, 1024 in fp32) get their geometry at compile
-          // time: 73.9% of copy against 71.7% read from blockDim at 8192 x 2048 bf16 (H200).
+          // Rows of 256 threads (e.g. C = 2048 in bf16, 1024 in fp32, 1001 from scalar loads) get
+          // their geometry at compile time: 73.9% of copy against 71.7% read from blockDim at
+          // 8192 x 2048 bf16 (H200).
           constexpr bool kAsync = kPack * sizeof(T) == 16;
           if (s.tpr == 256) {
             LaunchBackwardKernel<T, kPack, kVec, 256, 2, kBwdRows, false, kAsync, 2, 256>(
@@ -789,9 +790,10 @@ void LaunchBackward(const BwdShape& s, T* din, float* dweight, float* dbias, flo
   }
   // On sm_90 the reduction is launched while the backward drains (programmatic dependent launch:
   // it waits for the backward's completion in the kernel), hiding its launch latency. Measured on
-  // H200 at 8192 x 2048 bf16: about 1.5 points of copy. The reduction still costs about 4 points
-  // (80.2% of copy without it, a timing experiment); reducing in the same kernel after a grid-wide
-  // barrier (cooperative launch) measured 72.4-73.1% against 75.7-76.5% for this.
+  // H200 at 8192 x 2048 bf16: about 1.5 points of copy. The reduction still costs about 4 points:
+  // in a copy of the kernel (with an L2 hint this one lacks) 80.2% of copy without it, a timing
+  // experiment, against 75.7-76.5% with it; reducing in the same kernel after a grid-wide barrier
+  // (cooperative launch) measured 72.4-73.1% there.
   const unsigned reduce_blocks = static_cast<unsigned>((2 * C + 31) / 32);
   if (ReduceMayLaunchEarly()) {
     cudaLaunchConfig_t config{};

@@ -57,7 +57,9 @@ __device__ __forceinline__ P LoadVector(const P* p) {
   }
 }
 
-// Streaming (evict-first) accesses of 16-byte vectors touched exactly once; other sizes plain.
+// Streaming (evict-first) accesses of 16-byte vectors this kernel touches once; other sizes plain.
+// An output stored this way may leave the L2 before the next kernel reads it: LayerNorm's
+// outputs are, and training throughput at gpt-1.3b still rose (62.2K -> 64.6K tok/s in BF16).
 template <typename P>
 __device__ __forceinline__ P LoadStreaming(const P* p) {
   if constexpr (sizeof(P) == 16) {

@@ -121,13 +121,19 @@ TEST_P(LayerNormGpu, MatchesReference) {
 // Beyond the awkward shapes: GPT-2 1.3B's C (the benchmarked case), a row too wide for registers
 // (the re-reading forward kernel), C not a multiple of the vector width (scalar loads, several
 // vectors per thread in the backward), the backward's largest C, a backward whose blocks take
-// several iterations with a ragged last one (2500 rows over 264 blocks of 3 rows), and a row of
-// 16-byte vectors that leaves some threads' second vector out of range (the forward's column
-// checks: 225 bf16 or 450 fp32 vectors over 128 threads).
+// several iterations with a ragged last one (2500 rows over 264 blocks of 3 rows), a row of
+// 16-byte vectors that leaves some threads' last vector out of range (the forward's column
+// checks: 225 bf16 or 450 fp32 vectors over 128 threads), and one shape for each remaining
+// choice the launchers make: the forward's vectors per thread (1, 2, 4, 8) x threads per row (64,
+// 96, 128) with and without an exact fit, and the backward's rows of 256 threads from scalar
+// loads (C = 1001, 1000 in fp32, 500 in bf16) and its prefetching path with 2 or 4 vectors.
 const std::vector<test::Shape2D>& KernelPathShapes() {
   static const std::vector<test::Shape2D> shapes = {
       {64, 2048, "64x2048"}, {5, 5000, "5x5000"},       {7, 2050, "7x2050"}, {3, 16384, "3x16384"},
-      {33, 3, "33x3"},       {2500, 1024, "2500x1024"}, {9, 1800, "9x1800"},
+      {33, 3, "33x3"},       {2500, 1024, "2500x1024"}, {9, 1800, "9x1800"}, {5, 352, "5x352"},
+      {9, 1000, "9x1000"},   {7, 1032, "7x1032"},       {6, 1001, "6x1001"}, {5, 3072, "5x3072"},
+      {3, 4096, "3x4096"},   {3, 8192, "3x8192"},       {5, 500, "5x500"},   {11, 60, "11x60"},
+      {7, 200, "7x200"},
   };
   return shapes;
 }
