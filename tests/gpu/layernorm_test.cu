@@ -123,17 +123,23 @@ TEST_P(LayerNormGpu, MatchesReference) {
 // vectors per thread in the backward), the backward's largest C, a backward whose blocks take
 // several iterations with a ragged last one (2500 rows over 264 blocks of 3 rows), a row of
 // 16-byte vectors that leaves some threads' last vector out of range (the forward's column
-// checks: 225 bf16 or 450 fp32 vectors over 128 threads), and one shape for each remaining
-// choice the launchers make: the forward's vectors per thread (1, 2, 4, 8) x threads per row (64,
-// 96, 128) with and without an exact fit, and the backward's rows of 256 threads from scalar
-// loads (C = 1001, 1000 in fp32, 500 in bf16) and its prefetching path with 2 or 4 vectors.
+// checks: 225 bf16 or 450 fp32 vectors over 128 threads), and then enough widths that, in both
+// dtypes, every forward kernel the launcher can pick (vectors per thread, threads per row, exact
+// fit or not, 16-byte or scalar loads) and every backward kernel (rows of 3 through shared memory
+// or registers, geometry at compile time or not, the prefetching and 1024-thread paths) runs at
+// least once: 64 forward and 27 backward choices over C = 1..16384, listed by following the
+// launchers' logic. Row counts are small and not multiples of the rows per block.
 const std::vector<test::Shape2D>& KernelPathShapes() {
   static const std::vector<test::Shape2D> shapes = {
       {64, 2048, "64x2048"}, {5, 5000, "5x5000"},       {7, 2050, "7x2050"}, {3, 16384, "3x16384"},
       {33, 3, "33x3"},       {2500, 1024, "2500x1024"}, {9, 1800, "9x1800"}, {5, 352, "5x352"},
       {9, 1000, "9x1000"},   {7, 1032, "7x1032"},       {6, 1001, "6x1001"}, {5, 3072, "5x3072"},
       {3, 4096, "3x4096"},   {3, 8192, "3x8192"},       {5, 500, "5x500"},   {11, 60, "11x60"},
-      {7, 200, "7x200"},
+      {7, 200, "7x200"},     {5, 225, "5x225"},         {7, 257, "7x257"},   {3, 513, "3x513"},
+      {9, 65, "9x65"},       {6, 97, "6x97"},           {5, 129, "5x129"},   {7, 449, "7x449"},
+      {5, 512, "5x512"},     {3, 520, "3x520"},         {3, 1025, "3x1025"}, {3, 1536, "3x1536"},
+      {3, 2056, "3x2056"},   {3, 3080, "3x3080"},       {3, 4097, "3x4097"}, {7, 33, "7x33"},
+      {9, 128, "9x128"},     {5, 384, "5x384"},         {3, 6144, "3x6144"}, {3, 6152, "3x6152"},
   };
   return shapes;
 }
