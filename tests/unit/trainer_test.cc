@@ -48,6 +48,29 @@ class TrainerTest : public ::testing::Test {
   }
   std::string ckpt() const { return (dir_ / "ckpt").string(); }
 
+  // Tiny's model on the CPU backend (B = 2, T = 32), initialised from `seed`, and token ids and
+  // targets for `micro_batches` micro-batches: x[i] = i * kx % V, y[i] = i * ky % V.
+  struct TinyModel {
+    std::unique_ptr<GptModel> model;
+    std::vector<int32_t> x, y;
+  };
+  static Result<TinyModel> TinyCpuModel(Precision p, int micro_batches, uint64_t seed, int kx,
+                                        int ky) {
+    ModelOptions mo;
+    mo.model = {2, 64, 4, 64, 256};
+    mo.precision = p;
+    mo.B = 2, mo.T = 32, mo.grad_accum = micro_batches;
+    auto model = CreateCpuGpt(mo);
+    if (!model.ok()) return model.status();
+    FP8RT_RETURN_IF_ERROR((*model)->InitRandom(seed));
+    TinyModel t{std::move(*model), std::vector<int32_t>(micro_batches * 64),
+                std::vector<int32_t>(micro_batches * 64)};
+    for (size_t i = 0; i < t.x.size(); ++i) {
+      t.x[i] = int32_t(i * kx % 256), t.y[i] = int32_t(i * ky % 256);
+    }
+    return t;
+  }
+
   fs::path dir_;
   std::string corpus_;
   DeviceInfo cpu_;
@@ -247,17 +270,11 @@ TEST_F(TrainerTest, HistoryMismatchCanBeRecalibratedOnPurpose) {
 // first. Gradients(a), Gradients(b), Gradients(a) gives a's gradient twice, bit for bit; a Step
 // over micro-batches (a, b) reports the norm of their mean.
 TEST_F(TrainerTest, GradientsStartFreshEachStepAndAccumulateOverMicroBatches) {
-  ModelOptions mo;
-  mo.model = {2, 64, 4, 64, 256};
-  mo.precision = Precision::kFp32;
-  mo.B = 2, mo.T = 32, mo.grad_accum = 2;
-  auto model = CreateCpuGpt(mo);
-  ASSERT_TRUE(model.ok()) << model.status().ToString();
-  GptModel& g = **model;
-  ASSERT_TRUE(g.InitRandom(9).ok());
+  auto tiny = TinyCpuModel(Precision::kFp32, 2, 9, 13, 5);
+  ASSERT_TRUE(tiny.ok()) << tiny.status().ToString();
+  GptModel& g = *tiny->model;
+  const std::vector<int32_t>&x = tiny->x, &y = tiny->y;
   const size_t M = 2 * 32;
-  std::vector<int32_t> x(2 * M), y(2 * M);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t(i * 13 % 256), y[i] = int32_t(i * 5 % 256);
   float loss = 0;
   std::vector<float> ga, gb, ga2;
   ASSERT_TRUE(g.Gradients(x.data(), y.data(), &loss, &ga).ok());
@@ -277,16 +294,10 @@ TEST_F(TrainerTest, GradientsStartFreshEachStepAndAccumulateOverMicroBatches) {
 }
 
 TEST_F(TrainerTest, LaterMicroBatchesUseThisStepsFp8WeightBytes) {
-  ModelOptions mo;
-  mo.model = {2, 64, 4, 64, 256};
-  mo.precision = Precision::kFp8;
-  mo.B = 2, mo.T = 32, mo.grad_accum = 3;
-  auto model = CreateCpuGpt(mo);
-  ASSERT_TRUE(model.ok()) << model.status().ToString();
-  GptModel& g = **model;
-  ASSERT_TRUE(g.InitRandom(5).ok());
-  std::vector<int32_t> x(3 * 64), y(3 * 64);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t(i * 7 % 256), y[i] = int32_t(i * 11 % 256);
+  auto tiny = TinyCpuModel(Precision::kFp8, 3, 5, 7, 11);
+  ASSERT_TRUE(tiny.ok()) << tiny.status().ToString();
+  GptModel& g = *tiny->model;
+  const std::vector<int32_t>&x = tiny->x, &y = tiny->y;
   StepStats st;
   ASSERT_TRUE(g.Step(1, 1e-2f, x.data(), y.data(), &st).ok());
   const auto step1_bytes = g.CachedFp8Weight("h0.fc.weight");
