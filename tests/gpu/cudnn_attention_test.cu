@@ -9,6 +9,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/cudnn_attention.h"
+#include "tests/common/attention_ref.h"
 #include "tests/common/gpu_util.h"
 #include "tests/common/test_util.h"
 
@@ -22,23 +23,10 @@ const AttentionShape kShapes[] = {
     {1, 517, 4, 128}, {2, 1024, 12, 64}, {1, 2048, 2, 128},
 };
 
-// The CPU reference of one shape, and the device copies of its inputs.
-struct Reference {
-  std::vector<bf16> qkv, dout, out, dqkv;
-  std::vector<float> stats;  // natural-log log-sum-exp, as cuDNN saves it
-};
-Reference MakeReference(const AttentionShape& s) {
-  const int64_t n_qkv = s.B * s.T * 3 * s.C(), n_out = s.B * s.T * s.C();
-  Reference r;
-  r.qkv = test::CastVector<bf16>(test::RandomUniform(n_qkv, 21, -2.f, 2.f));
-  r.dout = test::CastVector<bf16>(test::RandomUniform(n_out, 22));
-  r.out.resize(n_out), r.dqkv.resize(n_qkv), r.stats.resize(s.B * s.NH * s.T);
-  std::vector<bf16> att(s.B * s.NH * s.T * s.T);
-  EXPECT_TRUE(cpu::AttentionForward(r.out.data(), att.data(), r.qkv.data(), s).ok());
-  EXPECT_TRUE(cpu::AttentionLse(r.stats.data(), r.qkv.data(), s).ok());
-  EXPECT_TRUE(
-      cpu::AttentionBackward(r.dqkv.data(), r.dout.data(), r.qkv.data(), att.data(), s).ok());
-  for (float& x : r.stats) x *= static_cast<float>(M_LN2);  // base 2 -> natural log
+// The CPU reference, with the log-sum-exp in natural-log units as cuDNN saves it.
+test::AttentionReference MakeReference(const AttentionShape& s) {
+  test::AttentionReference r = test::MakeAttentionReference(s, 21, 22);
+  for (float& x : r.lse) x *= static_cast<float>(M_LN2);  // base 2 -> natural log
   return r;
 }
 
@@ -54,28 +42,6 @@ std::string CreateAndPrepare(std::unique_ptr<cuda::CudnnAttention>* att, const A
   return "";
 }
 
-// Compares dq, dk and dv each on its own (a slip in one would hide in the norm of the three).
-void ExpectGradientsClose(const std::vector<float>& got, const std::vector<float>& want,
-                          const AttentionShape& s, test::Tolerance tol, bool record) {
-  EXPECT_TRUE(test::RelL2Close(got, want, tol, "dqkv"));
-  const int64_t C = s.C();
-  const char* names[3] = {"dq", "dk", "dv"};
-  for (int part = 0; part < 3; ++part) {
-    std::vector<float> g, w;
-    for (int64_t r = 0; r < s.B * s.T; ++r) {
-      for (int64_t c = 0; c < C; ++c) {
-        g.push_back(got[r * 3 * C + part * C + c]);
-        w.push_back(want[r * 3 * C + part * C + c]);
-      }
-    }
-    EXPECT_TRUE(test::RelL2Close(g, w, tol, names[part]));
-    if (record) {
-      ::testing::Test::RecordProperty(StrCat("rel_l2_", names[part]),
-                                      std::to_string(test::RelL2(g, w)));
-    }
-  }
-}
-
 class CudnnAttentionGpu : public test::GpuTest,
                           public ::testing::WithParamInterface<AttentionShape> {};
 
@@ -85,10 +51,10 @@ TEST_P(CudnnAttentionGpu, MatchesReferenceAndIsDeterministic) {
   const std::string why = CreateAndPrepare(&att, s);
   if (!why.empty()) GTEST_SKIP() << why;
   RecordProperty("cudnn", att->Version() + ": " + att->PlanSummary(s));
-  const Reference ref = MakeReference(s);
+  const test::AttentionReference ref = MakeReference(s);
 
   DeviceBuffer<bf16> qkv(ref.qkv), dout(ref.dout), out(ref.out.size()), dqkv(ref.qkv.size());
-  DeviceBuffer<float> stats(ref.stats.size());
+  DeviceBuffer<float> stats(ref.lse.size());
   DeviceBuffer<uint8_t> ws(std::max<size_t>(att->WorkspaceBytes(s), 1));
   out.Poison(), stats.Poison(), dqkv.Poison(), ws.Poison();
   const Status fwd =
@@ -104,26 +70,21 @@ TEST_P(CudnnAttentionGpu, MatchesReferenceAndIsDeterministic) {
   const test::Tolerance tol = test::ToleranceFor(test::OpKind::kAttention, DType::kBFloat16);
   EXPECT_TRUE(test::RelL2Close(test::ToFloatVector(out.Download()), test::ToFloatVector(ref.out),
                                tol, "out"));
-  EXPECT_TRUE(test::AllClose(stats.Download(), ref.stats, test::Tolerance{2e-3, 1e-4, 0}, "stats"));
+  EXPECT_TRUE(test::AllClose(stats.Download(), ref.lse, test::Tolerance{2e-3, 1e-4, 0}, "stats"));
   const std::vector<bf16> got = dqkv.Download();
-  ExpectGradientsClose(test::ToFloatVector(got), test::ToFloatVector(ref.dqkv), s, tol, true);
+  test::ExpectAttentionGradientsClose(test::ToFloatVector(got), test::ToFloatVector(ref.dqkv), s,
+                                      tol, true);
 
   // Deterministic: a second backward (over a poisoned workspace) gives the same bits.
   dqkv.Poison(), ws.Poison();
   ASSERT_TRUE(att->Backward(dqkv.get(), dout.get(), qkv.get(), out.get(), stats.get(), s, ws.get(),
                             ws.size(), nullptr)
                   .ok());
-  const std::vector<bf16> again = dqkv.Download();
-  for (size_t i = 0; i < again.size(); ++i) {
-    ASSERT_EQ(again[i].bits, got[i].bits) << "dqkv[" << i << "] differs between runs";
-  }
+  EXPECT_TRUE(test::SameBits(dqkv.Download(), got, "dqkv"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttentionGpu, ::testing::ValuesIn(kShapes),
-                         [](const auto& info) {
-                           const AttentionShape& s = info.param;
-                           return StrCat("B", s.B, "_T", s.T, "_NH", s.NH, "_HS", s.HS);
-                         });
+                         [](const auto& info) { return test::AttentionShapeName(info.param); });
 
 class CudnnAttentionGpuMisc : public test::GpuTest {};
 
@@ -134,9 +95,9 @@ TEST_F(CudnnAttentionGpuMisc, NondeterministicOptionMatchesReference) {
   const std::string why =
       CreateAndPrepare(&att, s, cuda::CudnnAttentionOptions{.deterministic = false});
   if (!why.empty()) GTEST_SKIP() << why;
-  const Reference ref = MakeReference(s);
+  const test::AttentionReference ref = MakeReference(s);
   DeviceBuffer<bf16> qkv(ref.qkv), dout(ref.dout), out(ref.out.size()), dqkv(ref.qkv.size());
-  DeviceBuffer<float> stats(ref.stats.size());
+  DeviceBuffer<float> stats(ref.lse.size());
   DeviceBuffer<uint8_t> ws(std::max<size_t>(att->WorkspaceBytes(s), 1));
   dqkv.Poison(), ws.Poison();
   ASSERT_TRUE(
@@ -145,8 +106,8 @@ TEST_F(CudnnAttentionGpuMisc, NondeterministicOptionMatchesReference) {
                                    ws.get(), ws.size(), nullptr);
   ASSERT_TRUE(bwd.ok()) << bwd.ToString();
   const test::Tolerance tol = test::ToleranceFor(test::OpKind::kAttention, DType::kBFloat16);
-  ExpectGradientsClose(test::ToFloatVector(dqkv.Download()), test::ToFloatVector(ref.dqkv), s, tol,
-                       false);
+  test::ExpectAttentionGradientsClose(test::ToFloatVector(dqkv.Download()),
+                                      test::ToFloatVector(ref.dqkv), s, tol, false);
 }
 
 TEST_F(CudnnAttentionGpuMisc, ErrorsAreNamed) {

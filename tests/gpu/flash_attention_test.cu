@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "tests/common/attention_ref.h"
 #include "tests/common/gpu_util.h"
 #include "tests/common/test_util.h"
 
@@ -28,19 +29,11 @@ TEST_P(FlashAttentionGpu, MatchesReference) {
   const AttentionShape s = GetParam();
   const Status supported = cuda::FlashAttentionCheck(s);
   ASSERT_TRUE(supported.ok()) << supported.ToString();
-  const int64_t C = s.C(), n_qkv = s.B * s.T * 3 * C, n_out = s.B * s.T * C;
-  const int64_t n_rows = s.B * s.NH * s.T;
-  const std::vector<bf16> qkv = test::CastVector<bf16>(test::RandomUniform(n_qkv, 11, -2.f, 2.f));
-  const std::vector<bf16> dout = test::CastVector<bf16>(test::RandomUniform(n_out, 12));
-
-  std::vector<bf16> out(n_out), att(s.B * s.NH * s.T * s.T), dqkv(n_qkv);
-  std::vector<float> lse(n_rows);
-  ASSERT_TRUE(cpu::AttentionForward(out.data(), att.data(), qkv.data(), s).ok());
-  ASSERT_TRUE(cpu::AttentionLse(lse.data(), qkv.data(), s).ok());
-  ASSERT_TRUE(cpu::AttentionBackward(dqkv.data(), dout.data(), qkv.data(), att.data(), s).ok());
-
-  DeviceBuffer<bf16> d_qkv(qkv), d_dout(dout), d_out(n_out), d_dqkv(n_qkv);
-  DeviceBuffer<float> d_lse(n_rows);
+  const test::AttentionReference ref = test::MakeAttentionReference(s, 11, 12);
+  ASSERT_FALSE(HasFailure()) << "the CPU reference failed";
+  DeviceBuffer<bf16> d_qkv(ref.qkv), d_dout(ref.dout), d_out(ref.out.size()),
+      d_dqkv(ref.qkv.size());
+  DeviceBuffer<float> d_lse(ref.lse.size());
   DeviceBuffer<uint8_t> scratch(cuda::FlashAttentionScratchBytes(s));
   const test::Tolerance tol = test::ToleranceFor(test::OpKind::kAttention, DType::kBFloat16);
   const std::vector<cuda::FlashTiling> tilings = cuda::FlashTilings(s.HS);
@@ -58,28 +51,12 @@ TEST_P(FlashAttentionGpu, MatchesReference) {
     ASSERT_TRUE(bwd.ok()) << bwd.ToString();
 
     const std::vector<float> got_out = test::ToFloatVector(d_out.Download());
-    EXPECT_TRUE(test::RelL2Close(got_out, test::ToFloatVector(out), tol, "out"));
+    EXPECT_TRUE(test::RelL2Close(got_out, test::ToFloatVector(ref.out), tol, "out"));
     // The log-sum-exp of bf16 inputs with FP32 dot products: absolute error, in log2 units.
-    EXPECT_TRUE(test::AllClose(d_lse.Download(), lse, test::Tolerance{2e-3, 1e-4, 0}, "lse"));
+    EXPECT_TRUE(test::AllClose(d_lse.Download(), ref.lse, test::Tolerance{2e-3, 1e-4, 0}, "lse"));
     const std::vector<bf16> got_dqkv = d_dqkv.Download();
-    const std::vector<float> got = test::ToFloatVector(got_dqkv), want = test::ToFloatVector(dqkv);
-    EXPECT_TRUE(test::RelL2Close(got, want, tol, "dqkv"));
-    // Each of dq, dk, dv on its own (a slip in one would hide in the norm of the three).
-    const char* names[3] = {"dq", "dk", "dv"};
-    for (int part = 0; part < 3; ++part) {
-      std::vector<float> g, w;
-      for (int64_t r = 0; r < s.B * s.T; ++r) {
-        for (int64_t c = 0; c < C; ++c) {
-          g.push_back(got[r * 3 * C + part * C + c]);
-          w.push_back(want[r * 3 * C + part * C + c]);
-        }
-      }
-      EXPECT_TRUE(test::RelL2Close(g, w, tol, names[part]));
-      if (t == 0) {
-        ::testing::Test::RecordProperty(StrCat("rel_l2_", names[part]),
-                                        std::to_string(test::RelL2(g, w)));
-      }
-    }
+    test::ExpectAttentionGradientsClose(test::ToFloatVector(got_dqkv),
+                                        test::ToFloatVector(ref.dqkv), s, tol, t == 0);
 
     // Deterministic: a second backward gives the same bits.
     d_dqkv.Poison();
@@ -87,18 +64,12 @@ TEST_P(FlashAttentionGpu, MatchesReference) {
                                              d_out.get(), d_lse.get(), scratch.get(),
                                              scratch.size(), s, nullptr, t)
                     .ok());
-    const std::vector<bf16> again = d_dqkv.Download();
-    for (int64_t i = 0; i < n_qkv; ++i) {
-      ASSERT_EQ(again[i].bits, got_dqkv[i].bits) << "dqkv[" << i << "] differs between runs";
-    }
+    EXPECT_TRUE(test::SameBits(d_dqkv.Download(), got_dqkv, "dqkv"));
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, FlashAttentionGpu, ::testing::ValuesIn(kShapes),
-                         [](const auto& info) {
-                           const AttentionShape& s = info.param;
-                           return StrCat("B", s.B, "_T", s.T, "_NH", s.NH, "_HS", s.HS);
-                         });
+                         [](const auto& info) { return test::AttentionShapeName(info.param); });
 
 class FlashAttentionGpuErrors : public test::GpuTest {};
 
