@@ -1,7 +1,5 @@
-// YAML -> RunConfig with strict keys.
+// YAML -> RunConfig through the strict reader (common/strict_yaml.h), then range checks.
 #include "runtime/config.h"
-
-#include <yaml-cpp/yaml.h>
 
 #include <filesystem>
 #include <fstream>
@@ -10,50 +8,13 @@
 #include <set>
 #include <sstream>
 
+#include "common/strict_yaml.h"
+
 namespace fp8rt {
 namespace {
 
-// Reads a mapping, calling the handler registered for each key; unknown keys are an error.
-using Handler = std::function<Status(const YAML::Node&, const std::string& path)>;
-
-Status ReadMap(const YAML::Node& node, const std::string& path,
-               const std::map<std::string, Handler>& handlers) {
-  if (!node.IsMap()) {
-    return Status::InvalidArgument(StrCat(path.empty() ? "config" : path, ": expected a mapping"));
-  }
-  for (const auto& kv : node) {
-    const std::string key = kv.first.as<std::string>();
-    const std::string full = path.empty() ? key : path + "." + key;
-    auto it = handlers.find(key);
-    if (it == handlers.end()) {
-      std::string allowed;
-      for (const auto& h : handlers) allowed += (allowed.empty() ? "" : ", ") + h.first;
-      return Status::InvalidArgument(
-          StrCat("unknown key '", full, "'; allowed here: ", allowed));
-    }
-    FP8RT_RETURN_IF_ERROR(it->second(kv.second, full));
-  }
-  return Status::Ok();
-}
-
-template <typename T>
-Handler Scalar(T* out) {
-  return [out](const YAML::Node& n, const std::string& path) -> Status {
-    if (!n.IsScalar()) return Status::InvalidArgument(StrCat(path, ": expected a scalar"));
-    try {
-      *out = n.as<T>();
-    } catch (const YAML::Exception&) {
-      return Status::InvalidArgument(
-          StrCat(path, ": '", n.Scalar(), "' is not a valid ",
-                 std::is_same_v<T, bool> ? "boolean" : std::is_integral_v<T> ? "integer"
-                 : std::is_floating_point_v<T> ? "number" : "string"));
-    }
-    return Status::Ok();
-  };
-}
-
 Status Range(const char* key, double v, double lo, double hi) {
-  if (v < lo || v > hi) {
+  if (!(v >= lo && v <= hi)) {  // NaN too
     return Status::InvalidArgument(StrCat(key, " = ", v, " is out of range [", lo, ", ", hi, "]"));
   }
   return Status::Ok();
@@ -72,9 +33,12 @@ Status OneOf(const char* key, const std::string& v, std::initializer_list<const 
 
 const char* PrecisionName(Precision p) {
   switch (p) {
-    case Precision::kFp8: return "fp8";
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp32: return "fp32";
+    case Precision::kFp8:
+      return "fp8";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp32:
+      return "fp32";
   }
   return "?";
 }
@@ -89,7 +53,7 @@ Result<Precision> ParsePrecision(const std::string& s) {
 int64_t ModelConfig::num_params() const {
   const int64_t C = n_embd, L = n_layer;
   const int64_t Vp = padded_vocab();
-  const int64_t per_layer = 2 * C            // ln1
+  const int64_t per_layer = 2 * C                // ln1
                             + 3 * C * C + 3 * C  // qkv
                             + C * C + C          // attn proj
                             + 2 * C              // ln2
@@ -136,65 +100,61 @@ Status RunConfig::Validate() const {
 }
 
 Result<RunConfig> ParseRunConfig(const std::string& yaml_text) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    return Status::InvalidArgument(StrCat("config is not valid YAML: ", e.what()));
-  }
+  using namespace strict;
+  FP8RT_ASSIGN_OR_RETURN(const Value root, Parse(yaml_text, "config"));
+  if (root.kind == Kind::kNull) return Status::InvalidArgument("config is empty");
   RunConfig c;
   std::string precision = "fp8";
   auto& m = c.model;
   auto& d = c.data;
   auto& t = c.train;
   auto& f = c.fp8;
-  const std::map<std::string, Handler> model = {
-      {"n_layer", Scalar(&m.n_layer)},       {"n_embd", Scalar(&m.n_embd)},
-      {"n_head", Scalar(&m.n_head)},         {"block_size", Scalar(&m.block_size)},
-      {"vocab_size", Scalar(&m.vocab_size)},
+  int64_t seed = static_cast<int64_t>(t.seed);
+  auto fields = [](std::vector<std::pair<std::string, Reader>> readers) -> Reader {
+    return [readers = std::move(readers)](const Value& v, const std::string& path) {
+      return ReadFields(v, path, readers);
+    };
   };
-  const std::map<std::string, Handler> data = {
-      {"train", Scalar(&d.train_path)}, {"val", Scalar(&d.val_path)}, {"format", Scalar(&d.format)}};
-  const std::map<std::string, Handler> train = {
-      {"batch_size", Scalar(&t.batch_size)},
-      {"seq_len", Scalar(&t.seq_len)},
-      {"grad_accum", Scalar(&t.grad_accum)},
-      {"total_steps", Scalar(&t.total_steps)},
-      {"lr", Scalar(&t.lr)},
-      {"min_lr", Scalar(&t.min_lr)},
-      {"warmup_steps", Scalar(&t.warmup_steps)},
-      {"weight_decay", Scalar(&t.weight_decay)},
-      {"beta1", Scalar(&t.beta1)},
-      {"beta2", Scalar(&t.beta2)},
-      {"eps", Scalar(&t.eps)},
-      {"grad_clip", Scalar(&t.grad_clip)},
-      {"seed", Scalar(&t.seed)},
-      {"checkpoint_every", Scalar(&t.checkpoint_every)},
-      {"log_every", Scalar(&t.log_every)},
-  };
-  const std::map<std::string, Handler> fp8_layers = {
-      {"qkv", Scalar(&f.qkv)},         {"attn_proj", Scalar(&f.attn_proj)},
-      {"fc", Scalar(&f.fc)},           {"fc_proj", Scalar(&f.fc_proj)},
-      {"lm_head", Scalar(&f.lm_head)},
-  };
-  const std::map<std::string, Handler> fp8 = {
-      {"history_len", Scalar(&f.history_len)},
-      {"amax_algo", Scalar(&f.amax_algo)},
-      {"margin", Scalar(&f.margin)},
-      {"recipe", Scalar(&f.recipe)},
-      {"telemetry_every", Scalar(&f.telemetry_every)},
-      {"first_step_current", Scalar(&f.first_step_current)},
-      {"layers", [&](const YAML::Node& n, const std::string& p) { return ReadMap(n, p, fp8_layers); }},
-  };
-  auto sub = [](const std::map<std::string, Handler>& h) {
-    return [&h](const YAML::Node& n, const std::string& p) { return ReadMap(n, p, h); };
-  };
-  const std::map<std::string, Handler> top = {
-      {"name", Scalar(&c.name)},   {"model", sub(model)}, {"data", sub(data)},
-      {"train", sub(train)},       {"fp8", sub(fp8)},     {"precision", Scalar(&precision)},
-  };
-  if (root.IsNull()) return Status::InvalidArgument("config is empty");
-  FP8RT_RETURN_IF_ERROR(ReadMap(root, "", top));
+  const Status read =
+      ReadFields(root, "",
+                 {{"name", String(&c.name)},
+                  {"precision", String(&precision)},
+                  {"model", fields({{"n_layer", Integer(&m.n_layer)},
+                                    {"n_embd", Integer(&m.n_embd)},
+                                    {"n_head", Integer(&m.n_head)},
+                                    {"block_size", Integer(&m.block_size)},
+                                    {"vocab_size", Integer(&m.vocab_size)}})},
+                  {"data", fields({{"train", String(&d.train_path)},
+                                   {"val", String(&d.val_path)},
+                                   {"format", String(&d.format)}})},
+                  {"train", fields({{"batch_size", Integer(&t.batch_size)},
+                                    {"seq_len", Integer(&t.seq_len)},
+                                    {"grad_accum", Integer(&t.grad_accum)},
+                                    {"total_steps", Integer(&t.total_steps)},
+                                    {"lr", Number(&t.lr)},
+                                    {"min_lr", Number(&t.min_lr)},
+                                    {"warmup_steps", Integer(&t.warmup_steps)},
+                                    {"weight_decay", Number(&t.weight_decay)},
+                                    {"beta1", Number(&t.beta1)},
+                                    {"beta2", Number(&t.beta2)},
+                                    {"eps", Number(&t.eps)},
+                                    {"grad_clip", Number(&t.grad_clip)},
+                                    {"seed", Integer(&seed, 0)},
+                                    {"checkpoint_every", Integer(&t.checkpoint_every)},
+                                    {"log_every", Integer(&t.log_every)}})},
+                  {"fp8", fields({{"history_len", Integer(&f.history_len)},
+                                  {"amax_algo", String(&f.amax_algo)},
+                                  {"margin", Integer(&f.margin)},
+                                  {"recipe", String(&f.recipe)},
+                                  {"telemetry_every", Integer(&f.telemetry_every)},
+                                  {"first_step_current", Bool(&f.first_step_current)},
+                                  {"layers", fields({{"qkv", Bool(&f.qkv)},
+                                                     {"attn_proj", Bool(&f.attn_proj)},
+                                                     {"fc", Bool(&f.fc)},
+                                                     {"fc_proj", Bool(&f.fc_proj)},
+                                                     {"lm_head", Bool(&f.lm_head)}})}})}});
+  FP8RT_RETURN_IF_ERROR(read);
+  t.seed = static_cast<uint64_t>(seed);
   FP8RT_ASSIGN_OR_RETURN(c.precision, ParsePrecision(precision));
   FP8RT_RETURN_IF_ERROR(c.Validate());
   return c;

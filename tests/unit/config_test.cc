@@ -60,6 +60,19 @@ TEST(RunConfig, RefusesBadValuesNamingField) {
   ExpectError("model: [1, 2\n", "not valid YAML");
 }
 
+// The trainer reads its config through the same strict reader as the scheduler: no NaN, no
+// quoted numbers, no duplicate keys, no anchors (no billion-laughs expansion in fp8train either).
+TEST(RunConfig, RefusesWhatTheStrictReaderRefuses) {
+  ExpectError("data: {train: a}\ntrain: {lr: .nan}\n", "train.lr = .nan is not a finite number");
+  ExpectError("data: {train: a}\ntrain: {lr: -.inf}\n", "train.lr = -.inf is not a finite number");
+  ExpectError("data: {train: a}\ntrain: {batch_size: \"8\"}\n",
+              "train.batch_size = \"8\" is a string; expected an integer");
+  ExpectError("data: {train: a}\nfp8: {first_step_current: \"false\"}\n",
+              "fp8.first_step_current");
+  ExpectError("data: {train: a}\ntrain: {lr: 0.1, lr: 0.2}\n", "duplicate key 'lr'");
+  ExpectError("data: {train: &t a}\nname: *t\n", "anchors and aliases are refused");
+}
+
 // Every preset in configs/ loads and validates (the data files need not exist for that).
 TEST(RunConfig, EveryPresetInConfigsLoads) {
   int n = 0;
