@@ -10,7 +10,6 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,9 +32,8 @@
 
 #include "common/status.h"
 #include "scheduler/auth.h"
+#include "tests/common/fp8d_process.h"
 #include "tests/common/temp_dir.h"
-
-extern char** environ;
 
 namespace fp8rt::sched {
 namespace {
@@ -48,157 +46,15 @@ namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 using json = nlohmann::json;
 
-constexpr char kAdmin[] = "admin-token";
-constexpr char kNode[] = "node-token";
-constexpr char kAlice[] = "alice-token";
-constexpr char kBob[] = "bob-token";
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-struct Reply {
-  int status = -1;  // -1: no answer (connection refused, reset, closed)
-  std::string body;
-  json Json() const { return json::parse(body, nullptr, /*allow_exceptions=*/false); }
-};
-
-// One HTTP/1.1 request on a fresh connection, optionally over TLS; `raw` bytes instead if given.
-Reply Call(uint16_t port, const std::string& method, const std::string& target,
-           const std::string& token, const std::string& body = "", const std::string& raw = "",
-           ssl::context* tls = nullptr) {
-  asio::io_context ioc;
-  beast::error_code ec;
-  tcp::socket sock(ioc);
-  sock.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
-  if (ec) return {};
-  struct timeval tv {
-    10, 0
-  };  // a hung server fails the test instead of hanging it
-  ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  http::request<http::string_body> req{http::string_to_verb(method), target, 11};
-  req.set(http::field::host, "127.0.0.1");
-  if (!token.empty()) req.set(http::field::authorization, StrCat("Bearer ", token));
-  req.body() = body;
-  req.prepare_payload();
-  beast::flat_buffer buf;
-  http::response<http::string_body> res;
-  if (tls != nullptr) {
-    beast::ssl_stream<tcp::socket&> stream(sock, *tls);
-    stream.handshake(ssl::stream_base::client, ec);
-    if (ec) return {};
-    http::write(stream, req, ec);
-    if (!ec) http::read(stream, buf, res, ec);
-  } else {
-    if (raw.empty()) {
-      http::write(sock, req, ec);
-    } else {
-      asio::write(sock, asio::buffer(raw), ec);
-    }
-    if (!ec) http::read(sock, buf, res, ec);
-  }
-  if (ec) return {};
-  return {static_cast<int>(res.result_int()), res.body()};
-}
-
-class Fp8dProcess {
- public:
-  ~Fp8dProcess() { Kill(SIGKILL); }
-
-  // Starts fp8d with `args` after the binary; log to `log`.
-  void Spawn(const std::vector<std::string>& args, const std::string& log) {
-    std::vector<std::string> all = {FP8D_PATH};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    ASSERT_EQ(posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-  }
-  // Exit code, or 128 + signal.
-  int Wait() {
-    if (pid_ <= 0) return -1;
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  void Kill(int sig) {
-    if (pid_ > 0) {
-      ::kill(pid_, sig);
-      Wait();
-    }
-  }
-  void Signal(int sig) const {
-    if (pid_ > 0) ::kill(pid_, sig);
-  }
-  bool running() const { return pid_ > 0; }
-
- private:
-  pid_t pid_ = -1;
-};
-
-class SchedProcessTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    tokens_ = dir_.str() + "/tokens.yaml";
-    std::ofstream(tokens_) << "admin: [{name: ops, sha256: " << HashToken(kAdmin) << "}]\n"
-                           << "node: [{name: daemons, sha256: " << HashToken(kNode) << "}]\n"
-                           << "user:\n  - {name: alice, sha256: " << HashToken(kAlice) << "}\n"
-                           << "  - {name: bob, sha256: " << HashToken(kBob) << "}\n";
-    data_ = dir_.str() + "/data";
-    port_file_ = dir_.str() + "/port";
-    log_ = dir_.str() + "/fp8d.log";
-  }
-
-  // Starts the scheduler on an ephemeral port and waits until it has written it.
-  void Start(std::vector<std::string> extra = {}) {
-    fs::remove(port_file_);
-    std::vector<std::string> args = {
-        "--scheduler", "--port",       "0",           "--data-dir",         data_,
-        "--tokens",    tokens_,        "--port-file", port_file_,           "--rate-limit",
-        "100000",      "--rate-burst", "100000",      "--tick-interval-ms", "20"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    proc_.Spawn(args, log_);
-    for (int i = 0; i < 1000 && !fs::exists(port_file_); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ASSERT_TRUE(fs::exists(port_file_)) << Slurp(log_);
-    port_ = static_cast<uint16_t>(std::stoi(Slurp(port_file_)));
-  }
-
-  Reply Req(const std::string& method, const std::string& target, const std::string& token,
-            const std::string& body = "") {
-    return Call(port_, method, target, token, body);
-  }
-
-  // Everything a client can see: every job with its events, and the nodes (with their last
-  // heartbeat times unless `heartbeat_times` is false: a restart starts them afresh).
-  std::string Snapshot(bool heartbeat_times = true) {
-    Reply jobs = Req("GET", "/v1/jobs", kAdmin);
-    EXPECT_EQ(jobs.status, 200);
-    std::string s = jobs.body;
-    const json list = jobs.Json();
-    for (const auto& j : list.at("jobs")) {
-      s += Req("GET", StrCat("/v1/jobs/", j.at("id").get<int64_t>(), "/events"), kAdmin).body;
-    }
-    json nodes = Req("GET", "/v1/nodes", kAdmin).Json();
-    if (!heartbeat_times) {
-      for (auto& n : nodes.at("nodes")) n.erase("last_heartbeat");
-    }
-    return s + nodes.dump();
-  }
-
-  test::TempDir dir_;
-  std::string tokens_, data_, port_file_, log_;
-  Fp8dProcess proc_;
-  uint16_t port_ = 0;
-};
+using test::Call;
+using test::Fp8dProcess;
+using test::kAdmin;
+using test::kAlice;
+using test::kBob;
+using test::kNode;
+using test::Reply;
+using test::SchedProcessTest;
+using test::Slurp;
 
 constexpr char kRegister[] =
     R"({"id": "n1", "gpus": [{"name": "H100", "compute_capability": "9.0", "memory_gib": 80,
