@@ -524,7 +524,7 @@ Reader String(std::string* out, size_t max_len) {
 
 Reader Bool(bool* out) {
   return [out](const Value& v, const std::string& path) -> Status {
-    if (v.kind != Kind::kBool) return WrongKind(v, path, "true or false");
+    if (v.kind != Kind::kBool) return WrongKind(v, path, "a boolean (true or false)");
     *out = v.b;
     return Status::Ok();
   };

@@ -1,9 +1,10 @@
 // Tokens file parsing, SHA-256 (OpenSSL EVP) token hashing and constant-time lookup.
 #include "scheduler/auth.h"
 
+#include "common/strict_yaml.h"
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <yaml-cpp/yaml.h>
 
 #include <array>
 #include <fstream>
@@ -22,32 +23,25 @@ bool IsLowerHex64(const std::string& s) {
   return true;
 }
 
-Status ParseRole(const YAML::Node& list, Role role, std::vector<TokenAuth::Entry>* out) {
+Status ParseRole(const strict::Value& list, Role role, std::vector<TokenAuth::Entry>* out) {
   const std::string key = RoleName(role);
-  if (!list.IsSequence()) {
+  if (list.kind != strict::Kind::kSeq) {
     return Status::InvalidArgument(
         StrCat("tokens: ", key, ": expected a list of {name: ..., sha256: ...} entries"));
   }
-  for (size_t i = 0; i < list.size(); ++i) {
-    const YAML::Node e = list[i];
-    const std::string where = StrCat("tokens: ", key, "[", i, "]");
-    if (!e.IsMap()) return Status::InvalidArgument(StrCat(where, ": expected a map"));
+  for (size_t i = 0; i < list.items.size(); ++i) {
+    const std::string where = StrCat(key, "[", i, "]");
     TokenAuth::Entry entry;
     entry.role = role;
-    for (const auto& kv : e) {
-      const std::string field = kv.first.as<std::string>();
-      if (field != "name" && field != "sha256") {
-        return Status::InvalidArgument(
-            StrCat(where, ": unknown field '", field, "'; allowed: name, sha256"));
-      }
-      if (!kv.second.IsScalar()) {
-        return Status::InvalidArgument(StrCat(where, ".", field, ": expected a string"));
-      }
-      (field == "name" ? entry.name : entry.sha256) = kv.second.Scalar();
+    const Status read = strict::ReadFields(list.items[i], where,
+                                           {{"name", strict::String(&entry.name, 128)},
+                                            {"sha256", strict::String(&entry.sha256, 64)}});
+    if (!read.ok()) return Status::InvalidArgument(StrCat("tokens: ", read.message()));
+    if (entry.name.empty()) {
+      return Status::InvalidArgument(StrCat("tokens: ", where, ": name is required"));
     }
-    if (entry.name.empty()) return Status::InvalidArgument(StrCat(where, ": name is required"));
     if (!IsLowerHex64(entry.sha256)) {
-      return Status::InvalidArgument(StrCat(where, ".sha256 = '", entry.sha256,
+      return Status::InvalidArgument(StrCat("tokens: ", where, ".sha256 = '", entry.sha256,
                                             "' is not 64 lower-case hex characters (the "
                                             "SHA-256 of the token; see HashToken)"));
     }
@@ -89,35 +83,27 @@ std::string HashToken(const std::string& token) {
 }
 
 Result<TokenAuth> TokenAuth::Parse(const std::string& text) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return Status::InvalidArgument(StrCat("tokens: not valid YAML or JSON: ", e.what()));
-  }
+  auto parsed = strict::Parse(text, "tokens");
+  if (!parsed.ok()) return parsed.status();
+  const strict::Value& root = *parsed;
   TokenAuth auth;
-  if (root.IsNull()) return auth;
-  if (!root.IsMap()) {
+  if (root.kind == strict::Kind::kNull) return auth;
+  if (root.kind != strict::Kind::kMap) {
     return Status::InvalidArgument("tokens: expected a map with keys admin, node, user");
   }
-  try {
-    for (const auto& kv : root) {
-      const std::string key = kv.first.as<std::string>();
-      Role role;
-      if (key == "admin") {
-        role = Role::kAdmin;
-      } else if (key == "node") {
-        role = Role::kNode;
-      } else if (key == "user") {
-        role = Role::kUser;
-      } else {
-        return Status::InvalidArgument(
-            StrCat("tokens: unknown key '", key, "'; allowed: admin, node, user"));
-      }
-      FP8RT_RETURN_IF_ERROR(ParseRole(kv.second, role, &auth.entries_));
+  for (const auto& [key, list] : root.fields) {
+    Role role;
+    if (key == "admin") {
+      role = Role::kAdmin;
+    } else if (key == "node") {
+      role = Role::kNode;
+    } else if (key == "user") {
+      role = Role::kUser;
+    } else {
+      return Status::InvalidArgument(
+          StrCat("tokens: unknown key '", key, "'; allowed: admin, node, user"));
     }
-  } catch (const YAML::Exception& e) {
-    return Status::InvalidArgument(StrCat("tokens: ", e.what()));
+    FP8RT_RETURN_IF_ERROR(ParseRole(list, role, &auth.entries_));
   }
   std::set<std::string> seen;
   for (const Entry& e : auth.entries_) {

@@ -1,59 +1,17 @@
-// YAML/JSON -> JobSpec with strict fields, and JobSpec -> canonical JSON for the job store.
+// YAML/JSON -> JobSpec through the strict reader (types, ranges, document rules), and JobSpec ->
+// canonical JSON for the job store.
 #include "scheduler/job_spec.h"
 
-#include <yaml-cpp/yaml.h>
-
-#include <functional>
-#include <map>
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
-#include <type_traits>
 
 namespace fp8rt::sched {
 namespace {
 
-using Handler = std::function<Status(const YAML::Node&, const std::string& field)>;
-
-template <typename T>
-Handler Scalar(T* out) {
-  return [out](const YAML::Node& n, const std::string& field) -> Status {
-    if (!n.IsScalar()) return Status::InvalidArgument(StrCat(field, ": expected a scalar"));
-    try {
-      *out = n.as<T>();
-    } catch (const YAML::Exception&) {
-      return Status::InvalidArgument(StrCat(field, " = '", n.Scalar(), "' is not a valid ",
-                                            std::is_same_v<T, bool> ? "boolean (true or false)"
-                                            : std::is_integral_v<T> ? "integer"
-                                            : std::is_floating_point_v<T> ? "number"
-                                                                          : "string"));
-    }
-    return Status::Ok();
-  };
-}
-
-Status AtLeast(const char* field, int64_t v, int64_t lo) {
-  if (v < lo) return Status::InvalidArgument(StrCat(field, " = ", v, " must be >= ", lo));
-  return Status::Ok();
-}
-
-// "8.9" -> 89, "9" -> 90. Minor versions are one digit on every NVIDIA GPU so far.
-Result<int> ParseComputeCapability(const std::string& s) {
-  auto bad = [&] {
-    return Status::InvalidArgument(StrCat("min_compute_capability = '", s,
-                                          "' is not a compute capability like 8.0, 8.9 or 9.0"));
-  };
-  const size_t dot = s.find('.');
-  const std::string major = s.substr(0, dot);
-  const std::string minor = dot == std::string::npos ? "0" : s.substr(dot + 1);
-  auto digits = [](const std::string& d, size_t max_len) {
-    if (d.empty() || d.size() > max_len) return false;
-    for (char c : d) {
-      if (c < '0' || c > '9') return false;
-    }
-    return true;
-  };
-  if (!digits(major, 2) || !digits(minor, 1)) return bad();
-  return std::stoi(major) * 10 + std::stoi(minor);
-}
+using strict::Kind;
+using strict::Value;
 
 Status ValidateName(const std::string& name) {
   if (name.empty()) return Status::InvalidArgument("name is required");
@@ -78,38 +36,48 @@ Result<Fallback> ParseFallback(const std::string& s) {
   return Status::InvalidArgument(StrCat("fallback = '", s, "' is not one of: bf16, wait, fail"));
 }
 
-// `config` is a mapping (inline trainer config) or a string holding one (as ToJson writes it).
-Status ReadConfig(const YAML::Node& n, std::string* out) {
-  YAML::Node map = n;
-  if (n.IsScalar()) {
-    try {
-      map = YAML::Load(n.Scalar());
-    } catch (const YAML::Exception& e) {
-      return Status::InvalidArgument(StrCat("config: the string is not valid YAML: ", e.what()));
+// `config` is a mapping (the inline trainer config) or a string holding one (as ToJson writes
+// it); either way it is kept as canonical JSON text, which the trainer's YAML reader reads.
+strict::Reader ConfigReader(std::string* out) {
+  return [out](const Value& v, const std::string& path) -> Status {
+    if (v.kind == Kind::kString) {
+      FP8RT_ASSIGN_OR_RETURN(const Value inner, strict::Parse(v.text, path));
+      if (inner.kind != Kind::kMap) {
+        return Status::InvalidArgument(
+            StrCat(path, ": expected a mapping (the trainer config) or use config_path"));
+      }
+      *out = strict::ToJson(inner);
+      return Status::Ok();
     }
-  }
-  if (!map.IsMap()) {
-    return Status::InvalidArgument(
-        "config: expected a mapping (the trainer config) or use config_path");
-  }
-  YAML::Emitter e;
-  e << map;
-  *out = e.c_str();
-  return Status::Ok();
+    if (v.kind != Kind::kMap) {
+      return Status::InvalidArgument(
+          StrCat(path, ": expected a mapping (the trainer config) or use config_path"));
+    }
+    *out = strict::ToJson(v);
+    return Status::Ok();
+  };
 }
 
-Status ReadGpuTypes(const YAML::Node& n, std::vector<std::string>* out) {
-  if (!n.IsSequence()) {
-    return Status::InvalidArgument("gpu_types: expected a list of GPU names, e.g. [H100, H200]");
-  }
-  out->clear();
-  for (const auto& e : n) {
-    if (!e.IsScalar() || e.Scalar().empty()) {
-      return Status::InvalidArgument("gpu_types: every entry must be a non-empty GPU name");
+strict::Reader GpuTypesReader(std::vector<std::string>* out) {
+  return [out](const Value& v, const std::string& path) -> Status {
+    if (v.kind != Kind::kSeq) {
+      return Status::InvalidArgument(
+          StrCat(path, ": expected a list of GPU names, e.g. [H100, H200]"));
     }
-    out->push_back(e.Scalar());
-  }
-  return Status::Ok();
+    if (v.items.size() > kMaxGpuTypes) {
+      return Status::InvalidArgument(
+          StrCat(path, ": ", v.items.size(), " entries; at most ", kMaxGpuTypes));
+    }
+    out->clear();
+    for (size_t i = 0; i < v.items.size(); ++i) {
+      std::string name;
+      const std::string where = StrCat(path, "[", i, "]");
+      FP8RT_RETURN_IF_ERROR(strict::String(&name, 64)(v.items[i], where));
+      if (name.empty()) return Status::InvalidArgument(StrCat(where, ": a GPU name is empty"));
+      out->push_back(std::move(name));
+    }
+    return Status::Ok();
+  };
 }
 
 }  // namespace
@@ -147,60 +115,100 @@ const char* FallbackName(Fallback f) {
 
 std::string FormatComputeCapability(int cc) { return StrCat(cc / 10, ".", cc % 10); }
 
-Result<JobSpec> ParseJobSpec(const std::string& text) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return Status::InvalidArgument(StrCat("job spec is not valid YAML or JSON: ", e.what()));
+Result<int> ParseComputeCapability(const Value& v, const std::string& path) {
+  auto bad = [&] {
+    return Status::InvalidArgument(StrCat(path, " = ", v.Describe(),
+                                          " is not a compute capability like 8.0, 8.9 or 9.0"));
+  };
+  if (v.kind == Kind::kInt || v.kind == Kind::kFloat) {
+    if (!std::isfinite(v.f) || v.f < 0 || v.f >= 100) return bad();
+    const long cc = std::lround(v.f * 10);
+    if (std::fabs(v.f * 10 - static_cast<double>(cc)) > 1e-6) return bad();
+    return static_cast<int>(cc);
   }
-  if (root.IsNull()) return Status::InvalidArgument("job spec is empty");
-  if (!root.IsMap()) return Status::InvalidArgument("job spec: expected a mapping of fields");
+  if (v.kind != Kind::kString) return bad();
+  // "8.9" -> 89, "9" -> 90. Minor versions are one digit on every NVIDIA GPU so far.
+  const std::string& s = v.text;
+  const size_t dot = s.find('.');
+  const std::string major = s.substr(0, dot);
+  const std::string minor = dot == std::string::npos ? "0" : s.substr(dot + 1);
+  auto digits = [](const std::string& d, size_t max_len) {
+    if (d.empty() || d.size() > max_len) return false;
+    for (char c : d) {
+      if (c < '0' || c > '9') return false;
+    }
+    return true;
+  };
+  if (!digits(major, 2) || !digits(minor, 1)) return bad();
+  return std::stoi(major) * 10 + std::stoi(minor);
+}
+
+Status CheckConfigPath(const std::string& path, const std::vector<std::string>& roots) {
+  namespace fs = std::filesystem;
+  const fs::path p = fs::path(path).lexically_normal();
+  if (p.is_relative()) {
+    if (p.empty() || *p.begin() == "..") {
+      return Status::InvalidArgument(
+          StrCat("config_path = '", path,
+                 "' leaves the node's config directory (it starts with '..' once '..' and '.' "
+                 "are resolved)"));
+    }
+    return Status::Ok();
+  }
+  std::string list;
+  for (const std::string& root : roots) {
+    fs::path r = fs::path(root).lexically_normal();
+    if (r.has_filename() == false && r.has_parent_path()) r = r.parent_path();  // "dir/" -> "dir"
+    list += (list.empty() ? "" : ", ") + r.string();
+    if (!r.is_absolute()) continue;
+    auto [ri, pi] = std::mismatch(r.begin(), r.end(), p.begin(), p.end());
+    if (ri == r.end() && pi != p.end()) return Status::Ok();
+  }
+  return Status::InvalidArgument(StrCat(
+      "config_path = '", path, "' is outside the allowed roots (",
+      list.empty() ? "none: give a path relative to the node's config directory" : list,
+      "); fp8d --config-root DIR allows absolute paths under DIR"));
+}
+
+Result<JobSpec> ParseJobSpec(const std::string& text) {
+  FP8RT_ASSIGN_OR_RETURN(const Value root, strict::Parse(text, "job spec"));
+  if (root.kind == Kind::kNull) return Status::InvalidArgument("job spec is empty");
+  if (root.kind != Kind::kMap) {
+    return Status::InvalidArgument("job spec: expected a mapping of fields");
+  }
 
   JobSpec s;
-  std::string precision = "fp8", fallback = "bf16", cc = "0.0";
+  std::string precision = "fp8", fallback = "bf16";
   bool has_config = false, has_path = false, has_timeout = false;
-  const std::map<std::string, Handler> handlers = {
-      {"name", Scalar(&s.name)},
-      {"config",
-       [&](const YAML::Node& n, const std::string&) {
-         has_config = true;
-         return ReadConfig(n, &s.config_yaml);
-       }},
-      {"config_path",
-       [&](const YAML::Node& n, const std::string& f) {
-         has_path = true;
-         return Scalar(&s.config_path)(n, f);
-       }},
-      {"nodes", Scalar(&s.nodes)},
-      {"gpus_per_node", Scalar(&s.gpus_per_node)},
-      {"gpu_types",
-       [&](const YAML::Node& n, const std::string&) { return ReadGpuTypes(n, &s.gpu_types); }},
-      {"min_compute_capability", Scalar(&cc)},
-      {"min_memory_gib", Scalar(&s.min_memory_gib)},
-      {"precision", Scalar(&precision)},
-      {"fallback", Scalar(&fallback)},
-      {"fallback_timeout_s",
-       [&](const YAML::Node& n, const std::string& f) {
-         has_timeout = true;
-         return Scalar(&s.fallback_timeout_s)(n, f);
-       }},
-      {"priority", Scalar(&s.priority)},
-      {"preemptible", Scalar(&s.preemptible)},
-      {"checkpoint_interval", Scalar(&s.checkpoint_interval)},
-      {"max_restarts", Scalar(&s.max_restarts)},
-      {"allow_mixed_gpu_types", Scalar(&s.allow_mixed_gpu_types)},
+  auto flag = [](bool* seen, strict::Reader r) -> strict::Reader {
+    return [seen, r = std::move(r)](const Value& v, const std::string& path) {
+      *seen = true;
+      return r(v, path);
+    };
   };
-  for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
-    auto it = handlers.find(key);
-    if (it == handlers.end()) {
-      std::string allowed;
-      for (const auto& h : handlers) allowed += (allowed.empty() ? "" : ", ") + h.first;
-      return Status::InvalidArgument(StrCat("unknown field '", key, "'; allowed: ", allowed));
-    }
-    FP8RT_RETURN_IF_ERROR(it->second(kv.second, key));
-  }
+  const strict::Reader cc = [&s](const Value& v, const std::string& path) -> Status {
+    FP8RT_ASSIGN_OR_RETURN(s.min_compute_capability, ParseComputeCapability(v, path));
+    return Status::Ok();
+  };
+  FP8RT_RETURN_IF_ERROR(strict::ReadFields(
+      root, "",
+      {{"name", strict::String(&s.name, 1024)},
+       {"config", flag(&has_config, ConfigReader(&s.config_yaml))},
+       {"config_path", flag(&has_path, strict::String(&s.config_path, kMaxConfigPath))},
+       {"nodes", strict::Integer(&s.nodes, 1, kMaxNodes)},
+       {"gpus_per_node", strict::Integer(&s.gpus_per_node, 1, kMaxGpusPerNode)},
+       {"gpu_types", GpuTypesReader(&s.gpu_types)},
+       {"min_compute_capability", cc},
+       {"min_memory_gib", strict::Number(&s.min_memory_gib, 0, kMaxMemoryGib)},
+       {"precision", strict::String(&precision, 64)},
+       {"fallback", strict::String(&fallback, 64)},
+       {"fallback_timeout_s",
+        flag(&has_timeout, strict::Integer(&s.fallback_timeout_s, 0, kMaxFallbackTimeoutS))},
+       {"priority", strict::Integer(&s.priority, -kMaxPriority, kMaxPriority)},
+       {"preemptible", strict::Bool(&s.preemptible)},
+       {"checkpoint_interval", strict::Integer(&s.checkpoint_interval, 1, kMaxCheckpointInterval)},
+       {"max_restarts", strict::Integer(&s.max_restarts, 0, kMaxRestarts)},
+       {"allow_mixed_gpu_types", strict::Bool(&s.allow_mixed_gpu_types)}}));
 
   FP8RT_RETURN_IF_ERROR(ValidateName(s.name));
   if (has_config == has_path) {
@@ -210,12 +218,6 @@ Result<JobSpec> ParseJobSpec(const std::string& text) {
   if (has_path && s.config_path.empty()) {
     return Status::InvalidArgument("config_path = '' must name the trainer config file");
   }
-  FP8RT_RETURN_IF_ERROR(AtLeast("nodes", s.nodes, 1));
-  FP8RT_RETURN_IF_ERROR(AtLeast("gpus_per_node", s.gpus_per_node, 1));
-  FP8RT_ASSIGN_OR_RETURN(s.min_compute_capability, ParseComputeCapability(cc));
-  if (s.min_memory_gib < 0) {
-    return Status::InvalidArgument(StrCat("min_memory_gib = ", s.min_memory_gib, " must be >= 0"));
-  }
   FP8RT_ASSIGN_OR_RETURN(s.precision, ParsePrecision(precision));
   FP8RT_ASSIGN_OR_RETURN(s.fallback, ParseFallback(fallback));
   if (has_timeout && s.fallback != Fallback::kWait) {
@@ -223,9 +225,6 @@ Result<JobSpec> ParseJobSpec(const std::string& text) {
         StrCat("fallback_timeout_s is only allowed with fallback: wait (", "fallback is ",
                FallbackName(s.fallback), ")"));
   }
-  FP8RT_RETURN_IF_ERROR(AtLeast("fallback_timeout_s", s.fallback_timeout_s, 0));
-  FP8RT_RETURN_IF_ERROR(AtLeast("checkpoint_interval", s.checkpoint_interval, 1));
-  FP8RT_RETURN_IF_ERROR(AtLeast("max_restarts", s.max_restarts, 0));
   return s;
 }
 

@@ -1,4 +1,4 @@
-// Strict JSON parsing of node registrations and heartbeats, and the JSON of commands and node
+// Node registrations and heartbeats through the strict reader (common/strict_yaml.h), and the JSON of commands and node
 // records. Every error names the field, the value and what is allowed.
 #include "scheduler/node.h"
 
@@ -12,47 +12,6 @@ namespace {
 
 using json = nlohmann::json;
 using ordered = nlohmann::ordered_json;
-
-Result<json> ParseObject(const std::string& body, const char* what) {
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    return Status::InvalidArgument(StrCat(what, " is not valid JSON: ", e.what()));
-  }
-  if (!j.is_object()) return Status::InvalidArgument(StrCat(what, ": expected a JSON object"));
-  return j;
-}
-
-// Refuses any key of `j` not in `allowed`, by name.
-Status OnlyKeys(const json& j, const std::string& where, const std::set<std::string>& allowed) {
-  for (const auto& [key, value] : j.items()) {
-    if (allowed.count(key)) continue;
-    std::string list;
-    for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-    return Status::InvalidArgument(StrCat(where, "unknown field '", key, "'; allowed: ", list));
-  }
-  return Status::Ok();
-}
-
-template <typename T>
-Status Get(const json& j, const std::string& where, const char* key, T* out, bool required) {
-  auto it = j.find(key);
-  if (it == j.end()) {
-    return required ? Status::InvalidArgument(StrCat(where, key, " is required")) : Status::Ok();
-  }
-  const char* want = std::is_same_v<T, bool>          ? "a boolean"
-                     : std::is_same_v<T, std::string> ? "a string"
-                     : std::is_integral_v<T>          ? "an integer"
-                                                      : "a number";
-  const bool ok = std::is_same_v<T, bool>          ? it->is_boolean()
-                  : std::is_same_v<T, std::string> ? it->is_string()
-                  : std::is_integral_v<T>          ? it->is_number_integer()
-                                                   : it->is_number();
-  if (!ok) return Status::InvalidArgument(StrCat(where, key, " = ", it->dump(), " is not ", want));
-  *out = it->get<T>();
-  return Status::Ok();
-}
 
 // "9.0" or 9.0 -> 90.
 Result<int> ParseCc(const json& v, const std::string& where) {
@@ -80,17 +39,45 @@ Result<int> ParseCc(const json& v, const std::string& where) {
   return static_cast<int>(cc);
 }
 
-Result<std::vector<int>> ParseIndexList(const json& v, const std::string& field) {
-  if (!v.is_array()) return Status::InvalidArgument(StrCat(field, ": expected a list of integers"));
-  std::vector<int> out;
-  for (const auto& e : v) {
-    if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > 1'000'000) {
+using strict::Kind;
+using strict::Value;
+
+// At most this many GPUs per node, and GPU indices below it.
+constexpr int64_t kMaxNodeGpus = 1024;
+
+strict::Reader IndexList(std::vector<int>* out) {
+  return [out](const Value& v, const std::string& path) -> Status {
+    if (v.kind != Kind::kSeq) return strict::WrongKind(v, path, "a list of GPU indices");
+    if (static_cast<int64_t>(v.items.size()) > kMaxNodeGpus) {
       return Status::InvalidArgument(
-          StrCat(field, ": entry ", e.dump(), " is not a GPU index (an integer >= 0)"));
+          StrCat(path, ": ", v.items.size(), " entries; at most ", kMaxNodeGpus));
     }
-    out.push_back(e.get<int>());
+    out->clear();
+    for (size_t i = 0; i < v.items.size(); ++i) {
+      int g = 0;
+      FP8RT_RETURN_IF_ERROR(strict::Integer(&g, 0, kMaxNodeGpus - 1)(v.items[i],
+                                                                     StrCat(path, "[", i, "]")));
+      out->push_back(g);
+    }
+    return Status::Ok();
+  };
+}
+
+// Reads the object `v` with `readers`, then refuses it if a key of `required` is missing.
+Status ReadObject(const Value& v, const std::string& where,
+                  const std::vector<std::pair<std::string, strict::Reader>>& readers,
+                  std::initializer_list<const char*> required) {
+  if (v.kind != Kind::kMap) {
+    return Status::InvalidArgument(
+        StrCat(where.empty() ? "the body" : where, ": expected an object"));
   }
-  return out;
+  FP8RT_RETURN_IF_ERROR(strict::ReadFields(v, where, readers));
+  for (const char* key : required) {
+    if (v.Find(key) == nullptr) {
+      return Status::InvalidArgument(StrCat(strict::Join(where, key), " is required"));
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -132,95 +119,106 @@ Status ValidateNodeId(const std::string& id) {
 }
 
 Result<NodeRegistration> ParseNodeRegistration(const std::string& body) {
-  FP8RT_ASSIGN_OR_RETURN(const json j, ParseObject(body, "node registration"));
-  FP8RT_RETURN_IF_ERROR(OnlyKeys(j, "", {"id", "gpus"}));
+  FP8RT_ASSIGN_OR_RETURN(const Value root, strict::Parse(body, "node registration"));
   NodeRegistration r;
-  FP8RT_RETURN_IF_ERROR(Get(j, "", "id", &r.id, true));
+  const Value* gpus = nullptr;
+  FP8RT_RETURN_IF_ERROR(ReadObject(
+      root, "",
+      {{"id", strict::String(&r.id, 128)},
+       {"gpus", [&gpus](const Value& v, const std::string&) {
+          gpus = &v;
+          return Status::Ok();
+        }}},
+      {"id", "gpus"}));
   FP8RT_RETURN_IF_ERROR(ValidateNodeId(r.id));
-  auto gpus = j.find("gpus");
-  if (gpus == j.end() || !gpus->is_array()) {
+  if (gpus->kind != Kind::kSeq) {
     return Status::InvalidArgument(
-        "gpus: expected a list of {name, compute_capability, "
-        "memory_gib, count, healthy} entries");
+        "gpus: expected a list of {name, compute_capability, memory_gib, count, healthy} "
+        "entries");
   }
-  for (size_t i = 0; i < gpus->size(); ++i) {
-    const json& e = (*gpus)[i];
-    const std::string where = StrCat("gpus[", i, "].");
-    if (!e.is_object()) return Status::InvalidArgument(StrCat("gpus[", i, "]: expected an object"));
-    FP8RT_RETURN_IF_ERROR(
-        OnlyKeys(e, where, {"name", "compute_capability", "memory_gib", "count", "healthy"}));
+  // Every entry is read and the total checked before any entry is expanded into `count` GPUs.
+  std::vector<std::pair<GpuInfo, int64_t>> entries;
+  int64_t total = 0;
+  for (size_t i = 0; i < gpus->items.size(); ++i) {
+    const std::string where = StrCat("gpus[", i, "]");
     GpuInfo g;
     int64_t count = 1;
-    FP8RT_RETURN_IF_ERROR(Get(e, where, "name", &g.name, true));
-    if (g.name.empty() || g.name.size() > 64) {
-      return Status::InvalidArgument(StrCat(where, "name = '", g.name, "' must be 1 to 64 chars"));
-    }
-    if (!e.contains("compute_capability")) {
-      return Status::InvalidArgument(StrCat(where, "compute_capability is required"));
-    }
-    FP8RT_ASSIGN_OR_RETURN(g.compute_capability, ParseCc(e.at("compute_capability"), where));
-    FP8RT_RETURN_IF_ERROR(Get(e, where, "memory_gib", &g.memory_gib, true));
+    const strict::Reader cc = [&g](const Value& v, const std::string& path) -> Status {
+      FP8RT_ASSIGN_OR_RETURN(g.compute_capability, ParseComputeCapability(v, path));
+      return Status::Ok();
+    };
+    FP8RT_RETURN_IF_ERROR(ReadObject(gpus->items[i], where,
+                                     {{"name", strict::String(&g.name, 64)},
+                                      {"compute_capability", cc},
+                                      {"memory_gib", strict::Number(&g.memory_gib, 0, 1 << 20)},
+                                      {"count", strict::Integer(&count, 1, kMaxNodeGpus)},
+                                      {"healthy", strict::Bool(&g.healthy)}},
+                                     {"name", "compute_capability", "memory_gib"}));
+    if (g.name.empty()) return Status::InvalidArgument(StrCat(where, ".name must not be empty"));
     if (!(g.memory_gib > 0)) {
-      return Status::InvalidArgument(StrCat(where, "memory_gib = ", g.memory_gib, " must be > 0"));
+      return Status::InvalidArgument(
+          StrCat(where, ".memory_gib = ", g.memory_gib, " must be > 0"));
     }
-    FP8RT_RETURN_IF_ERROR(Get(e, where, "count", &count, false));
-    if (count < 1 || count > 1024) {
-      return Status::InvalidArgument(StrCat(where, "count = ", count, " must be 1 to 1024"));
-    }
-    FP8RT_RETURN_IF_ERROR(Get(e, where, "healthy", &g.healthy, false));
-    r.gpus.insert(r.gpus.end(), count, g);
+    total += count;
+    entries.emplace_back(std::move(g), count);
   }
-  if (r.gpus.empty()) return Status::InvalidArgument("gpus: a node must have at least one GPU");
-  if (r.gpus.size() > 1024) {
-    return Status::InvalidArgument(StrCat("gpus: ", r.gpus.size(), " GPUs; at most 1024"));
+  if (total == 0) return Status::InvalidArgument("gpus: a node must have at least one GPU");
+  if (total > kMaxNodeGpus) {
+    return Status::InvalidArgument(
+        StrCat("gpus: ", total, " GPUs in total; a node may register at most ", kMaxNodeGpus));
   }
+  r.gpus.reserve(total);
+  for (const auto& [g, count] : entries) r.gpus.insert(r.gpus.end(), count, g);
   return r;
 }
 
 Result<HeartbeatRequest> ParseHeartbeat(const std::string& body) {
-  FP8RT_ASSIGN_OR_RETURN(const json j, ParseObject(body, "heartbeat"));
-  FP8RT_RETURN_IF_ERROR(OnlyKeys(j, "", {"jobs", "unhealthy_gpus"}));
+  FP8RT_ASSIGN_OR_RETURN(const Value root, strict::Parse(body, "heartbeat"));
   HeartbeatRequest hb;
-  if (auto u = j.find("unhealthy_gpus"); u != j.end()) {
-    FP8RT_ASSIGN_OR_RETURN(hb.unhealthy_gpus, ParseIndexList(*u, "unhealthy_gpus"));
-  }
-  auto jobs = j.find("jobs");
-  if (jobs == j.end()) return hb;
-  if (!jobs->is_array()) return Status::InvalidArgument("jobs: expected a list of job reports");
+  const Value* jobs = nullptr;
+  std::vector<int> unhealthy;
+  FP8RT_RETURN_IF_ERROR(ReadObject(root, "",
+                                   {{"jobs",
+                                     [&jobs](const Value& v, const std::string&) {
+                                       jobs = &v;
+                                       return Status::Ok();
+                                     }},
+                                    {"unhealthy_gpus", IndexList(&unhealthy)}},
+                                   {}));
+  if (root.Find("unhealthy_gpus") != nullptr) hb.unhealthy_gpus = std::move(unhealthy);
+  if (jobs == nullptr) return hb;
+  if (jobs->kind != Kind::kSeq) return strict::WrongKind(*jobs, "jobs", "a list of job reports");
   std::set<int64_t> seen;
-  for (size_t i = 0; i < jobs->size(); ++i) {
-    const json& e = (*jobs)[i];
-    const std::string where = StrCat("jobs[", i, "].");
-    if (!e.is_object()) return Status::InvalidArgument(StrCat("jobs[", i, "]: expected an object"));
-    FP8RT_RETURN_IF_ERROR(
-        OnlyKeys(e, where, {"job_id", "status", "exit_code", "step", "checkpoint_step"}));
+  for (size_t i = 0; i < jobs->items.size(); ++i) {
+    const Value& e = jobs->items[i];
+    const std::string where = StrCat("jobs[", i, "]");
     JobReport r;
     std::string status;
-    FP8RT_RETURN_IF_ERROR(Get(e, where, "job_id", &r.job_id, true));
-    if (r.job_id <= 0) {
-      return Status::InvalidArgument(StrCat(where, "job_id = ", r.job_id, " must be > 0"));
-    }
+    FP8RT_RETURN_IF_ERROR(
+        ReadObject(e, where,
+                   {{"job_id", strict::Integer(&r.job_id, 1)},
+                    {"status", strict::String(&status, 64)},
+                    {"exit_code", strict::Integer(&r.exit_code, -1024, 1024)},
+                    {"step", strict::Integer(&r.step, -1)},
+                    {"checkpoint_step", strict::Integer(&r.checkpoint_step, -1)}},
+                   {"job_id", "status"}));
     if (!seen.insert(r.job_id).second) {
-      return Status::InvalidArgument(StrCat(where, "job_id = ", r.job_id, " is reported twice"));
+      return Status::InvalidArgument(StrCat(where, ".job_id = ", r.job_id, " is reported twice"));
     }
-    FP8RT_RETURN_IF_ERROR(Get(e, where, "status", &status, true));
     if (status == "running") {
       r.status = RankStatus::kRunning;
-      if (e.contains("exit_code")) {
+      if (e.Find("exit_code") != nullptr) {
         return Status::InvalidArgument(
-            StrCat(where, "exit_code is only allowed with status exited"));
+            StrCat(where, ".exit_code is only allowed with status exited"));
       }
     } else if (status == "exited") {
       r.status = RankStatus::kExited;
-      FP8RT_RETURN_IF_ERROR(Get(e, where, "exit_code", &r.exit_code, true));
+      if (e.Find("exit_code") == nullptr) {
+        return Status::InvalidArgument(StrCat(where, ".exit_code is required"));
+      }
     } else {
       return Status::InvalidArgument(
-          StrCat(where, "status = '", status, "' is not one of: running, exited"));
-    }
-    FP8RT_RETURN_IF_ERROR(Get(e, where, "step", &r.step, false));
-    FP8RT_RETURN_IF_ERROR(Get(e, where, "checkpoint_step", &r.checkpoint_step, false));
-    if (r.step < -1 || r.checkpoint_step < -1) {
-      return Status::InvalidArgument(StrCat(where, "step and checkpoint_step must be >= -1"));
+          StrCat(where, ".status = '", status, "' is not one of: running, exited"));
     }
     hb.jobs.push_back(r);
   }

@@ -126,7 +126,8 @@ TEST(SchedulerHttpAuth, ParseRefusesBadFilesByName) {
   EXPECT_NE(dup.status().message().find("twice"), std::string::npos);
   auto field = TokenAuth::Parse(StrCat("node: [{name: n, sha256: ", HashToken("t"), ", x: 1}]"));
   ASSERT_FALSE(field.ok());
-  EXPECT_NE(field.status().message().find("'x'"), std::string::npos);
+  EXPECT_NE(field.status().message().find("'node[0].x'"), std::string::npos)
+      << field.status().message();
   auto json_ok = TokenAuth::Parse(
       StrCat(R"({"user": [{"name": "alice", "sha256": ")", HashToken(kAlice), "\"}]}"));
   ASSERT_TRUE(json_ok.ok()) << json_ok.status().ToString();

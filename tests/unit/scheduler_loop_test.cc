@@ -490,7 +490,7 @@ TEST_F(SchedNodesApiTest, RegisterHeartbeatListAndRefusals) {
            {"POST", "/v1/nodes/n1/heartbeat", kUserToken, "{}", 403, "only node tokens"},
            {"POST", "/v1/nodes/register", kUserToken, reg, 403, "only node or admin"},
            {"POST", "/v1/nodes/n1/heartbeat", "wrong", "{}", 401, "unknown token"},
-           {"POST", "/v1/nodes/n1/heartbeat", kNodeToken, R"({"jobs": [)", 400, "not valid JSON"},
+           {"POST", "/v1/nodes/n1/heartbeat", kNodeToken, R"({"jobs": [)", 400, "not valid YAML or JSON"},
            {"POST", "/v1/nodes/n1/heartbeat", kNodeToken, R"({"load": 1})", 400, "'load'"},
            {"POST", "/v1/nodes/n1/heartbeat", kNodeToken,
             R"({"jobs": [{"job_id": 1, "status": "sleeping"}]})", 400, "sleeping"},

@@ -290,7 +290,7 @@ TEST_F(SchedProcessTest, AuthAndBadInputGetTheRightStatusAndChangeNothing) {
       {"user heartbeat", "POST", "/v1/nodes/n1/heartbeat", kAlice, "{}", "", 403,
        "only node tokens"},
       {"malformed heartbeat", "POST", "/v1/nodes/n1/heartbeat", kNode, "{\"jobs\": [", "", 400,
-       "not valid JSON"},
+       "not valid YAML or JSON"},
       {"unknown heartbeat field", "POST", "/v1/nodes/n1/heartbeat", kNode, R"({"gpus": []})", "",
        400, "unknown field 'gpus'"},
   };

@@ -129,7 +129,7 @@ TEST(StrictYaml, FieldReadersRefuseTheWrongTypeNamingTheField) {
   EXPECT_EQ(Integer(&n)(*v.Find("nodes"), "nodes").message(),
             "nodes = \"2\" is a string; expected an integer");
   EXPECT_EQ(Bool(&b)(*v.Find("preemptible"), "preemptible").message(),
-            "preemptible = \"false\" is a string; expected true or false");
+            "preemptible = \"false\" is a string; expected a boolean (true or false)");
   EXPECT_TRUE(Has(Number(&d)(*v.Find("ratio"), "ratio").message(), "is a string"));
   EXPECT_TRUE(Has(String(&s)(*v.Find("name"), "name").message(), "expected a string"));
   EXPECT_TRUE(Has(Integer(&n)(*v.Find("n"), "n").message(), "is a number; expected an integer"));
