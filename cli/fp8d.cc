@@ -69,6 +69,9 @@ Status RunScheduler(const Options& o) {
   so.preemption_grace_s = o.preemption_grace_s;
   FP8RT_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
                          Scheduler::Open(store.get(), so, NowSeconds()));
+  for (const std::string& line : scheduler->set_aside_at_open()) {
+    spdlog::warn("job store: {}", line);
+  }
   ApiOptions ao;
   ao.rate_per_s = o.rate_per_s;
   ao.burst = o.rate_burst;

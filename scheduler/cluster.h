@@ -16,6 +16,7 @@ struct GpuInfo {
   int compute_capability = 0;  // 10 * major + minor (H100: 90, L40S: 89, A100: 80). Default: 0
   double memory_gib = 0;       // Default: 0
   bool healthy = true;         // false after an XID / ECC error. Default: true
+  bool operator==(const GpuInfo&) const = default;
 };
 
 enum class NodeState { kReady, kLost, kDraining };

@@ -9,6 +9,7 @@
 
 #include "scheduler/preemption.h"
 #include "scheduler/scheduler_internal.h"
+#include "scheduler/store_repair.h"
 
 namespace fp8rt::sched {
 
@@ -28,6 +29,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Open(JobStore* store, SchedulerOpt
   }
   options.placement.heartbeat_timeout_s = 0;  // node liveness is NodeInfo::state, kept here
   std::unique_ptr<Scheduler> s(new Scheduler(store, options));
+  FP8RT_ASSIGN_OR_RETURN(s->set_aside_at_open_, sched::SetAsideUnreadable(store, now, nullptr));
   FP8RT_ASSIGN_OR_RETURN(std::vector<NodeInfo> nodes, store->ListNodes());
   for (NodeInfo& n : nodes) {
     n.last_heartbeat = now;  // every daemon gets a full timeout to report after a restart
@@ -39,6 +41,11 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Open(JobStore* store, SchedulerOpt
   }
   s->last_placement_ = now;
   return s;
+}
+
+Result<std::vector<std::string>> Scheduler::SetAsideUnreadable(int64_t now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sched::SetAsideUnreadable(store_, now, &active_);
 }
 
 Result<Job> Scheduler::Submit(const std::string& owner, JobSpec spec, int64_t now) {
@@ -343,6 +350,11 @@ std::optional<NodeInfo> Scheduler::Node(const std::string& id) const {
     if (n.id == id) return std::move(n);
   }
   return std::nullopt;
+}
+
+bool Scheduler::HasNode(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return nodes_.count(id) > 0;
 }
 
 TickLoop::TickLoop(Scheduler* scheduler, std::chrono::milliseconds interval, Clock clock,

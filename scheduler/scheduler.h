@@ -51,9 +51,16 @@ class Scheduler {
  public:
   // Loads the nodes and every unfinished job from `store` (which must outlive the scheduler).
   // Known nodes get a fresh heartbeat deadline from `now`: their daemons have heartbeat_timeout_s
-  // to report again before their jobs are requeued (reconciliation after a restart).
+  // to report again before their jobs are requeued (reconciliation after a restart). Records that
+  // do not read back are set aside first (set_aside_at_open() says which), never fatal.
   static Result<std::unique_ptr<Scheduler>> Open(JobStore* store, SchedulerOptions options,
                                                  int64_t now);
+
+  // Sets aside every stored record that does not read back (scheduler/store_repair.h); jobs this
+  // scheduler holds are rewritten from its copy. One line per record, for the log.
+  Result<std::vector<std::string>> SetAsideUnreadable(int64_t now);
+  // What Open set aside, one line per record.
+  const std::vector<std::string>& set_aside_at_open() const { return set_aside_at_open_; }
 
   // Stores a new PENDING job with its submit event (durable on return) and queues it.
   Result<Job> Submit(const std::string& owner, JobSpec spec, int64_t now);
@@ -75,6 +82,7 @@ class Scheduler {
   // Nodes with their current occupancy, in id order.
   std::vector<NodeInfo> Nodes() const;
   std::optional<NodeInfo> Node(const std::string& id) const;
+  bool HasNode(const std::string& id) const;
   const SchedulerOptions& options() const { return options_; }
 
   // Blocks until something changed that a tick should see, Wake() was called, or `timeout`
@@ -112,6 +120,7 @@ class Scheduler {
   std::condition_variable work_;
   std::map<std::string, NodeRt> nodes_;
   std::map<int64_t, Job> active_;  // every job not in a terminal state
+  std::vector<std::string> set_aside_at_open_;
   bool dirty_ = true;
   bool wake_ = false;
   int64_t last_placement_ = 0;

@@ -26,6 +26,16 @@ struct JobWrite {
   std::optional<Event> event;
 };
 
+// A stored record that does not read back (damaged, or written by a more lenient version). The
+// listings skip such records, so one of them never takes a listing or a restart down; SetAside
+// moves it out of the way (scheduler/store_repair.h decides what takes its place).
+struct UnreadableRecord {
+  std::string key;     // "job/<016x id>" or "node/<id>"
+  int64_t job_id = 0;  // the job's id for job records; 0 for node records
+  std::string raw;     // the stored bytes
+  std::string error;   // why they do not read back
+};
+
 class JobStore {
  public:
   virtual ~JobStore() = default;
@@ -38,10 +48,15 @@ class JobStore {
   // atomically and durably, in one batch: what the scheduling loop stores per tick. Nothing is
   // written if any write fails ValidatePut.
   virtual Status PutMany(const std::vector<JobWrite>& writes) = 0;
-  // NotFound if there is no such job.
+  // NotFound if there is no such job; Corruption if its record does not read back.
   virtual Result<Job> Get(int64_t id) const = 0;
-  // Matching jobs in ascending id order.
-  virtual Result<std::vector<Job>> List(const JobFilter& filter = {}) const = 0;
+  // Matching jobs in ascending id order. Records that do not read back are skipped and, if
+  // `unreadable` is given, appended to it.
+  virtual Result<std::vector<Job>> ListJobs(const JobFilter& filter,
+                                            std::vector<UnreadableRecord>* unreadable) const = 0;
+  Result<std::vector<Job>> List(const JobFilter& filter = {}) const {
+    return ListJobs(filter, nullptr);
+  }
   // The job's events in the order they were put (empty for an unknown job).
   virtual Result<std::vector<Event>> Events(int64_t job_id) const = 0;
   // 1, 2, 3, ...; never hands out an id twice, across reopen too.
@@ -50,8 +65,16 @@ class JobStore {
   // Registered nodes (inventory and state; NodeInfo::gpu_job is not stored). Insert or replace,
   // durable on return.
   virtual Status PutNode(const NodeInfo& node) = 0;
-  // In ascending id order, gpu_job all kNoJob.
-  virtual Result<std::vector<NodeInfo>> ListNodes() const = 0;
+  // In ascending id order, gpu_job all kNoJob; unreadable records as in ListJobs.
+  virtual Result<std::vector<NodeInfo>> ListNodeRecords(
+      std::vector<UnreadableRecord>* unreadable) const = 0;
+  Result<std::vector<NodeInfo>> ListNodes() const { return ListNodeRecords(nullptr); }
+
+  // Moves an unreadable record's bytes to "corrupt/<key>" (kept for a human to look at) and, in
+  // the same durable write, stores `replacement` in its place (a job record with its event) or,
+  // without one, removes the record. FailedPrecondition if the record no longer holds rec.raw.
+  virtual Status SetAside(const UnreadableRecord& rec,
+                          const std::optional<JobWrite>& replacement) = 0;
 };
 
 // Keeps everything in memory; for tests and for callers that want a store without a disk.
@@ -65,8 +88,11 @@ struct RocksDbJobStoreOptions {
 Result<std::unique_ptr<JobStore>> OpenRocksDbJobStore(const std::string& path,
                                                       const RocksDbJobStoreOptions& options = {});
 
-// Shared by both implementations: the checks Put makes before writing anything.
+// Shared by both implementations: the checks Put makes before writing anything, the last of
+// them that the record reads back as the same job (a record that would not is never written).
 Status ValidatePut(const Job& job, const std::optional<Event>& event);
+// The same for a node record: an id, and a record that reads back as the same node.
+Status ValidatePutNode(const NodeInfo& node);
 bool MatchesFilter(const Job& job, const JobFilter& filter);
 
 }  // namespace fp8rt::sched

@@ -20,6 +20,41 @@ Status ValidatePut(const Job& job, const std::optional<Event>& event) {
                                           JobStateName(event->to), " but the job is ",
                                           JobStateName(job.state)));
   }
+  // Round trip: a record that would not read back as this job (a NaN a parser let through, a
+  // string that is not UTF-8) is refused here, before anyone is told it was stored.
+  auto back = [&]() -> Status {
+    try {
+      auto j = JobFromJson(JobToJson(job));
+      if (!j.ok()) return j.status();
+      if (!(*j == job)) return Status::Internal("it reads back as a different job");
+      if (event) {
+        auto e = EventFromJson(EventToJson(*event));
+        if (!e.ok()) return e.status();
+        if (!(*e == *event)) return Status::Internal("its event reads back differently");
+      }
+      return Status::Ok();
+    } catch (const std::exception& ex) {
+      return Status::Internal(ex.what());
+    }
+  }();
+  if (!back.ok()) {
+    return Status::InvalidArgument(
+        StrCat("job ", job.id, ": the record would not read back, so it is not stored: ",
+               back.message()));
+  }
+  return Status::Ok();
+}
+
+Status ValidatePutNode(const NodeInfo& node) {
+  if (node.id.empty()) return Status::InvalidArgument("node id must not be empty");
+  auto back = NodeFromJson(NodeToJson(node, false));
+  const bool same = back.ok() && back->id == node.id && back->gpus == node.gpus &&
+                    back->last_heartbeat == node.last_heartbeat && back->state == node.state;
+  if (!same) {
+    return Status::InvalidArgument(
+        StrCat("node ", node.id, ": the record would not read back, so it is not stored",
+               back.ok() ? std::string() : StrCat(": ", back.status().message())));
+  }
   return Status::Ok();
 }
 
@@ -51,14 +86,14 @@ class MemoryJobStore final : public JobStore {
   }
 
   Status PutNode(const NodeInfo& node) override {
-    if (node.id.empty()) return Status::InvalidArgument("node id must not be empty");
+    FP8RT_RETURN_IF_ERROR(ValidatePutNode(node));
     std::lock_guard<std::mutex> lock(mu_);
     // Through JSON, so the twin keeps exactly what RocksDB keeps.
     FP8RT_ASSIGN_OR_RETURN(nodes_[node.id], NodeFromJson(NodeToJson(node, false)));
     return Status::Ok();
   }
 
-  Result<std::vector<NodeInfo>> ListNodes() const override {
+  Result<std::vector<NodeInfo>> ListNodeRecords(std::vector<UnreadableRecord>*) const override {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<NodeInfo> out;
     for (const auto& [id, n] : nodes_) out.push_back(n);
@@ -72,7 +107,8 @@ class MemoryJobStore final : public JobStore {
     return it->second;
   }
 
-  Result<std::vector<Job>> List(const JobFilter& filter) const override {
+  Result<std::vector<Job>> ListJobs(const JobFilter& filter,
+                                    std::vector<UnreadableRecord>*) const override {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<Job> out;
     for (const auto& [id, job] : jobs_) {
@@ -93,11 +129,21 @@ class MemoryJobStore final : public JobStore {
     return ++last_id_;
   }
 
+  // Records in memory always read back; this keeps the contract for callers that set aside.
+  Status SetAside(const UnreadableRecord& rec,
+                  const std::optional<JobWrite>& replacement) override {
+    if (replacement) FP8RT_RETURN_IF_ERROR(PutMany({*replacement}));
+    std::lock_guard<std::mutex> lock(mu_);
+    corrupt_["corrupt/" + rec.key] = rec.raw;
+    return Status::Ok();
+  }
+
  private:
   mutable std::mutex mu_;
   std::map<int64_t, Job> jobs_;
   std::map<int64_t, std::vector<Event>> events_;
   std::map<std::string, NodeInfo> nodes_;
+  std::map<std::string, std::string> corrupt_;
   int64_t last_id_ = 0;
 };
 

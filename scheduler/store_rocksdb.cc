@@ -1,6 +1,7 @@
 // RocksDB JobStore. Keys: "job/<016x id>" -> job JSON; "event/<016x job>/<016x seq>" -> event
 // JSON, seq from a store-wide counter so a job's events iterate in put order; "node/<id>" -> node
-// JSON; "meta/last_job_id" and "meta/last_event_seq" -> decimal counters. A transition is one synced WriteBatch (job, event,
+// JSON; "meta/last_job_id" and "meta/last_event_seq" -> decimal counters; "corrupt/<key>" -> the
+// bytes of a record that did not read back, set aside (SetAside). A transition is one synced WriteBatch (job, event,
 // event counter), so after kill -9 a job's state and its log never disagree.
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
@@ -26,6 +27,14 @@ std::string Hex(int64_t v) {
 }
 
 std::string JobKey(int64_t id) { return "job/" + Hex(id); }
+// The id in "job/<016x>"; 0 if the key does not hold one.
+int64_t IdOfKey(const std::string& key) {
+  try {
+    return static_cast<int64_t>(std::stoull(key.substr(4), nullptr, 16));
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
 std::string EventPrefix(int64_t job_id) { return "event/" + Hex(job_id) + "/"; }
 constexpr char kNodePrefix[] = "node/";
 
@@ -63,19 +72,27 @@ class RocksDbJobStore final : public JobStore {
   }
 
   Status PutNode(const NodeInfo& node) override {
-    if (node.id.empty()) return Status::InvalidArgument("node id must not be empty");
+    FP8RT_RETURN_IF_ERROR(ValidatePutNode(node));
     std::lock_guard<std::mutex> lock(mu_);
     rocksdb::Status s = db_->Put(write_options_, kNodePrefix + node.id, NodeToJson(node, false));
     if (!s.ok()) return Status::IOError(StrCat("job store write of node ", node.id, ": ", s.ToString()));
     return Status::Ok();
   }
 
-  Result<std::vector<NodeInfo>> ListNodes() const override {
+  Result<std::vector<NodeInfo>> ListNodeRecords(
+      std::vector<UnreadableRecord>* unreadable) const override {
     std::vector<NodeInfo> out;
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
     for (it->Seek(kNodePrefix); it->Valid() && it->key().starts_with(kNodePrefix); it->Next()) {
-      FP8RT_ASSIGN_OR_RETURN(NodeInfo n, NodeFromJson(it->value().ToString()));
-      out.push_back(std::move(n));
+      auto n = NodeFromJson(it->value().ToString());
+      if (!n.ok()) {
+        if (unreadable != nullptr) {
+          unreadable->push_back(
+              {it->key().ToString(), 0, it->value().ToString(), n.status().message()});
+        }
+        continue;
+      }
+      out.push_back(std::move(n).value());
     }
     if (!it->status().ok()) return Status::IOError(it->status().ToString());
     return out;
@@ -86,15 +103,29 @@ class RocksDbJobStore final : public JobStore {
     rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), JobKey(id), &v);
     if (s.IsNotFound()) return Status::NotFound(StrCat("no job ", id));
     if (!s.ok()) return Status::IOError(StrCat("job store read of job ", id, ": ", s.ToString()));
-    return JobFromJson(v);
+    auto job = JobFromJson(v);
+    if (!job.ok()) {
+      return Status::Corruption(
+          StrCat("job ", id, ": the stored record is unreadable: ", job.status().message()));
+    }
+    return job;
   }
 
-  Result<std::vector<Job>> List(const JobFilter& filter) const override {
+  Result<std::vector<Job>> ListJobs(const JobFilter& filter,
+                                    std::vector<UnreadableRecord>* unreadable) const override {
     std::vector<Job> out;
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
     for (it->Seek("job/"); it->Valid() && it->key().starts_with("job/"); it->Next()) {
-      FP8RT_ASSIGN_OR_RETURN(Job job, JobFromJson(it->value().ToString()));
-      if (MatchesFilter(job, filter)) out.push_back(std::move(job));
+      auto job = JobFromJson(it->value().ToString());
+      if (!job.ok()) {
+        if (unreadable != nullptr) {
+          const std::string key = it->key().ToString();
+          unreadable->push_back({key, IdOfKey(key), it->value().ToString(),
+                                 job.status().message()});
+        }
+        continue;
+      }
+      if (MatchesFilter(*job, filter)) out.push_back(std::move(job).value());
     }
     if (!it->status().ok()) return Status::IOError(it->status().ToString());
     return out;
@@ -110,6 +141,35 @@ class RocksDbJobStore final : public JobStore {
     }
     if (!it->status().ok()) return Status::IOError(it->status().ToString());
     return out;
+  }
+
+  Status SetAside(const UnreadableRecord& rec,
+                  const std::optional<JobWrite>& replacement) override {
+    if (replacement) FP8RT_RETURN_IF_ERROR(ValidatePut(replacement->job, replacement->event));
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string now;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), rec.key, &now);
+    if (!s.ok() || now != rec.raw) {
+      return Status::FailedPrecondition(
+          StrCat("job store: ", rec.key, " changed since it was found unreadable; not set aside"));
+    }
+    rocksdb::WriteBatch batch;
+    batch.Put("corrupt/" + rec.key, rec.raw);
+    int64_t seq = last_event_seq_;
+    if (replacement) {
+      batch.Put(JobKey(replacement->job.id), JobToJson(replacement->job));
+      if (replacement->event) {
+        batch.Put(EventPrefix(replacement->job.id) + Hex(++seq),
+                  EventToJson(*replacement->event));
+        batch.Put(kLastEventSeq, std::to_string(seq));
+      }
+    } else {
+      batch.Delete(rec.key);
+    }
+    s = db_->Write(write_options_, &batch);
+    if (!s.ok()) return Status::IOError(StrCat("job store: setting aside ", rec.key, ": ", s.ToString()));
+    last_event_seq_ = seq;
+    return Status::Ok();
   }
 
   Result<int64_t> NextJobId() override {
