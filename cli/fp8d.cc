@@ -75,12 +75,15 @@ Status RunScheduler(const Options& o) {
   ApiOptions ao;
   ao.rate_per_s = o.rate_per_s;
   ao.burst = o.rate_burst;
+  ao.max_user_priority = o.max_user_priority;
+  ao.config_roots = o.config_roots;
   Api api(store.get(), std::move(auth).value(), SystemClockSeconds, ao, scheduler.get());
   HttpServerOptions ho;
   ho.address = o.bind;
   ho.threads = o.threads;
   ho.tls_cert_file = o.tls_cert;
   ho.tls_key_file = o.tls_key;
+  ho.max_connections = o.max_connections;
   HttpServer server(&api, ho);
   FP8RT_RETURN_IF_ERROR(server.Start(o.port));
   TickLoop loop(scheduler.get(), std::chrono::milliseconds(o.tick_interval_ms), NowSeconds, LogTick,
@@ -151,11 +154,23 @@ int Main(int argc, char** argv) {
                  "200)")
       ->check(CLI::Range(1, 60000));
   app.add_option("--rate-limit", o.rate_per_s,
-                 "API requests per second per token (per node id for node tokens; default 20)")
+                 "API requests per second per token (and per registered node id for node "
+                 "tokens; default 20)")
       ->check(CLI::Range(0.001, 1e6));
   app.add_option("--rate-burst", o.rate_burst, "requests a token may burst (default 40)")
       ->check(CLI::Range(1.0, 1e6));
   app.add_option("--threads", o.threads, "HTTP I/O threads (default 2)")->check(CLI::Range(1, 64));
+  app.add_option("--max-connections", o.max_connections,
+                 "open HTTP connections at most; more wait in the listen backlog (default 0: the "
+                 "open-files limit less 64, 16..1024)")
+      ->check(CLI::Range(size_t{0}, size_t{1} << 20));
+  app.add_option("--max-user-priority", o.max_user_priority,
+                 "highest job priority a user token may set; admins may set up to 1000000 "
+                 "(default 100)")
+      ->check(CLI::Range(-1'000'000, 1'000'000));
+  app.add_option("--config-root", o.config_roots,
+                 "absolute directory under which a job's absolute config_path may lie "
+                 "(repeatable; default: relative paths only)");
   app.add_option("--port-file", o.port_file,
                  "write the bound port to this file once serving (for --port 0)");
   try {

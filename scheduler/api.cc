@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <exception>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -12,6 +13,8 @@
 
 #include "scheduler/node.h"
 #include "scheduler/scheduler.h"
+#include "scheduler/store_repair.h"
+#include "common/strict_yaml.h"
 
 namespace fp8rt::sched {
 namespace {
@@ -61,14 +64,7 @@ std::optional<int64_t> ParseId(const std::string& s) {
   return v;
 }
 
-bool IsValidUtf8(const std::string& s) {
-  try {
-    (void)json(s).dump();
-    return true;
-  } catch (const json::exception&) {
-    return false;
-  }
-}
+bool IsGet(const std::string& method) { return method == "GET" || method == "HEAD"; }
 
 // A scheduler error as the HTTP status that fits it.
 HttpResponse FromStatus(const Status& s) {
@@ -117,10 +113,14 @@ HttpResponse Api::Handle(const HttpRequest& request) {
 }
 
 HttpResponse Api::BodyTooLarge() {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++requests_by_code_[413];
-  return Error(
+  return TransportError(
       413, StrCat("request body is larger than the limit of ", options_.max_body_bytes, " bytes"));
+}
+
+HttpResponse Api::TransportError(int status, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_by_code_[status];
+  return Error(status, message);
 }
 
 HttpResponse Api::HandleLocked(const HttpRequest& request) {
@@ -135,6 +135,7 @@ HttpResponse Api::HandleLocked(const HttpRequest& request) {
 
 double Api::TakeToken(const std::string& key) {
   const double now = clock_();
+  if (buckets_.size() >= options_.max_rate_buckets && !buckets_.count(key)) TrimBuckets(now);
   auto [it, inserted] = buckets_.try_emplace(key, Bucket{options_.burst, now});
   Bucket& b = it->second;
   if (!inserted) {
@@ -147,6 +148,38 @@ double Api::TakeToken(const std::string& key) {
     return 0;
   }
   return options_.rate_per_s > 0 ? (1 - b.tokens) / options_.rate_per_s : 3600;
+}
+
+// A bucket that has refilled is the same as a new one, so dropping it changes nothing; only if
+// every bucket is busy does the longest-idle one go (its key starts again with a full bucket).
+void Api::TrimBuckets(double now) {
+  for (auto it = buckets_.begin(); it != buckets_.end();) {
+    const Bucket& b = it->second;
+    const bool full = b.tokens + std::max(0.0, now - b.last) * options_.rate_per_s >= options_.burst;
+    it = full ? buckets_.erase(it) : std::next(it);
+  }
+  while (!buckets_.empty() && buckets_.size() >= options_.max_rate_buckets) {
+    auto oldest = std::min_element(buckets_.begin(), buckets_.end(), [](const auto& a, const auto& b) {
+      return a.second.last < b.second.last;
+    });
+    buckets_.erase(oldest);
+  }
+}
+
+Status Api::SetAsideUnreadable() {
+  const auto now = static_cast<int64_t>(clock_());
+  auto lines = scheduler_ != nullptr ? scheduler_->SetAsideUnreadable(now)
+                                     : sched::SetAsideUnreadable(store_, now, nullptr);
+  if (!lines.ok()) return lines.status();
+  for (const std::string& l : *lines) std::fprintf(stderr, "fp8rt scheduler api: %s\n", l.c_str());
+  return Status::Ok();
+}
+
+Result<Job> Api::GetJob(int64_t id) {
+  auto got = store_->Get(id);
+  if (got.ok() || got.status().code() != StatusCode::kCorruption) return got;
+  FP8RT_RETURN_IF_ERROR(SetAsideUnreadable());
+  return store_->Get(id);
 }
 
 HttpResponse Api::Metrics() {
@@ -177,6 +210,9 @@ HttpResponse Api::Metrics() {
           "# TYPE fp8rt_gpus gauge\n"
        << "fp8rt_gpus{use=\"total\"} " << gpus << "\nfp8rt_gpus{use=\"busy\"} " << busy << "\n";
   }
+  os << "# HELP fp8rt_api_rate_limit_buckets Rate-limit buckets held (one per principal).\n"
+        "# TYPE fp8rt_api_rate_limit_buckets gauge\n"
+     << "fp8rt_api_rate_limit_buckets " << buckets_.size() << "\n";
   os << "# HELP fp8rt_api_requests_total API requests answered, by HTTP status code.\n"
         "# TYPE fp8rt_api_requests_total counter\n";
   for (const auto& [code, n] : requests_by_code_) {
@@ -187,11 +223,11 @@ HttpResponse Api::Metrics() {
 
 HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
   if (path == "/v1/health") {
-    if (req.method != "GET") return MethodNotAllowed(req, "GET");
+    if (!IsGet(req.method)) return MethodNotAllowed(req, "GET, HEAD");
     return Json(200, json{{"status", "ok"}});
   }
   if (path == "/metrics") {
-    if (req.method != "GET") return MethodNotAllowed(req, "GET");
+    if (!IsGet(req.method)) return MethodNotAllowed(req, "GET, HEAD");
     return Metrics();
   }
 
@@ -212,52 +248,19 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
   if (!action.empty() && action != "cancel" && action != "events") {
     return Error(404, StrCat("no route for ", req.method, " ", path));
   }
-  const char* allowed = parts.size() == 2 ? "GET, POST" : action == "cancel" ? "POST" : "GET";
-  const bool method_ok = parts.size() == 2    ? (req.method == "GET" || req.method == "POST")
+  const char* allowed =
+      parts.size() == 2 ? "GET, HEAD, POST" : action == "cancel" ? "POST" : "GET, HEAD";
+  const bool method_ok = parts.size() == 2    ? (IsGet(req.method) || req.method == "POST")
                          : action == "cancel" ? req.method == "POST"
-                                              : req.method == "GET";
+                                              : IsGet(req.method);
   if (!method_ok) return MethodNotAllowed(req, allowed);
 
   Principal p;
   if (auto refused = Authorize(req, "", /*jobs_api=*/true, &p)) return *refused;
 
-  if (!id) {
-    if (req.method == "GET") {
-      JobFilter filter;
-      if (p.role != Role::kAdmin) filter.owner = p.name;
-      auto jobs = store_->List(filter);
-      if (!jobs.ok()) return Error(500, jobs.status().ToString());
-      json arr = json::array();
-      for (const Job& j : *jobs) arr.push_back(json::parse(JobToJson(j)));
-      return Json(200, json{{"jobs", arr}});
-    }
-    // POST /v1/jobs: the job and its submit event are durable before the 201 goes out.
-    if (!IsValidUtf8(req.body)) return Error(400, "request body is not valid UTF-8");
-    auto spec = ParseJobSpec(req.body);
-    if (!spec.ok()) return Error(400, spec.status().message());
-    const auto now = static_cast<int64_t>(clock_());
-    if (scheduler_ != nullptr) {
-      auto job = scheduler_->Submit(p.name, std::move(spec).value(), now);
-      if (!job.ok()) return Error(500, job.status().ToString());
-      return Respond(201, "application/json", JobToJson(*job));
-    }
-    auto next = store_->NextJobId();
-    if (!next.ok()) return Error(500, next.status().ToString());
-    Job job;
-    job.id = *next;
-    job.owner = p.name;
-    job.spec = std::move(spec).value();
-    job.state = JobState::kPending;
-    job.submitted_at = job.updated_at = now;
-    job.reason = "submitted";
-    const Event ev{now, job.id, JobState::kPending, JobState::kPending,
-                   StrCat("submitted by ", p.name)};
-    const Status put = store_->Put(job, ev);
-    if (!put.ok()) return Error(500, put.ToString());
-    return Respond(201, "application/json", JobToJson(job));
-  }
+  if (!id) return IsGet(req.method) ? ListJobs(p) : SubmitJob(req, p);
 
-  auto got = store_->Get(*id);
+  auto got = GetJob(*id);
   if (!got.ok()) {
     if (got.status().code() == StatusCode::kNotFound) {
       return Error(404, StrCat("job ", *id, " not found"));
@@ -291,6 +294,59 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
   return Respond(200, "application/json", JobToJson(job));
 }
 
+HttpResponse Api::ListJobs(const Principal& p) {
+  JobFilter filter;
+  if (p.role != Role::kAdmin) filter.owner = p.name;
+  std::vector<UnreadableRecord> unreadable;
+  auto jobs = store_->ListJobs(filter, &unreadable);
+  if (jobs.ok() && !unreadable.empty()) {
+    // Set aside (the job then lists as FAILED, saying why), then list again.
+    if (const Status s = SetAsideUnreadable(); !s.ok()) return Error(500, s.ToString());
+    jobs = store_->List(filter);
+  }
+  if (!jobs.ok()) return Error(500, jobs.status().ToString());
+  json arr = json::array();
+  for (const Job& j : *jobs) arr.push_back(json::parse(JobToJson(j)));
+  return Json(200, json{{"jobs", arr}});
+}
+
+// POST /v1/jobs: the job and its submit event are durable before the 201 goes out.
+HttpResponse Api::SubmitJob(const HttpRequest& req, const Principal& p) {
+  if (!strict::IsUtf8(req.body)) return Error(400, "request body is not valid UTF-8");
+  auto spec = ParseJobSpec(req.body);
+  if (!spec.ok()) return Error(400, spec.status().message());
+  if (!spec->config_path.empty()) {
+    if (const Status s = CheckConfigPath(spec->config_path, options_.config_roots); !s.ok()) {
+      return Error(400, s.message());
+    }
+  }
+  if (p.role != Role::kAdmin && spec->priority > options_.max_user_priority) {
+    return Error(403, StrCat("priority = ", spec->priority, " is above ",
+                             options_.max_user_priority, ", the most a user may set; an admin token may set up to ",
+                             kMaxPriority));
+  }
+  const auto now = static_cast<int64_t>(clock_());
+  if (scheduler_ != nullptr) {
+    auto job = scheduler_->Submit(p.name, std::move(spec).value(), now);
+    if (!job.ok()) return FromStatus(job.status());
+    return Respond(201, "application/json", JobToJson(*job));
+  }
+  auto next = store_->NextJobId();
+  if (!next.ok()) return Error(500, next.status().ToString());
+  Job job;
+  job.id = *next;
+  job.owner = p.name;
+  job.spec = std::move(spec).value();
+  job.state = JobState::kPending;
+  job.submitted_at = job.updated_at = now;
+  job.reason = "submitted";
+  const Event ev{now, job.id, JobState::kPending, JobState::kPending,
+                 StrCat("submitted by ", p.name)};
+  const Status put = store_->Put(job, ev);
+  if (!put.ok()) return FromStatus(put);
+  return Respond(201, "application/json", JobToJson(job));
+}
+
 std::optional<HttpResponse> Api::Authorize(const HttpRequest& req, const std::string& node_id,
                                            bool jobs_api, Principal* who) {
   const auto header = req.headers.find("authorization");
@@ -300,10 +356,12 @@ std::optional<HttpResponse> Api::Authorize(const HttpRequest& req, const std::st
   if (jobs_api && who->role == Role::kNode) {
     return Error(403, StrCat("node '", who->name, "': node tokens may not use the jobs API"));
   }
-  // One node token is shared by every daemon: its buckets are per node id. Every other token has
-  // one bucket for everything it does.
-  const std::string key =
-      who->role == Role::kNode ? StrCat(who->token_sha256, "/", node_id) : who->token_sha256;
+  // Limits are per principal. One node token is normally shared by every daemon, so each
+  // registered node id has a bucket of its own; any other id (made up, or registering) shares
+  // the token's, so inventing ids buys nothing and the table stays bounded.
+  const bool own_bucket = who->role == Role::kNode && !node_id.empty() && scheduler_ != nullptr &&
+                          scheduler_->HasNode(node_id);
+  const std::string key = own_bucket ? StrCat(who->token_sha256, "/", node_id) : who->token_sha256;
   if (const double wait = TakeToken(key); wait > 0) {
     HttpResponse res = Error(
         429, StrCat("rate limit exceeded: ", options_.rate_per_s,
@@ -326,7 +384,9 @@ HttpResponse Api::RouteNodes(const HttpRequest& req, const std::string& path,
     return Error(404, StrCat("no route for ", req.method, " ", path));
   }
   const bool post = reg || beat;
-  if (req.method != (post ? "POST" : "GET")) return MethodNotAllowed(req, post ? "POST" : "GET");
+  if (post ? req.method != "POST" : !IsGet(req.method)) {
+    return MethodNotAllowed(req, post ? "POST" : "GET, HEAD");
+  }
   if (scheduler_ == nullptr) {
     return Error(503, "this server runs no scheduler; /v1/nodes is not available");
   }

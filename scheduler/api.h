@@ -37,8 +37,18 @@ struct HttpResponse {
 
 struct ApiOptions {
   size_t max_body_bytes = 1 << 20;  // larger request bodies get 413. Default: 1 MiB
-  double rate_per_s = 20;           // per-token token bucket refill rate. Default: 20 per second
-  double burst = 40;                // per-token bucket size. Default: 40 requests
+  // Rate limits are per authenticated principal (token); a node token has one bucket per
+  // registered node id besides (made-up ids share the token's). Default: 20 per second
+  double rate_per_s = 20;
+  double burst = 40;                // bucket size. Default: 40 requests
+  // Most buckets kept; past it, full (idle) buckets and then the longest-idle are dropped.
+  // Default: 10000
+  size_t max_rate_buckets = 10000;
+  // The highest priority a user token may give a job (admins: up to kMaxPriority). Default: 100
+  int max_user_priority = 100;
+  // Absolute directories under which an absolute config_path may lie. Relative paths (resolved
+  // by the node daemon against its config directory) may not leave it with "..". Default: none
+  std::vector<std::string> config_roots;
 };
 
 // Seconds since the epoch (fractions count for the rate limiter).
@@ -60,6 +70,9 @@ class Api {
   // The 413 answer for a body the transport refused before reading it all (counted in /metrics
   // like any other answer).
   HttpResponse BodyTooLarge();
+  // An answer the transport gives on its own (414 URL too long, 431 headers too large), as a
+  // JSON error counted in /metrics like any other.
+  HttpResponse TransportError(int status, const std::string& message);
 
   const ApiOptions& options() const { return options_; }
 
@@ -79,8 +92,14 @@ class Api {
                                         bool jobs_api, Principal* who);
   HttpResponse Metrics();
   // Takes one request's token from the key's bucket: 0 if there was one, else the seconds until
-  // there will be.
+  // there will be. Keeps the table within options_.max_rate_buckets.
   double TakeToken(const std::string& key);
+  void TrimBuckets(double now);
+  HttpResponse ListJobs(const Principal& p);
+  HttpResponse SubmitJob(const HttpRequest& req, const Principal& p);
+  // Get that sets aside a record that does not read back, then reads again.
+  Result<Job> GetJob(int64_t id);
+  Status SetAsideUnreadable();
 
   JobStore* store_;
   Scheduler* scheduler_;

@@ -1,10 +1,15 @@
-// Boost.Beast server: Listener accepts, each Session (plain TCP or TLS) reads a request (parser
-// with body limit, timeout before the read), hands it to Api::Handle and writes the answer;
-// do_/on_ pairs.
+// Boost.Beast server: Listener accepts (up to the connection cap, backing off on errors), each
+// Session (plain TCP or TLS) reads a request (parser with body and header limits, timeout before
+// the read), hands it to Api::Handle and writes the answer; do_/on_ pairs.
 #include "scheduler/http_server.h"
 
 #include <algorithm>
+#include <sys/resource.h>
+
+#include <array>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
@@ -17,6 +22,7 @@
 #include <cstdio>
 #include <exception>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <type_traits>
 
@@ -40,6 +46,29 @@ void Fail(beast::error_code ec, const char* what) {
   std::fprintf(stderr, "fp8rt scheduler http: %s: %s\n", what, ec.message().c_str());
 }
 
+// Logs the first of a run of like events and stays quiet while they keep coming, so that an
+// incident (descriptors exhausted, the connection cap reached) is one line however many times
+// it recurs. A run ends after `quiet` without one.
+class IncidentLog {
+ public:
+  explicit IncidentLog(std::chrono::seconds quiet) : quiet_(quiet) {}
+  // True if this event starts a new incident (and should be logged).
+  bool Starts() {
+    const auto now = std::chrono::steady_clock::now();
+    const bool starts = !seen_ || now - last_ > quiet_;
+    seen_ = true;
+    last_ = now;
+    return starts;
+  }
+
+ private:
+  std::chrono::seconds quiet_;
+  bool seen_ = false;
+  std::chrono::steady_clock::time_point last_;
+};
+
+class Listener;
+
 // Stream: beast::tcp_stream (plain HTTP) or TlsStream (HTTPS: a handshake first, a TLS shutdown
 // last).
 template <class Stream>
@@ -47,12 +76,19 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
 
  public:
-  Session(tcp::socket&& socket, Api* api, const HttpServerOptions& options)
+  // `listener` is told when the session ends (it counts open connections).
+  Session(tcp::socket&& socket, Api* api, const HttpServerOptions& options,
+          std::shared_ptr<Listener> listener)
     requires(!kTls)
-      : stream_(std::move(socket)), api_(api), options_(options) {}
-  Session(tcp::socket&& socket, ssl::context& ctx, Api* api, const HttpServerOptions& options)
+      : stream_(std::move(socket)), api_(api), options_(options), listener_(std::move(listener)) {}
+  Session(tcp::socket&& socket, ssl::context& ctx, Api* api, const HttpServerOptions& options,
+          std::shared_ptr<Listener> listener)
     requires(kTls)
-      : stream_(std::move(socket), ctx), api_(api), options_(options) {}
+      : stream_(std::move(socket), ctx),
+        api_(api),
+        options_(options),
+        listener_(std::move(listener)) {}
+  ~Session();
 
   void Run() {
     asio::dispatch(stream_.get_executor(),
@@ -79,6 +115,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   void DoRead() {
     parser_.emplace();
     parser_->body_limit(api_->options().max_body_bytes);
+    parser_->header_limit(static_cast<std::uint32_t>(options_.max_header_bytes));
     beast::get_lowest_layer(stream_).expires_after(options_.read_timeout);
     http::async_read(stream_, buffer_, *parser_,
                      beast::bind_front_handler(&Session::OnRead, this->shared_from_this()));
@@ -87,13 +124,23 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   void OnRead(beast::error_code ec, std::size_t) {
     if (ec == http::error::body_limit) {
       // Answer 413 and close: the rest of the body is never read.
-      const HttpResponse resp = api_->BodyTooLarge();
-      Send(resp.status, resp.content_type, resp.body, /*keep_alive=*/false,
-           parser_->get().version(), resp.headers);
-      return;
+      return Refuse(api_->BodyTooLarge(), parser_->get().version());
     }
+    if (ec == http::error::header_limit) return Refuse(HeaderTooLarge(), 11);
     if (ec) return Fail(ec, "read");
     const http::request<http::string_body>& req = parser_->get();
+    if (req.target().size() > options_.max_target_bytes) {
+      return Refuse(UrlTooLong(req.target().size()), req.version());
+    }
+    size_t fields = 0;
+    for (auto it = req.begin(); it != req.end(); ++it) ++fields;
+    if (fields > options_.max_header_fields) {
+      return Refuse(api_->TransportError(
+                        431, StrCat("request has ", fields, " header fields; at most ",
+                                    options_.max_header_fields, " are allowed")),
+                    req.version());
+    }
+    head_ = req.method() == http::verb::head;
     HttpRequest r;
     r.method = std::string(req.method_string());
     r.target = std::string(req.target());
@@ -108,6 +155,25 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     Send(resp.status, resp.content_type, resp.body, req.keep_alive(), req.version(), resp.headers);
   }
 
+  // The header (request line included) outgrew max_header_bytes: 414 if the request line alone
+  // did (the parser never got a whole one), else 431.
+  HttpResponse HeaderTooLarge() {
+    if (parser_->get().target().empty()) return UrlTooLong(buffer_.size());
+    return api_->TransportError(431, StrCat("request header fields are larger than ",
+                                            options_.max_header_bytes, " bytes in all"));
+  }
+  HttpResponse UrlTooLong(size_t at_least) {
+    return api_->TransportError(414, StrCat("request URL is longer than ",
+                                            options_.max_target_bytes, " bytes (", at_least,
+                                            " or more)"));
+  }
+  // Answers an error and closes the connection (lingering to drain what the client still sends,
+  // so that it reads the answer instead of a reset).
+  void Refuse(const HttpResponse& resp, unsigned version) {
+    head_ = false;
+    Send(resp.status, resp.content_type, resp.body, /*keep_alive=*/false, version, resp.headers);
+  }
+
   void Send(int status, const std::string& content_type, std::string body, bool keep_alive,
             unsigned version, const std::map<std::string, std::string>& headers = {}) {
     auto res = std::make_shared<http::response<http::string_body>>(
@@ -116,8 +182,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     res->set(http::field::content_type, content_type);
     for (const auto& [name, value] : headers) res->set(name, value);
     res->keep_alive(keep_alive);
-    res->body() = std::move(body);
-    res->prepare_payload();
+    if (head_) {
+      // HEAD: the length the GET body would have, and no body, so the connection stays in step.
+      res->content_length(body.size());
+    } else {
+      res->body() = std::move(body);
+      res->prepare_payload();
+    }
     response_ = res;
     beast::get_lowest_layer(stream_).expires_after(options_.write_timeout);
     http::async_write(
@@ -135,59 +206,189 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       } else {
         beast::error_code ignored;
         stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        DoLinger();
       }
       return;
     }
     DoRead();
   }
 
+  // Reads and drops what the client still sends (up to 1 MiB, for up to 2 s) until it closes:
+  // closing with unread data would reset the connection, and the client could lose the answer.
+  void DoLinger() {
+    if constexpr (!kTls) {
+      if (lingered_ >= (1 << 20)) return;
+      if (!linger_buf_) linger_buf_ = std::make_unique<std::array<char, 16384>>();
+      stream_.expires_after(std::chrono::seconds(2));
+      stream_.async_read_some(
+          asio::buffer(*linger_buf_),
+          [self = this->shared_from_this()](beast::error_code ec, std::size_t n) {
+            if (ec) return;
+            self->lingered_ += n;
+            self->DoLinger();
+          });
+    }
+  }
+
   Stream stream_;
   beast::flat_buffer buffer_;
   Api* api_;
   const HttpServerOptions& options_;
+  std::shared_ptr<Listener> listener_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::shared_ptr<void> response_;
+  bool head_ = false;  // the request being answered is a HEAD
+  std::unique_ptr<std::array<char, 16384>> linger_buf_;
+  size_t lingered_ = 0;
 };
 
+// Accepts connections while fewer than `cap` are open. At the cap it stops accepting (the kernel
+// queues new connections in the listen backlog) until a session ends; a failing accept() (out of
+// descriptors, say) is retried after a backoff of 10 ms doubling to 1 s, never at once. Each
+// incident is logged once.
 class Listener : public std::enable_shared_from_this<Listener> {
  public:
   // `tls`: serve HTTPS with this context (it must outlive the listener); nullptr: plain HTTP.
   Listener(asio::io_context& ioc, tcp::acceptor&& acceptor, Api* api,
-           const HttpServerOptions& options, ssl::context* tls)
-      : ioc_(ioc), acceptor_(std::move(acceptor)), api_(api), options_(options), tls_(tls) {}
+           const HttpServerOptions& options, ssl::context* tls, size_t cap)
+      : ioc_(ioc),
+        acceptor_(std::move(acceptor)),
+        timer_(ioc),
+        api_(api),
+        options_(options),
+        tls_(tls),
+        cap_(cap) {}
 
-  void Run() { DoAccept(); }
+  void Run() { MaybeAccept(); }
   void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
     beast::error_code ignored;
     acceptor_.close(ignored);
+    timer_.cancel();
+  }
+  // A session ended: accept again if the cap had stopped it.
+  void SessionEnded() {
+    std::lock_guard<std::mutex> lock(mu_);
+    --open_;
+    if (!closed_) asio::post(ioc_, [self = shared_from_this()] { self->MaybeAccept(); });
   }
 
  private:
-  void DoAccept() {
+  void MaybeAccept() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || accepting_ || backing_off_) return;
+    if (open_ >= cap_) {
+      if (cap_log_.Starts()) {
+        std::fprintf(stderr,
+                     "fp8rt scheduler http: connection limit %zu reached; new connections wait in "
+                     "the listen backlog until one closes (--max-connections)\n",
+                     cap_);
+      }
+      return;
+    }
+    accepting_ = true;
     acceptor_.async_accept(asio::make_strand(ioc_),
                            beast::bind_front_handler(&Listener::OnAccept, shared_from_this()));
   }
 
   void OnAccept(beast::error_code ec, tcp::socket socket) {
-    if (ec) {
-      Fail(ec, "accept");
-      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-    } else {
-      if (tls_ != nullptr) {
-        std::make_shared<Session<TlsStream>>(std::move(socket), *tls_, api_, options_)->Run();
-      } else {
-        std::make_shared<Session<beast::tcp_stream>>(std::move(socket), api_, options_)->Run();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      accepting_ = false;
+      if (closed_ || ec == asio::error::operation_aborted) return;
+      if (ec) {
+        ++failures_;
+        if (failures_ == 1) {
+          failing_since_ = std::chrono::steady_clock::now();
+          logged_failure_ = accept_log_.Starts();
+          if (logged_failure_) {
+            std::fprintf(stderr,
+                         "fp8rt scheduler http: accept failed: %s (%zu connections open); "
+                         "retrying after a backoff of 10 ms doubling to 1 s\n",
+                         ec.message().c_str(), open_);
+          }
+        }
+        backoff_ = std::min(backoff_ * 2, std::chrono::milliseconds(1000));
+        backing_off_ = true;
+        timer_.expires_after(backoff_);
+        timer_.async_wait([self = shared_from_this()](beast::error_code) {
+          {
+            std::lock_guard<std::mutex> lock(self->mu_);
+            self->backing_off_ = false;
+          }
+          self->MaybeAccept();
+        });
+        return;
       }
+      if (failures_ > 0 && logged_failure_) {
+        const auto s = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                     failing_since_)
+                           .count();
+        std::fprintf(stderr,
+                     "fp8rt scheduler http: accept works again after %lld failed attempts in "
+                     "%.1f s\n",
+                     static_cast<long long>(failures_), s);
+      }
+      failures_ = 0;
+      backoff_ = std::chrono::milliseconds(5);
+      ++open_;
     }
-    DoAccept();
+    if (tls_ != nullptr) {
+      std::make_shared<Session<TlsStream>>(std::move(socket), *tls_, api_, options_,
+                                           shared_from_this())
+          ->Run();
+    } else {
+      std::make_shared<Session<beast::tcp_stream>>(std::move(socket), api_, options_,
+                                                   shared_from_this())
+          ->Run();
+    }
+    MaybeAccept();
   }
 
   asio::io_context& ioc_;
   tcp::acceptor acceptor_;
+  asio::steady_timer timer_;
   Api* api_;
   const HttpServerOptions& options_;
   ssl::context* tls_;
+  const size_t cap_;
+
+  std::mutex mu_;
+  bool closed_ = false;
+  bool accepting_ = false;    // an async_accept is outstanding
+  bool backing_off_ = false;  // waiting out a backoff after a failed accept
+  size_t open_ = 0;           // sessions alive
+  int64_t failures_ = 0;      // consecutive failed accepts
+  bool logged_failure_ = false;
+  std::chrono::steady_clock::time_point failing_since_;
+  std::chrono::milliseconds backoff_{5};
+  IncidentLog accept_log_{std::chrono::seconds(10)};
+  IncidentLog cap_log_{std::chrono::seconds(10)};
 };
+
+template <class Stream>
+Session<Stream>::~Session() {
+  listener_->SessionEnded();
+}
+
+// The connection cap for options.max_connections (0: from RLIMIT_NOFILE).
+size_t ConnectionCap(const HttpServerOptions& o) {
+  struct rlimit lim {};
+  const bool have = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY;
+  const size_t fds = have ? static_cast<size_t>(lim.rlim_cur) : 65536;
+  if (o.max_connections > 0) {
+    if (o.max_connections + 64 > fds) {
+      std::fprintf(stderr,
+                   "fp8rt scheduler http: max_connections %zu is above what the open-files limit "
+                   "(%zu) leaves after 64 for the rest; accept() may run out of descriptors "
+                   "(it backs off)\n",
+                   o.max_connections, fds);
+    }
+    return o.max_connections;
+  }
+  return std::clamp<size_t>(fds > 64 ? fds - 64 : 0, 16, 1024);
+}
 
 // The TLS context from the options' PEM files; errors name the file.
 Status LoadTls(const HttpServerOptions& o, ssl::context* ctx) {
@@ -260,8 +461,10 @@ Status HttpServer::Start(uint16_t port) {
   const tcp::endpoint bound = acceptor.local_endpoint(ec);
   if (ec) return Status::IOError(StrCat("http server: local_endpoint: ", ec.message()));
   port_ = bound.port();
+  max_connections_ = ConnectionCap(options_);
   impl->listener = std::make_shared<Listener>(impl->ioc, std::move(acceptor), api_, options_,
-                                              impl->use_tls ? &impl->tls : nullptr);
+                                              impl->use_tls ? &impl->tls : nullptr,
+                                              max_connections_);
   impl->listener->Run();
   impl_ = std::move(impl);
   for (int i = 0; i < options_.threads; ++i) {
@@ -288,6 +491,7 @@ void HttpServer::Stop() {
   impl_->listener->Close();
   impl_.reset();
   port_ = 0;
+  max_connections_ = 0;
 }
 
 }  // namespace fp8rt::sched

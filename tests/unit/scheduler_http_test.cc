@@ -200,7 +200,7 @@ TEST(SchedulerHttpApi, RoutesMethodsAndBodyLimit) {
   EXPECT_EQ(api.Handle(Req("GET", "/v1/jobs/7", kAlice)).status, 404);
   HttpResponse del = api.Handle(Req("DELETE", "/v1/jobs", kAlice));
   EXPECT_EQ(del.status, 405);
-  EXPECT_EQ(del.headers.at("Allow"), "GET, POST");
+  EXPECT_EQ(del.headers.at("Allow"), "GET, HEAD, POST");
   EXPECT_EQ(api.Handle(Req("GET", "/v1/jobs/1/cancel", kAlice)).status, 405);
   EXPECT_EQ(api.Handle(Req("POST", "/v1/jobs/1", kAlice)).status, 405);
   EXPECT_EQ(api.Handle(Req("POST", "/v1/health", "")).status, 405);
@@ -305,7 +305,7 @@ TEST_F(SchedulerHttpServerTest, HealthNeedsNoToken) {
   EXPECT_EQ(r.Json(), json({{"status", "ok"}}));
   Reply wrong = Send("POST", StrCat("/v1/jobs/1/events"), kAlice);
   EXPECT_EQ(wrong.status, 405);
-  EXPECT_EQ(wrong.allow, "GET");
+  EXPECT_EQ(wrong.allow, "GET, HEAD");
 }
 
 TEST_F(SchedulerHttpServerTest, SubmitGetListAsUser) {

@@ -512,7 +512,7 @@ TEST_F(SchedNodesApiTest, RegisterHeartbeatListAndRefusals) {
   }
 }
 
-TEST_F(SchedNodesApiTest, NodeTokensAreRateLimitedPerNodeIdOtherTokensPerToken) {
+TEST_F(SchedNodesApiTest, NodeTokensAreRateLimitedPerRegisteredNodeOtherTokensPerToken) {
   auto auth =
       TokenAuth::Parse(StrCat("node: [{name: d, sha256: ", HashToken(kNodeToken),
                               "}]\nuser: [{name: alice, sha256: ", HashToken(kUserToken), "}]"));
@@ -531,12 +531,19 @@ TEST_F(SchedNodesApiTest, NodeTokensAreRateLimitedPerNodeIdOtherTokensPerToken) 
   EXPECT_EQ(call("/v1/nodes/b", kUserToken), 404);
   EXPECT_EQ(call("/v1/nodes/c", kUserToken), 429);
   EXPECT_EQ(call("/v1/jobs", kUserToken), 429);
-  // Daemons sharing the node token each have their own.
+  // Daemons sharing the node token each have their own bucket once registered; ids that are
+  // not registered share the token's, so made-up ids buy nothing.
+  for (const char* id : {"a", "b"}) {
+    ASSERT_TRUE(sched_->RegisterNode(Node(id, "H100", 90, 1), now_).ok());
+  }
   for (const char* n : {"/v1/nodes/a", "/v1/nodes/b"}) {
-    EXPECT_EQ(call(n, kNodeToken), 404);
-    EXPECT_EQ(call(n, kNodeToken), 404);
+    EXPECT_EQ(call(n, kNodeToken), 200);
+    EXPECT_EQ(call(n, kNodeToken), 200);
     EXPECT_EQ(call(n, kNodeToken), 429);
   }
+  EXPECT_EQ(call("/v1/nodes/c", kNodeToken), 404);
+  EXPECT_EQ(call("/v1/nodes/d", kNodeToken), 404);
+  EXPECT_EQ(call("/v1/nodes/e", kNodeToken), 429);
 }
 
 TEST_F(SchedNodesApiTest, WithoutASchedulerNodesAre503) {
