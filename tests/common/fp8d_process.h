@@ -133,7 +133,7 @@ class Fp8dProcess {
   pid_t pid() const { return pid_; }
   // Exit code, or 128 + signal.
   int Wait() {
-    if (pid_ <= 0) return -1;
+    if (pid_ <= 0) return exit_code_;
     int status = 0;
     ::waitpid(pid_, &status, 0);
     pid_ = -1;
@@ -149,9 +149,19 @@ class Fp8dProcess {
     if (pid_ > 0) ::kill(pid_, sig);
   }
   bool running() const { return pid_ > 0; }
+  // False once the process has exited (it is reaped; Wait then returns its code).
+  bool Alive() {
+    if (pid_ <= 0) return false;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) != pid_) return true;
+    pid_ = -1;
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return false;
+  }
 
  private:
   pid_t pid_ = -1;
+  int exit_code_ = -1;
 };
 
 class SchedProcessTest : public ::testing::Test {
@@ -169,15 +179,16 @@ class SchedProcessTest : public ::testing::Test {
   }
 
   // Starts the scheduler on an ephemeral port and waits until it has written it.
-  void Start(std::vector<std::string> extra = {}) {
+  // `max_open_files` > 0 runs it under that RLIMIT_NOFILE.
+  void Start(std::vector<std::string> extra = {}, rlim_t max_open_files = 0) {
     fs::remove(port_file_);
     std::vector<std::string> args = {
         "--scheduler", "--port",       "0",           "--data-dir",         data_,
         "--tokens",    tokens_,        "--port-file", port_file_,           "--rate-limit",
         "100000",      "--rate-burst", "100000",      "--tick-interval-ms", "20"};
     args.insert(args.end(), extra.begin(), extra.end());
-    proc_.Spawn(args, log_);
-    for (int i = 0; i < 1000 && !fs::exists(port_file_); ++i) {
+    proc_.Spawn(args, log_, max_open_files);
+    for (int i = 0; i < 1000 && !fs::exists(port_file_) && proc_.Alive(); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     ASSERT_TRUE(fs::exists(port_file_)) << Slurp(log_);
