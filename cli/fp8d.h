@@ -34,8 +34,8 @@ struct Options {
   int threads = 2;                   // HTTP I/O threads. Default: 2
   double rate_per_s = 20;            // API requests per second per token. Default: 20
   double rate_burst = 40;            // per-token burst. Default: 40
-  size_t max_connections = 0;        // open HTTP connections; 0: from the open-files limit. Default: 0
-  int max_user_priority = 100;       // highest priority a user token may set. Default: 100
+  size_t max_connections = 0;   // open HTTP connections; 0: from the open-files limit. Default: 0
+  int max_user_priority = 100;  // highest priority a user token may set. Default: 100
   std::vector<std::string> config_roots;  // where absolute config paths may lie. Default: none
   std::string port_file;  // written (atomically) with the bound port once serving. Default: ""
 };

@@ -11,10 +11,10 @@
 #include <sstream>
 #include <vector>
 
+#include "common/strict_yaml.h"
 #include "scheduler/node.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/store_repair.h"
-#include "common/strict_yaml.h"
 
 namespace fp8rt::sched {
 namespace {
@@ -155,13 +155,14 @@ double Api::TakeToken(const std::string& key) {
 void Api::TrimBuckets(double now) {
   for (auto it = buckets_.begin(); it != buckets_.end();) {
     const Bucket& b = it->second;
-    const bool full = b.tokens + std::max(0.0, now - b.last) * options_.rate_per_s >= options_.burst;
+    const bool full =
+        b.tokens + std::max(0.0, now - b.last) * options_.rate_per_s >= options_.burst;
     it = full ? buckets_.erase(it) : std::next(it);
   }
   while (!buckets_.empty() && buckets_.size() >= options_.max_rate_buckets) {
-    auto oldest = std::min_element(buckets_.begin(), buckets_.end(), [](const auto& a, const auto& b) {
-      return a.second.last < b.second.last;
-    });
+    auto oldest = std::min_element(
+        buckets_.begin(), buckets_.end(),
+        [](const auto& a, const auto& b) { return a.second.last < b.second.last; });
     buckets_.erase(oldest);
   }
 }
@@ -248,8 +249,9 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
   if (!action.empty() && action != "cancel" && action != "events") {
     return Error(404, StrCat("no route for ", req.method, " ", path));
   }
-  const char* allowed =
-      parts.size() == 2 ? "GET, HEAD, POST" : action == "cancel" ? "POST" : "GET, HEAD";
+  const char* allowed = parts.size() == 2    ? "GET, HEAD, POST"
+                        : action == "cancel" ? "POST"
+                                             : "GET, HEAD";
   const bool method_ok = parts.size() == 2    ? (IsGet(req.method) || req.method == "POST")
                          : action == "cancel" ? req.method == "POST"
                                               : IsGet(req.method);
@@ -281,8 +283,7 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
   }
   // cancel
   if (scheduler_ != nullptr) {
-    auto cancelled =
-        scheduler_->Cancel(*id, p.name, static_cast<int64_t>(clock_()));
+    auto cancelled = scheduler_->Cancel(*id, p.name, static_cast<int64_t>(clock_()));
     if (!cancelled.ok()) return FromStatus(cancelled.status());
     return Respond(200, "application/json", JobToJson(*cancelled));
   }
@@ -321,9 +322,9 @@ HttpResponse Api::SubmitJob(const HttpRequest& req, const Principal& p) {
     }
   }
   if (p.role != Role::kAdmin && spec->priority > options_.max_user_priority) {
-    return Error(403, StrCat("priority = ", spec->priority, " is above ",
-                             options_.max_user_priority, ", the most a user may set; an admin token may set up to ",
-                             kMaxPriority));
+    return Error(403,
+                 StrCat("priority = ", spec->priority, " is above ", options_.max_user_priority,
+                        ", the most a user may set; an admin token may set up to ", kMaxPriority));
   }
   const auto now = static_cast<int64_t>(clock_());
   if (scheduler_ != nullptr) {

@@ -40,7 +40,7 @@ struct ApiOptions {
   // Rate limits are per authenticated principal (token); a node token has one bucket per
   // registered node id besides (made-up ids share the token's). Default: 20 per second
   double rate_per_s = 20;
-  double burst = 40;                // bucket size. Default: 40 requests
+  double burst = 40;  // bucket size. Default: 40 requests
   // Most buckets kept; past it, full (idle) buckets and then the longest-idle are dropped.
   // Default: 10000
   size_t max_rate_buckets = 10000;

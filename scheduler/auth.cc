@@ -1,8 +1,6 @@
 // Tokens file parsing, SHA-256 (OpenSSL EVP) token hashing and constant-time lookup.
 #include "scheduler/auth.h"
 
-#include "common/strict_yaml.h"
-
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
@@ -11,6 +9,8 @@
 #include <memory>
 #include <set>
 #include <sstream>
+
+#include "common/strict_yaml.h"
 
 namespace fp8rt::sched {
 namespace {

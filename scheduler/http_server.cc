@@ -3,16 +3,16 @@
 // the read), hands it to Api::Handle and writes the answer; do_/on_ pairs.
 #include "scheduler/http_server.h"
 
-#include <algorithm>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/dispatch.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -78,12 +78,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
  public:
   // `listener` is told when the session ends (it counts open connections).
   Session(tcp::socket&& socket, Api* api, const HttpServerOptions& options,
-          std::shared_ptr<Listener> listener)
-    requires(!kTls)
+          std::shared_ptr<Listener> listener) requires(!kTls)
       : stream_(std::move(socket)), api_(api), options_(options), listener_(std::move(listener)) {}
   Session(tcp::socket&& socket, ssl::context& ctx, Api* api, const HttpServerOptions& options,
-          std::shared_ptr<Listener> listener)
-    requires(kTls)
+          std::shared_ptr<Listener> listener) requires(kTls)
       : stream_(std::move(socket), ctx),
         api_(api),
         options_(options),
@@ -135,10 +133,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     size_t fields = 0;
     for (auto it = req.begin(); it != req.end(); ++it) ++fields;
     if (fields > options_.max_header_fields) {
-      return Refuse(api_->TransportError(
-                        431, StrCat("request has ", fields, " header fields; at most ",
-                                    options_.max_header_fields, " are allowed")),
-                    req.version());
+      return Refuse(
+          api_->TransportError(431, StrCat("request has ", fields, " header fields; at most ",
+                                           options_.max_header_fields, " are allowed")),
+          req.version());
     }
     head_ = req.method() == http::verb::head;
     HttpRequest r;
@@ -163,9 +161,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
                                             options_.max_header_bytes, " bytes in all"));
   }
   HttpResponse UrlTooLong(size_t at_least) {
-    return api_->TransportError(414, StrCat("request URL is longer than ",
-                                            options_.max_target_bytes, " bytes (", at_least,
-                                            " or more)"));
+    return api_->TransportError(
+        414, StrCat("request URL is longer than ", options_.max_target_bytes, " bytes (", at_least,
+                    " or more)"));
   }
   // Answers an error and closes the connection (lingering to drain what the client still sends,
   // so that it reads the answer instead of a reset).
@@ -220,13 +218,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       if (lingered_ >= (1 << 20)) return;
       if (!linger_buf_) linger_buf_ = std::make_unique<std::array<char, 16384>>();
       stream_.expires_after(std::chrono::seconds(2));
-      stream_.async_read_some(
-          asio::buffer(*linger_buf_),
-          [self = this->shared_from_this()](beast::error_code ec, std::size_t n) {
-            if (ec) return;
-            self->lingered_ += n;
-            self->DoLinger();
-          });
+      stream_.async_read_some(asio::buffer(*linger_buf_), [self = this->shared_from_this()](
+                                                              beast::error_code ec, std::size_t n) {
+        if (ec) return;
+        self->lingered_ += n;
+        self->DoLinger();
+      });
     }
   }
 
@@ -322,9 +319,9 @@ class Listener : public std::enable_shared_from_this<Listener> {
         return;
       }
       if (failures_ > 0 && logged_failure_) {
-        const auto s = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                     failing_since_)
-                           .count();
+        const auto s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - failing_since_)
+                .count();
         std::fprintf(stderr,
                      "fp8rt scheduler http: accept works again after %lld failed attempts in "
                      "%.1f s\n",
@@ -405,8 +402,8 @@ Status LoadTls(const HttpServerOptions& o, ssl::context* ctx) {
                                           "' cannot be used: ", ec.message()));
   }
   if (ctx->use_private_key_file(o.tls_key_file, ssl::context::pem, ec); ec) {
-    return Status::InvalidArgument(StrCat("http server: TLS key file '", o.tls_key_file,
-                                          "' cannot be used: ", ec.message()));
+    return Status::InvalidArgument(
+        StrCat("http server: TLS key file '", o.tls_key_file, "' cannot be used: ", ec.message()));
   }
   return Status::Ok();
 }
@@ -462,9 +459,9 @@ Status HttpServer::Start(uint16_t port) {
   if (ec) return Status::IOError(StrCat("http server: local_endpoint: ", ec.message()));
   port_ = bound.port();
   max_connections_ = ConnectionCap(options_);
-  impl->listener = std::make_shared<Listener>(impl->ioc, std::move(acceptor), api_, options_,
-                                              impl->use_tls ? &impl->tls : nullptr,
-                                              max_connections_);
+  impl->listener =
+      std::make_shared<Listener>(impl->ioc, std::move(acceptor), api_, options_,
+                                 impl->use_tls ? &impl->tls : nullptr, max_connections_);
   impl->listener->Run();
   impl_ = std::move(impl);
   for (int i = 0; i < options_.threads; ++i) {

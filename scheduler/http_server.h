@@ -26,9 +26,10 @@ struct HttpServerOptions {
   // the kernel's listen backlog) until one closes. 0: as many as RLIMIT_NOFILE leaves after 64
   // descriptors for the job store and the rest, at least 16 and at most 1024. Default: 0
   size_t max_connections = 0;
-  size_t max_header_bytes = 16 * 1024;  // request line + header fields, else 431/414. Default: 16 KiB
-  size_t max_target_bytes = 8 * 1024;   // the URL, else 414. Default: 8 KiB
-  size_t max_header_fields = 100;       // header fields, else 431. Default: 100
+  size_t max_header_bytes =
+      16 * 1024;  // request line + header fields, else 431/414. Default: 16 KiB
+  size_t max_target_bytes = 8 * 1024;  // the URL, else 414. Default: 8 KiB
+  size_t max_header_fields = 100;      // header fields, else 431. Default: 100
   // PEM certificate chain and private key: both set serves HTTPS only (TLS 1.2+). Default: ""
   std::string tls_cert_file;
   std::string tls_key_file;

@@ -117,8 +117,8 @@ std::string FormatComputeCapability(int cc) { return StrCat(cc / 10, ".", cc % 1
 
 Result<int> ParseComputeCapability(const Value& v, const std::string& path) {
   auto bad = [&] {
-    return Status::InvalidArgument(StrCat(path, " = ", v.Describe(),
-                                          " is not a compute capability like 8.0, 8.9 or 9.0"));
+    return Status::InvalidArgument(
+        StrCat(path, " = ", v.Describe(), " is not a compute capability like 8.0, 8.9 or 9.0"));
   };
   if (v.kind == Kind::kInt || v.kind == Kind::kFloat) {
     if (!std::isfinite(v.f) || v.f < 0 || v.f >= 100) return bad();
@@ -164,10 +164,10 @@ Status CheckConfigPath(const std::string& path, const std::vector<std::string>& 
     auto [ri, pi] = std::mismatch(r.begin(), r.end(), p.begin(), p.end());
     if (ri == r.end() && pi != p.end()) return Status::Ok();
   }
-  return Status::InvalidArgument(StrCat(
-      "config_path = '", path, "' is outside the allowed roots (",
-      list.empty() ? "none: give a path relative to the node's config directory" : list,
-      "); fp8d --config-root DIR allows absolute paths under DIR"));
+  return Status::InvalidArgument(
+      StrCat("config_path = '", path, "' is outside the allowed roots (",
+             list.empty() ? "none: give a path relative to the node's config directory" : list,
+             "); fp8d --config-root DIR allows absolute paths under DIR"));
 }
 
 Result<JobSpec> ParseJobSpec(const std::string& text) {

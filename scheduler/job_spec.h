@@ -36,22 +36,22 @@ inline constexpr int kMaxRestarts = 1000;
 inline constexpr size_t kMaxConfigPath = 4096;
 
 struct JobSpec {
-  std::string name;                       // [A-Za-z0-9._-], 1..128 chars. Default: "" (required)
+  std::string name;         // [A-Za-z0-9._-], 1..128 chars. Default: "" (required)
   std::string config_yaml;  // trainer config given inline, as canonical JSON text. Default: ""
-  std::string config_path;                // or a path to it; exactly one of the two. Default: ""
-  int nodes = 1;                          // gang size in nodes, 1..4096. Default: 1
-  int gpus_per_node = 1;                  // 1..1024. Default: 1
+  std::string config_path;  // or a path to it; exactly one of the two. Default: ""
+  int nodes = 1;            // gang size in nodes, 1..4096. Default: 1
+  int gpus_per_node = 1;    // 1..1024. Default: 1
   std::vector<std::string> gpu_types;     // allowed GpuInfo::name values; empty = any. Default: {}
   int min_compute_capability = 0;         // 10 * major + minor (8.9 -> 89). Default: 0 (any)
   double min_memory_gib = 0;              // per GPU, 0..2^20 and finite. Default: 0
   Precision precision = Precision::kFp8;  // Default: fp8
   Fallback fallback = Fallback::kBf16;    // only used when precision is fp8. Default: bf16
   int64_t fallback_timeout_s = 3600;      // only with fallback wait; 0..10 years. Default: 3600
-  int priority = 0;  // -1e6..1e6; higher runs first and may preempt lower. Default: 0
-  bool preemptible = true;                // Default: true
-  int64_t checkpoint_interval = 1000;     // steps between checkpoints, 1..1e12. Default: 1000
-  int max_restarts = 3;                   // node-loss requeues before FAILED, 0..1000. Default: 3
-  bool allow_mixed_gpu_types = false;     // may one gang span GPU types. Default: false
+  int priority = 0;         // -1e6..1e6; higher runs first and may preempt lower. Default: 0
+  bool preemptible = true;  // Default: true
+  int64_t checkpoint_interval = 1000;  // steps between checkpoints, 1..1e12. Default: 1000
+  int max_restarts = 3;                // node-loss requeues before FAILED, 0..1000. Default: 3
+  bool allow_mixed_gpu_types = false;  // may one gang span GPU types. Default: false
 
   int total_gpus() const { return nodes * gpus_per_node; }
   // Canonical JSON; ParseJobSpec(ToJson()) gives back an equal spec.

@@ -1,5 +1,5 @@
-// Node registrations and heartbeats through the strict reader (common/strict_yaml.h), and the JSON of commands and node
-// records. Every error names the field, the value and what is allowed.
+// Node registrations and heartbeats through the strict reader (common/strict_yaml.h), and the JSON
+// of commands and node records. Every error names the field, the value and what is allowed.
 #include "scheduler/node.h"
 
 #include <cmath>
@@ -55,8 +55,8 @@ strict::Reader IndexList(std::vector<int>* out) {
     out->clear();
     for (size_t i = 0; i < v.items.size(); ++i) {
       int g = 0;
-      FP8RT_RETURN_IF_ERROR(strict::Integer(&g, 0, kMaxNodeGpus - 1)(v.items[i],
-                                                                     StrCat(path, "[", i, "]")));
+      FP8RT_RETURN_IF_ERROR(
+          strict::Integer(&g, 0, kMaxNodeGpus - 1)(v.items[i], StrCat(path, "[", i, "]")));
       out->push_back(g);
     }
     return Status::Ok();
@@ -122,14 +122,14 @@ Result<NodeRegistration> ParseNodeRegistration(const std::string& body) {
   FP8RT_ASSIGN_OR_RETURN(const Value root, strict::Parse(body, "node registration"));
   NodeRegistration r;
   const Value* gpus = nullptr;
-  FP8RT_RETURN_IF_ERROR(ReadObject(
-      root, "",
-      {{"id", strict::String(&r.id, 128)},
-       {"gpus", [&gpus](const Value& v, const std::string&) {
-          gpus = &v;
-          return Status::Ok();
-        }}},
-      {"id", "gpus"}));
+  FP8RT_RETURN_IF_ERROR(ReadObject(root, "",
+                                   {{"id", strict::String(&r.id, 128)},
+                                    {"gpus",
+                                     [&gpus](const Value& v, const std::string&) {
+                                       gpus = &v;
+                                       return Status::Ok();
+                                     }}},
+                                   {"id", "gpus"}));
   FP8RT_RETURN_IF_ERROR(ValidateNodeId(r.id));
   if (gpus->kind != Kind::kSeq) {
     return Status::InvalidArgument(
@@ -156,8 +156,7 @@ Result<NodeRegistration> ParseNodeRegistration(const std::string& body) {
                                      {"name", "compute_capability", "memory_gib"}));
     if (g.name.empty()) return Status::InvalidArgument(StrCat(where, ".name must not be empty"));
     if (!(g.memory_gib > 0)) {
-      return Status::InvalidArgument(
-          StrCat(where, ".memory_gib = ", g.memory_gib, " must be > 0"));
+      return Status::InvalidArgument(StrCat(where, ".memory_gib = ", g.memory_gib, " must be > 0"));
     }
     total += count;
     entries.emplace_back(std::move(g), count);
@@ -194,14 +193,13 @@ Result<HeartbeatRequest> ParseHeartbeat(const std::string& body) {
     const std::string where = StrCat("jobs[", i, "]");
     JobReport r;
     std::string status;
-    FP8RT_RETURN_IF_ERROR(
-        ReadObject(e, where,
-                   {{"job_id", strict::Integer(&r.job_id, 1)},
-                    {"status", strict::String(&status, 64)},
-                    {"exit_code", strict::Integer(&r.exit_code, -1024, 1024)},
-                    {"step", strict::Integer(&r.step, -1)},
-                    {"checkpoint_step", strict::Integer(&r.checkpoint_step, -1)}},
-                   {"job_id", "status"}));
+    FP8RT_RETURN_IF_ERROR(ReadObject(e, where,
+                                     {{"job_id", strict::Integer(&r.job_id, 1)},
+                                      {"status", strict::String(&status, 64)},
+                                      {"exit_code", strict::Integer(&r.exit_code, -1024, 1024)},
+                                      {"step", strict::Integer(&r.step, -1)},
+                                      {"checkpoint_step", strict::Integer(&r.checkpoint_step, -1)}},
+                                     {"job_id", "status"}));
     if (!seen.insert(r.job_id).second) {
       return Status::InvalidArgument(StrCat(where, ".job_id = ", r.job_id, " is reported twice"));
     }

@@ -38,9 +38,8 @@ Status ValidatePut(const Job& job, const std::optional<Event>& event) {
     }
   }();
   if (!back.ok()) {
-    return Status::InvalidArgument(
-        StrCat("job ", job.id, ": the record would not read back, so it is not stored: ",
-               back.message()));
+    return Status::InvalidArgument(StrCat(
+        "job ", job.id, ": the record would not read back, so it is not stored: ", back.message()));
   }
   return Status::Ok();
 }

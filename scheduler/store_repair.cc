@@ -39,8 +39,8 @@ JobWrite FailedInPlaceOf(const UnreadableRecord& rec, int64_t now) {
   if (!ParseJobSpec(probe.ToJson()).ok()) probe.name.clear();
   if (probe.name.empty()) probe.name = StrCat("unreadable-job-", rec.job_id);
   j.spec = probe;
-  j.reason = StrCat("the stored record is unreadable (", rec.error, "); it was set aside as corrupt/",
-                    rec.key, " and the job marked FAILED");
+  j.reason = StrCat("the stored record is unreadable (", rec.error,
+                    "); it was set aside as corrupt/", rec.key, " and the job marked FAILED");
   const Event ev{now, j.id, from, JobState::kFailed,
                  StrCat("record set aside as corrupt/", rec.key, ": unreadable (", rec.error, ")")};
   return {j, ev};
@@ -76,8 +76,8 @@ Result<std::vector<std::string>> SetAsideUnreadable(JobStore* store, int64_t now
       outcome = "the node registers again";
     }
     FP8RT_RETURN_IF_ERROR(store->SetAside(rec, replacement));
-    lines.push_back(StrCat("set aside ", rec.key, " as corrupt/", rec.key, " (", rec.error,
-                           "): ", outcome));
+    lines.push_back(
+        StrCat("set aside ", rec.key, " as corrupt/", rec.key, " (", rec.error, "): ", outcome));
   }
   return lines;
 }

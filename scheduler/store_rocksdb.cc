@@ -1,8 +1,9 @@
 // RocksDB JobStore. Keys: "job/<016x id>" -> job JSON; "event/<016x job>/<016x seq>" -> event
 // JSON, seq from a store-wide counter so a job's events iterate in put order; "node/<id>" -> node
 // JSON; "meta/last_job_id" and "meta/last_event_seq" -> decimal counters; "corrupt/<key>" -> the
-// bytes of a record that did not read back, set aside (SetAside). A transition is one synced WriteBatch (job, event,
-// event counter), so after kill -9 a job's state and its log never disagree.
+// bytes of a record that did not read back, set aside (SetAside). A transition is one synced
+// WriteBatch (job, event, event counter), so after kill -9 a job's state and its log never
+// disagree.
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
@@ -62,10 +63,10 @@ class RocksDbJobStore final : public JobStore {
     if (seq != last_event_seq_) batch.Put(kLastEventSeq, std::to_string(seq));
     rocksdb::Status s = db_->Write(write_options_, &batch);
     if (!s.ok()) {
-      return Status::IOError(StrCat("job store write of ", writes.size(), " job(s)",
-                                    writes.size() == 1 ? StrCat(" (job ", writes[0].job.id, ")")
-                                                       : std::string(),
-                                    ": ", s.ToString()));
+      return Status::IOError(
+          StrCat("job store write of ", writes.size(), " job(s)",
+                 writes.size() == 1 ? StrCat(" (job ", writes[0].job.id, ")") : std::string(), ": ",
+                 s.ToString()));
     }
     last_event_seq_ = seq;
     return Status::Ok();
@@ -75,7 +76,8 @@ class RocksDbJobStore final : public JobStore {
     FP8RT_RETURN_IF_ERROR(ValidatePutNode(node));
     std::lock_guard<std::mutex> lock(mu_);
     rocksdb::Status s = db_->Put(write_options_, kNodePrefix + node.id, NodeToJson(node, false));
-    if (!s.ok()) return Status::IOError(StrCat("job store write of node ", node.id, ": ", s.ToString()));
+    if (!s.ok())
+      return Status::IOError(StrCat("job store write of node ", node.id, ": ", s.ToString()));
     return Status::Ok();
   }
 
@@ -120,8 +122,8 @@ class RocksDbJobStore final : public JobStore {
       if (!job.ok()) {
         if (unreadable != nullptr) {
           const std::string key = it->key().ToString();
-          unreadable->push_back({key, IdOfKey(key), it->value().ToString(),
-                                 job.status().message()});
+          unreadable->push_back(
+              {key, IdOfKey(key), it->value().ToString(), job.status().message()});
         }
         continue;
       }
@@ -159,15 +161,15 @@ class RocksDbJobStore final : public JobStore {
     if (replacement) {
       batch.Put(JobKey(replacement->job.id), JobToJson(replacement->job));
       if (replacement->event) {
-        batch.Put(EventPrefix(replacement->job.id) + Hex(++seq),
-                  EventToJson(*replacement->event));
+        batch.Put(EventPrefix(replacement->job.id) + Hex(++seq), EventToJson(*replacement->event));
         batch.Put(kLastEventSeq, std::to_string(seq));
       }
     } else {
       batch.Delete(rec.key);
     }
     s = db_->Write(write_options_, &batch);
-    if (!s.ok()) return Status::IOError(StrCat("job store: setting aside ", rec.key, ": ", s.ToString()));
+    if (!s.ok())
+      return Status::IOError(StrCat("job store: setting aside ", rec.key, ": ", s.ToString()));
     last_event_seq_ = seq;
     return Status::Ok();
   }

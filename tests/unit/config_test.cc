@@ -1,10 +1,10 @@
 // RunConfig parsing: defaults, every error names the key and what is allowed.
+#include "runtime/config.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <string>
-
-#include "runtime/config.h"
 
 namespace fp8rt {
 namespace {
@@ -67,8 +67,7 @@ TEST(RunConfig, RefusesWhatTheStrictReaderRefuses) {
   ExpectError("data: {train: a}\ntrain: {lr: -.inf}\n", "train.lr = -.inf is not a finite number");
   ExpectError("data: {train: a}\ntrain: {batch_size: \"8\"}\n",
               "train.batch_size = \"8\" is a string; expected an integer");
-  ExpectError("data: {train: a}\nfp8: {first_step_current: \"false\"}\n",
-              "fp8.first_step_current");
+  ExpectError("data: {train: a}\nfp8: {first_step_current: \"false\"}\n", "fp8.first_step_current");
   ExpectError("data: {train: a}\ntrain: {lr: 0.1, lr: 0.2}\n", "duplicate key 'lr'");
   ExpectError("data: {train: &t a}\nname: *t\n", "anchors and aliases are refused");
 }
