@@ -47,11 +47,15 @@ enum class AmaxAlgo : uint8_t {
   kMostRecent,  // this step's amax only
 };
 
+const char* AmaxAlgoName(AmaxAlgo a);  // "max", "most_recent"
+
 // Which FP8 format each tensor role uses.
 enum class Fp8Recipe : uint8_t {
   kE4M3,    // every tensor E4M3
   kHybrid,  // E4M3 for forward tensors (weights, activations), E5M2 for gradients
 };
+
+const char* Fp8RecipeName(Fp8Recipe r);  // "e4m3", "hybrid"
 
 // The format a tensor gets under a recipe; gradients are the tensors of the backward pass.
 inline Fp8Format FormatFor(Fp8Recipe recipe, bool is_gradient) {
@@ -84,8 +88,12 @@ struct ScalingState {
   // (H, N) ring buffer of past amaxes; row *pos is written next. (H, N) rather than (N, H) so
   // that consecutive threads read consecutive tensors of one row (coalesced).
   float* amax_history = nullptr;
-  float* scale = nullptr;      // (N)
-  float* scale_inv = nullptr;  // (N)
+  float* scale = nullptr;  // (N)
+  // (N, scale_inv_stride): scale_inv of tensor i at scale_inv[i * scale_inv_stride]. The model
+  // uses a stride of 16 floats so that each is 64-byte aligned: cuBLASLt reads its FP8 GEMMs'
+  // scales from there, so this is the one scale_inv array.
+  float* scale_inv = nullptr;
+  int scale_inv_stride = 1;  // >= 1
   // (N) the Fp8Format of each tensor, as uint8_t. Set by the caller, never written here.
   const uint8_t* formats = nullptr;
   // (1) ring position in [0, H): the history row this step's amax goes to. Lives on the device so
@@ -99,10 +107,11 @@ struct ScalingState {
 struct ScalingStateLayout {
   int num_tensors = 0;
   int history_len = 0;
+  int scale_inv_stride = 1;
   size_t amax = 0, amax_history = 0, scale = 0, scale_inv = 0, formats = 0, pos = 0;
   size_t total_bytes = 0;
 
-  static ScalingStateLayout For(int num_tensors, int history_len);
+  static ScalingStateLayout For(int num_tensors, int history_len, int scale_inv_stride = 1);
   // The state whose arrays live at `base` (which holds total_bytes). The formats array is
   // written by the caller at static_cast<uint8_t*>(base) + formats.
   ScalingState Bind(void* base) const;

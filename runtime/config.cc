@@ -20,6 +20,21 @@ Status Range(const char* key, double v, double lo, double hi) {
   return Status::Ok();
 }
 
+// A string naming one of `values` (by `name`), stored as the enum.
+template <typename E>
+strict::Reader Enum(E* out, std::vector<E> values, const char* (*name)(E)) {
+  return [out, values, name](const strict::Value& v, const std::string& path) -> Status {
+    std::vector<std::string> names;
+    for (E e : values) names.push_back(name(e));
+    std::string s;
+    FP8RT_RETURN_IF_ERROR(strict::OneOf(&s, names)(v, path));
+    for (E e : values) {
+      if (s == name(e)) *out = e;
+    }
+    return Status::Ok();
+  };
+}
+
 Status OneOf(const char* key, const std::string& v, std::initializer_list<const char*> allowed) {
   std::string list;
   for (const char* a : allowed) {
@@ -30,25 +45,6 @@ Status OneOf(const char* key, const std::string& v, std::initializer_list<const 
 }
 
 }  // namespace
-
-const char* PrecisionName(Precision p) {
-  switch (p) {
-    case Precision::kFp8:
-      return "fp8";
-    case Precision::kBf16:
-      return "bf16";
-    case Precision::kFp32:
-      return "fp32";
-  }
-  return "?";
-}
-
-Result<Precision> ParsePrecision(const std::string& s) {
-  if (s == "fp8") return Precision::kFp8;
-  if (s == "bf16") return Precision::kBf16;
-  if (s == "fp32") return Precision::kFp32;
-  return Status::InvalidArgument(StrCat("precision '", s, "' is not one of: fp8, bf16, fp32"));
-}
 
 int64_t ModelConfig::num_params() const {
   const int64_t C = n_embd, L = n_layer;
@@ -91,10 +87,8 @@ Status RunConfig::Validate() const {
   FP8RT_RETURN_IF_ERROR(Range("train.eps", train.eps, 0, 1));
   FP8RT_RETURN_IF_ERROR(Range("train.checkpoint_every", train.checkpoint_every, 0, 1e9));
   FP8RT_RETURN_IF_ERROR(Range("train.log_every", train.log_every, 1, 1e9));
-  FP8RT_RETURN_IF_ERROR(Range("fp8.history_len", fp8.history_len, 1, 1024));
-  FP8RT_RETURN_IF_ERROR(OneOf("fp8.amax_algo", fp8.amax_algo, {"max", "most_recent"}));
-  FP8RT_RETURN_IF_ERROR(Range("fp8.margin", fp8.margin, 0, 32));
-  FP8RT_RETURN_IF_ERROR(OneOf("fp8.recipe", fp8.recipe, {"hybrid", "e4m3"}));
+  FP8RT_RETURN_IF_ERROR(Range("fp8.history_len", fp8.scaling.history_len, 1, 1024));
+  FP8RT_RETURN_IF_ERROR(Range("fp8.margin", fp8.scaling.margin, 0, 32));
   FP8RT_RETURN_IF_ERROR(Range("fp8.telemetry_every", fp8.telemetry_every, 0, 1e9));
   return Status::Ok();
 }
@@ -142,10 +136,14 @@ Result<RunConfig> ParseRunConfig(const std::string& yaml_text) {
                                     {"seed", Integer(&seed, 0)},
                                     {"checkpoint_every", Integer(&t.checkpoint_every)},
                                     {"log_every", Integer(&t.log_every)}})},
-                  {"fp8", fields({{"history_len", Integer(&f.history_len)},
-                                  {"amax_algo", String(&f.amax_algo)},
-                                  {"margin", Integer(&f.margin)},
-                                  {"recipe", String(&f.recipe)},
+                  {"fp8", fields({{"history_len", Integer(&f.scaling.history_len)},
+                                  {"amax_algo", Enum(&f.scaling.algo, {AmaxAlgo::kMax,
+                                                                       AmaxAlgo::kMostRecent},
+                                                     AmaxAlgoName)},
+                                  {"margin", Integer(&f.scaling.margin)},
+                                  {"recipe", Enum(&f.scaling.recipe,
+                                                  {Fp8Recipe::kHybrid, Fp8Recipe::kE4M3},
+                                                  Fp8RecipeName)},
                                   {"telemetry_every", Integer(&f.telemetry_every)},
                                   {"first_step_current", Bool(&f.first_step_current)},
                                   {"layers", fields({{"qkv", Bool(&f.qkv)},

@@ -5,13 +5,11 @@
 #include <cstdint>
 #include <string>
 
+#include "common/precision.h"
 #include "common/status.h"
+#include "kernels/scaling.h"
 
 namespace fp8rt {
-
-enum class Precision { kFp8, kBf16, kFp32 };
-const char* PrecisionName(Precision p);
-Result<Precision> ParsePrecision(const std::string& s);
 
 struct ModelConfig {
   int n_layer = 2;        // L. Default: 2
@@ -31,10 +29,9 @@ struct DataConfig {
 };
 
 struct Fp8Config {
-  int history_len = 16;            // amax history length, 1..1024. Default: 16
-  std::string amax_algo = "max";   // "max" or "most_recent". Default: max
-  int margin = 0;                  // scale = fp8_max / amax / 2^margin. Default: 0
-  std::string recipe = "hybrid";   // "hybrid" (E4M3 fwd, E5M2 bwd) or "e4m3". Default: hybrid
+  // fp8.history_len, fp8.amax_algo, fp8.margin and fp8.recipe, parsed straight into the kernels'
+  // config (its defaults are the defaults: history 1024, max, margin 0, hybrid).
+  DelayedScalingConfig scaling;
   int telemetry_every = 100;       // per-tensor amax/scale/saturation report period; 0 = off. Default: 100
   // The first step of a fresh (or --reset-fp8-history) scale state casts every FP8 tensor with
   // current scaling (its own amax) instead of the initial scale 1, which flushes small gradients

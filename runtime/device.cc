@@ -71,22 +71,20 @@ PrecisionDecision DecidePrecision(Precision requested, const DeviceInfo& d) {
   PrecisionDecision r;
   r.precision = requested;
   if (d.is_cpu) return r;
-  const std::string cc = StrCat(d.compute_capability / 10, ".", d.compute_capability % 10);
-  if (requested == Precision::kFp8 && d.compute_capability < 89) {
-    if (d.compute_capability >= 80) {
-      r.precision = Precision::kBf16;
-      r.fallback_reason = StrCat("FP8 needs compute capability 8.9; ", d.name, " has ", cc,
-                                 ": running bf16");
-    } else {
-      r.precision = Precision::kFp32;
-      r.fallback_reason = StrCat("FP8 needs compute capability 8.9 and BF16 8.0; ", d.name,
-                                 " has ", cc, ": running fp32");
-    }
-  } else if (requested == Precision::kBf16 && d.compute_capability < 80) {
-    r.precision = Precision::kFp32;
-    r.fallback_reason = StrCat("BF16 needs compute capability 8.0; ", d.name, " has ", cc,
-                               ": running fp32");
+  // The best precision at or below the request that the GPU runs (common/precision.h's rule).
+  while (d.compute_capability < MinComputeCapability(r.precision)) {
+    r.precision = r.precision == Precision::kFp8 ? Precision::kBf16 : Precision::kFp32;
   }
+  if (r.precision == requested) return r;
+  std::string needs = StrCat(requested == Precision::kFp8 ? "FP8" : "BF16",
+                             " needs compute capability ",
+                             FormatComputeCapability(MinComputeCapability(requested)));
+  if (requested == Precision::kFp8 && r.precision == Precision::kFp32) {
+    needs += StrCat(" and BF16 ", FormatComputeCapability(kBf16MinComputeCapability));
+  }
+  r.fallback_reason = StrCat(needs, "; ", d.name, " has ",
+                             FormatComputeCapability(d.compute_capability), ": running ",
+                             PrecisionName(r.precision));
   return r;
 }
 

@@ -180,9 +180,9 @@ class Gpt final : public GptModel {
     t.cols = cols;
     t.format = FormatFor(scaling_cfg_.recipe, role == kRoleDy);
     t.scale = scaling_.scale + i;
-    // The cast writes 1/scale here and the GEMMs read it: a 64-byte slot per tensor, because
-    // cuBLASLt needs 16-byte-aligned scale pointers and ScalingState's arrays are packed.
-    t.scale_inv = gemm_scale_inv_ + kScaleSlot * i;
+    // A 64-byte slot per tensor (ScalingState::scale_inv_stride): cuBLASLt reads it as the
+    // GEMM's scale and needs 16-byte-aligned scale pointers.
+    t.scale_inv = scaling_.scale_inv + kScaleSlot * i;
     t.amax = scaling_.amax + i;
     return t;
   }
@@ -335,8 +335,7 @@ class Gpt final : public GptModel {
   uint8_t* x8_ = nullptr;  // the forward's row-major input cast, shared: only x8t_ is saved
   uint8_t *dy8_ = nullptr, *dy8t_ = nullptr;   // shared, (B*T, max N)
   typename Ops::Counter* saturated_ = nullptr;  // per FP8 tensor
-  static constexpr int kScaleSlot = 16;          // floats per tensor in gemm_scale_inv_
-  float* gemm_scale_inv_ = nullptr;              // (N, kScaleSlot)
+  static constexpr int kScaleSlot = 16;          // ScalingState::scale_inv_stride
   int64_t weight_casts_ = 0;
   bool gelu_epilogue_ok_ = true;   // false once cuBLASLt refused the fused GELU epilogue
   bool dgelu_epilogue_ok_ = true;  // the same for the GELU backward in the dgrad epilogue
@@ -439,14 +438,11 @@ Status Gpt<Ops, T>::Setup() {
   }
 
   if (fp8) {
-    scaling_cfg_.history_len = o_.fp8.history_len;
-    scaling_cfg_.algo = o_.fp8.amax_algo == "most_recent" ? AmaxAlgo::kMostRecent : AmaxAlgo::kMax;
-    scaling_cfg_.margin = o_.fp8.margin;
-    scaling_cfg_.recipe = o_.fp8.recipe == "e4m3" ? Fp8Recipe::kE4M3 : Fp8Recipe::kHybrid;
+    scaling_cfg_ = o_.fp8.scaling;
     FP8RT_RETURN_IF_ERROR(scaling_cfg_.Validate());
     const int slots = static_cast<int>(L) * kNumLinear + 1;
     num_fp8_tensors_ = slots * kNumRoles;
-    const ScalingStateLayout sl = ScalingStateLayout::For(num_fp8_tensors_, o_.fp8.history_len);
+    const ScalingStateLayout sl = ScalingStateLayout::For(num_fp8_tensors_, scaling_cfg_.history_len, kScaleSlot);
     FP8RT_RETURN_IF_ERROR(Alloc(&scaling_base_, static_cast<int64_t>(sl.total_bytes)));
     scaling_ = sl.Bind(scaling_base_);
     std::vector<uint8_t> formats(num_fp8_tensors_);
@@ -457,7 +453,6 @@ Status Gpt<Ops, T>::Setup() {
     FP8RT_RETURN_IF_ERROR(ops_->InitScaling(scaling_));
     calibrate_ = o_.fp8.first_step_current;
     FP8RT_RETURN_IF_ERROR(Alloc(&saturated_, num_fp8_tensors_));
-    FP8RT_RETURN_IF_ERROR(Alloc(&gemm_scale_inv_, int64_t{num_fp8_tensors_} * kScaleSlot));
     w8_.assign(slots, nullptr), w8t_.assign(slots, nullptr), x8t_.assign(slots, nullptr);
     int64_t max_n = 0, max_k = 0;
     for (int s = 0; s < slots; ++s) {
@@ -896,11 +891,12 @@ Result<std::vector<TensorScaleRecord>> Gpt<Ops, T>::ExportScales() {
   std::vector<TensorScaleRecord> out;
   if (num_fp8_tensors_ == 0) return out;
   const int N = num_fp8_tensors_, H = scaling_.history_len;
-  std::vector<float> hist(static_cast<size_t>(N) * H), scale(N), scale_inv(N), amax(N);
+  std::vector<float> hist(static_cast<size_t>(N) * H), scale(N), scale_inv(N * kScaleSlot),
+      amax(N);
   int pos = 0;
   FP8RT_RETURN_IF_ERROR(ops_->Download(hist.data(), scaling_.amax_history, hist.size() * 4));
   FP8RT_RETURN_IF_ERROR(ops_->Download(scale.data(), scaling_.scale, N * 4));
-  FP8RT_RETURN_IF_ERROR(ops_->Download(scale_inv.data(), scaling_.scale_inv, N * 4));
+  FP8RT_RETURN_IF_ERROR(ops_->Download(scale_inv.data(), scaling_.scale_inv, N * kScaleSlot * 4));
   FP8RT_RETURN_IF_ERROR(ops_->Download(amax.data(), scaling_.amax, N * 4));
   FP8RT_RETURN_IF_ERROR(ops_->Download(&pos, scaling_.pos, sizeof(int)));
   FP8RT_RETURN_IF_ERROR(ForEachFp8Linear([&](int l, int kind) -> Status {
@@ -909,7 +905,7 @@ Result<std::vector<TensorScaleRecord>> Gpt<Ops, T>::ExportScales() {
       TensorScaleRecord r;
       r.name = Fp8Name(l, kind, role);
       r.format = FormatFor(scaling_cfg_.recipe, role == kRoleDy);
-      r.pos = pos, r.amax = amax[i], r.scale = scale[i], r.scale_inv = scale_inv[i];
+      r.pos = pos, r.amax = amax[i], r.scale = scale[i], r.scale_inv = scale_inv[i * kScaleSlot];
       r.amax_history.resize(H);
       for (int h = 0; h < H; ++h) r.amax_history[h] = hist[static_cast<size_t>(h) * N + i];
       out.push_back(std::move(r));
@@ -929,7 +925,8 @@ Status Gpt<Ops, T>::ImportScales(const std::vector<TensorScaleRecord>& records) 
                " (use --reset-fp8-history to recalibrate)"));
   }
   const int N = num_fp8_tensors_, H = scaling_.history_len;
-  std::vector<float> hist(static_cast<size_t>(N) * H), scale(N, 1.f), scale_inv(N, 1.f), amax(N);
+  std::vector<float> hist(static_cast<size_t>(N) * H), scale(N, 1.f), scale_inv(N * kScaleSlot, 1.f),
+      amax(N);
   int pos = records.empty() ? 0 : records[0].pos;
   std::map<std::string, const TensorScaleRecord*> by_name;
   for (const auto& r : records) by_name[r.name] = &r;
@@ -957,14 +954,14 @@ Status Gpt<Ops, T>::ImportScales(const std::vector<TensorScaleRecord>& records) 
         return Status::Corruption(StrCat("FP8 scale state of '", name, "' has ring position ",
                                          r.pos, " (expected ", pos, " in [0, ", H, "))"));
       }
-      scale[i] = r.scale, scale_inv[i] = r.scale_inv, amax[i] = r.amax;
+      scale[i] = r.scale, scale_inv[i * kScaleSlot] = r.scale_inv, amax[i] = r.amax;
       for (int h = 0; h < H; ++h) hist[static_cast<size_t>(h) * N + i] = r.amax_history[h];
     }
     return Status::Ok();
   }));
   FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling_.amax_history, hist.data(), hist.size() * 4));
   FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling_.scale, scale.data(), N * 4));
-  FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling_.scale_inv, scale_inv.data(), N * 4));
+  FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling_.scale_inv, scale_inv.data(), N * kScaleSlot * 4));
   FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling_.amax, amax.data(), N * 4));
   calibrate_ = false;  // the imported history carries on
   return ops_->Upload(scaling_.pos, &pos, sizeof(int));

@@ -34,10 +34,10 @@ std::map<std::string, std::string> Fingerprint(const RunConfig& c, Precision p) 
       {"train.seed", std::to_string(c.train.seed)},
   };
   if (p == Precision::kFp8) {
-    f["fp8.recipe"] = c.fp8.recipe;
-    f["fp8.history_len"] = std::to_string(c.fp8.history_len);
-    f["fp8.amax_algo"] = c.fp8.amax_algo;
-    f["fp8.margin"] = std::to_string(c.fp8.margin);
+    f["fp8.recipe"] = Fp8RecipeName(c.fp8.scaling.recipe);
+    f["fp8.history_len"] = std::to_string(c.fp8.scaling.history_len);
+    f["fp8.amax_algo"] = AmaxAlgoName(c.fp8.scaling.algo);
+    f["fp8.margin"] = std::to_string(c.fp8.scaling.margin);
     f["fp8.layers"] = StrCat(c.fp8.qkv, c.fp8.attn_proj, c.fp8.fc, c.fp8.fc_proj, c.fp8.lm_head);
   }
   return f;

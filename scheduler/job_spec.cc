@@ -82,25 +82,6 @@ strict::Reader GpuTypesReader(std::vector<std::string>* out) {
 
 }  // namespace
 
-const char* PrecisionName(Precision p) {
-  switch (p) {
-    case Precision::kFp8:
-      return "fp8";
-    case Precision::kBf16:
-      return "bf16";
-    case Precision::kFp32:
-      return "fp32";
-  }
-  return "?";
-}
-
-Result<Precision> ParsePrecision(const std::string& s) {
-  if (s == "fp8") return Precision::kFp8;
-  if (s == "bf16") return Precision::kBf16;
-  if (s == "fp32") return Precision::kFp32;
-  return Status::InvalidArgument(StrCat("precision = '", s, "' is not one of: fp8, bf16, fp32"));
-}
-
 const char* FallbackName(Fallback f) {
   switch (f) {
     case Fallback::kBf16:
@@ -112,8 +93,6 @@ const char* FallbackName(Fallback f) {
   }
   return "?";
 }
-
-std::string FormatComputeCapability(int cc) { return StrCat(cc / 10, ".", cc % 10); }
 
 Result<int> ParseComputeCapability(const Value& v, const std::string& path) {
   auto bad = [&] {

@@ -6,14 +6,17 @@
 #include <string>
 #include <vector>
 
+#include "common/precision.h"
 #include "common/status.h"
 #include "common/strict_yaml.h"
 
 namespace fp8rt::sched {
 
-enum class Precision { kFp8, kBf16, kFp32 };
-const char* PrecisionName(Precision p);
-Result<Precision> ParsePrecision(const std::string& s);
+// The precisions and the compute-capability rule are common/precision.h's, shared with fp8train.
+using fp8rt::FormatComputeCapability;
+using fp8rt::ParsePrecision;
+using fp8rt::Precision;
+using fp8rt::PrecisionName;
 
 // What a job asking for fp8 does when the GPUs it can get are not FP8-capable.
 enum class Fallback {
@@ -71,7 +74,5 @@ Status CheckConfigPath(const std::string& path, const std::vector<std::string>& 
 // A compute capability given as "8.9" or 8.9 -> 89 (errors name `path`).
 Result<int> ParseComputeCapability(const strict::Value& v, const std::string& path);
 
-// "8.9" for 89.
-std::string FormatComputeCapability(int cc);
 
 }  // namespace fp8rt::sched

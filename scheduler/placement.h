@@ -20,9 +20,9 @@ struct PendingJob {
 
 struct PlacementOptions {
   // FP8 GEMMs need Ada or Hopper tensor cores. Default: 89
-  int fp8_min_compute_capability = 89;
+  int fp8_min_compute_capability = kFp8MinComputeCapability;
   // BF16 tensor cores start at Ampere; older GPUs only run fp32. Default: 80
-  int bf16_min_compute_capability = 80;
+  int bf16_min_compute_capability = kBf16MinComputeCapability;
   // A node whose last heartbeat is older than this is treated as lost even if its state still
   // says ready; 0 trusts NodeInfo::state alone. Default: 0
   int64_t heartbeat_timeout_s = 0;

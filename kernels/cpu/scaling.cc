@@ -11,6 +11,9 @@ size_t AlignUp(size_t x) { return (x + 15) & ~size_t{15}; }
 
 }  // namespace
 
+const char* AmaxAlgoName(AmaxAlgo a) { return a == AmaxAlgo::kMax ? "max" : "most_recent"; }
+const char* Fp8RecipeName(Fp8Recipe r) { return r == Fp8Recipe::kE4M3 ? "e4m3" : "hybrid"; }
+
 Status DelayedScalingConfig::Validate() const {
   if (history_len < 1 || history_len > 1024) {
     return Status::InvalidArgument(StrCat("DelayedScalingConfig: history_len=", history_len,
@@ -40,6 +43,10 @@ Status ValidateScalingState(const char* op, const ScalingState& s) {
         StrCat(op, ": history_len=", s.history_len, " is outside the allowed range 1..1024"));
   }
   if (s.pos == nullptr) return Status::InvalidArgument(StrCat(op, ": pos is null"));
+  if (s.scale_inv_stride < 1) {
+    return Status::InvalidArgument(
+        StrCat(op, ": scale_inv_stride=", s.scale_inv_stride, " must be >= 1"));
+  }
   if (s.num_tensors > 0 && (s.amax == nullptr || s.amax_history == nullptr || s.scale == nullptr ||
                             s.scale_inv == nullptr || s.formats == nullptr)) {
     return Status::InvalidArgument(
@@ -61,10 +68,13 @@ Status ValidateScalingUpdate(const char* op, const ScalingState& s,
   return Status::Ok();
 }
 
-ScalingStateLayout ScalingStateLayout::For(int num_tensors, int history_len) {
+ScalingStateLayout ScalingStateLayout::For(int num_tensors, int history_len,
+                                           int scale_inv_stride) {
   ScalingStateLayout l;
   l.num_tensors = num_tensors;
   l.history_len = history_len;
+  l.scale_inv_stride = scale_inv_stride;
+  const size_t stride = scale_inv_stride > 0 ? static_cast<size_t>(scale_inv_stride) : 1;
   const size_t n = num_tensors > 0 ? static_cast<size_t>(num_tensors) : 0;
   const size_t h = history_len > 0 ? static_cast<size_t>(history_len) : 0;
   size_t off = 0;
@@ -75,7 +85,7 @@ ScalingStateLayout ScalingStateLayout::For(int num_tensors, int history_len) {
   l.scale = off;
   off = AlignUp(off + n * sizeof(float));
   l.scale_inv = off;
-  off = AlignUp(off + n * sizeof(float));
+  off = AlignUp(off + n * stride * sizeof(float));
   l.formats = off;
   off = AlignUp(off + n * sizeof(uint8_t));
   l.pos = off;
@@ -93,6 +103,7 @@ ScalingState ScalingStateLayout::Bind(void* base) const {
   s.amax_history = reinterpret_cast<float*>(b + amax_history);
   s.scale = reinterpret_cast<float*>(b + scale);
   s.scale_inv = reinterpret_cast<float*>(b + scale_inv);
+  s.scale_inv_stride = scale_inv_stride;
   s.formats = reinterpret_cast<const uint8_t*>(b + formats);
   s.pos = reinterpret_cast<int*>(b + pos);
   return s;
@@ -107,7 +118,7 @@ Status InitScalingState(const ScalingState& s) {
   for (int64_t i = 0; i < n; ++i) {
     s.amax[i] = 0.0f;
     s.scale[i] = 1.0f;
-    s.scale_inv[i] = 1.0f;
+    s.scale_inv[static_cast<size_t>(i) * s.scale_inv_stride] = 1.0f;
   }
   *s.pos = 0;
   return Status::Ok();
@@ -134,7 +145,7 @@ Status UpdateDelayedScaling(const ScalingState& s, const DelayedScalingConfig& c
     const float fp8_max = Fp8MaxFinite(static_cast<Fp8Format>(s.formats[i]));
     const float scale = ComputeScale(used, s.scale[i], fp8_max, config.margin);
     s.scale[i] = scale;
-    s.scale_inv[i] = ScaleInv(scale);
+    s.scale_inv[static_cast<size_t>(i) * s.scale_inv_stride] = ScaleInv(scale);
     s.amax[i] = 0.0f;
   }
   *s.pos = p + 1 == h_len ? 0 : p + 1;

@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kTensorsPerBlock* kSlices)
   const float fp8_max = Fp8MaxFinite(static_cast<Fp8Format>(s.formats[i]));
   const float scale = ComputeScale(used, s.scale[i], fp8_max, margin);
   s.scale[i] = scale;
-  s.scale_inv[i] = ScaleInv(scale);
+  s.scale_inv[static_cast<size_t>(i) * s.scale_inv_stride] = ScaleInv(scale);
   s.amax[i] = 0.0f;
 }
 
@@ -72,7 +72,7 @@ __global__ void InitScalingStateKernel(ScalingState s) {
     if (k < n) {
       s.amax[k] = 0.0f;
       s.scale[k] = 1.0f;
-      s.scale_inv[k] = 1.0f;
+      s.scale_inv[static_cast<size_t>(k) * s.scale_inv_stride] = 1.0f;
     }
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) *s.pos = 0;

@@ -23,8 +23,8 @@ struct StatePair {
   DeviceBuffer<uint8_t> dev;
   ScalingState h_state, d_state;
 
-  StatePair(int n, int h)
-      : layout(ScalingStateLayout::For(n, h)),
+  StatePair(int n, int h, int scale_inv_stride = 1)
+      : layout(ScalingStateLayout::For(n, h, scale_inv_stride)),
         host(layout.total_bytes, 0xff),
         dev(layout.total_bytes) {
     dev.Poison();
@@ -166,6 +166,27 @@ TEST_F(ScalingGpuMisc, GraphReplayAdvancesTheRing) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+// The model's layout: scale_inv every 16 floats (the GEMMs read it there); the gaps stay untouched.
+TEST_F(ScalingGpuMisc, StridedScaleInvMatchesReference) {
+  for (const int n : {1, 7, 300}) {
+    StatePair st(n, 5, 16);
+    ASSERT_TRUE(cpu::InitScalingState(st.h_state).ok());
+    ASSERT_TRUE(cuda::InitScalingState(st.d_state, nullptr).ok());
+    ASSERT_TRUE(st.Same("after init"));
+    DelayedScalingConfig config;
+    config.history_len = 5;
+    std::mt19937 rng(n);
+    for (int step = 0; step < 12; ++step) {
+      st.SetAmax(StepAmaxes(n, rng));
+      ASSERT_TRUE(cpu::UpdateDelayedScaling(st.h_state, config).ok());
+      ASSERT_TRUE(cuda::UpdateDelayedScaling(st.d_state, config, nullptr).ok());
+      ASSERT_TRUE(st.Same("N " + std::to_string(n) + " step " + std::to_string(step)));
+    }
+    EXPECT_EQ(st.h_state.scale_inv[16], st.h_state.scale_inv[16]);  // written at i * 16
+    EXPECT_EQ(FloatBits(st.h_state.scale_inv[1]), 0xffffffffu) << "the gap was written";
+  }
 }
 
 TEST_F(ScalingGpuMisc, NoTensorsStillAdvancesThePosition) {

@@ -31,7 +31,7 @@ TEST_F(TrainerGpu, ResumeContinuesExactlyInFp8AndBf16) {
     c.train.batch_size = 4, c.train.seq_len = 128, c.train.grad_accum = 2;
     c.train.total_steps = 12, c.train.lr = 2e-3f, c.train.warmup_steps = 3;
     c.precision = p;
-    c.fp8.history_len = 4;
+    c.fp8.scaling.history_len = 4;
     ASSERT_TRUE(c.Validate().ok());
     TrainOptions whole;
     whole.config = c;

@@ -14,7 +14,7 @@ TEST(RunConfig, MinimalConfigGetsDefaults) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->model.n_layer, 2);
   EXPECT_EQ(r->precision, Precision::kFp8);
-  EXPECT_EQ(r->fp8.history_len, 16);
+  EXPECT_EQ(r->fp8.scaling.history_len, 1024);  // the one default: DelayedScalingConfig's
   EXPECT_EQ(r->model.padded_vocab(), 256);
 }
 
@@ -32,7 +32,7 @@ fp8: {history_len: 1024, amax_algo: most_recent, margin: 1, layers: {lm_head: tr
   EXPECT_EQ(r->model.padded_vocab(), 50304);
   EXPECT_EQ(r->train.grad_accum, 4);
   EXPECT_FLOAT_EQ(r->train.lr, 0.002f);
-  EXPECT_EQ(r->fp8.amax_algo, "most_recent");
+  EXPECT_EQ(r->fp8.scaling.algo, AmaxAlgo::kMostRecent);
   EXPECT_TRUE(r->fp8.lm_head);
 }
 

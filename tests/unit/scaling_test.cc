@@ -135,6 +135,27 @@ DelayedScalingConfig Config(int h, AmaxAlgo algo, int margin = 0) {
   return c;
 }
 
+// With a scale_inv stride (the model uses 16), the update writes scale_inv[i * stride] only.
+TEST(DelayedScaling, StridedScaleInvLeavesTheGapsAlone) {
+  const ScalingStateLayout l = ScalingStateLayout::For(3, 2, 16);
+  EXPECT_GE(l.formats - l.scale_inv, 3u * 16 * sizeof(float));
+  std::vector<float> blob((l.total_bytes + 3) / 4, -5.f);
+  ScalingState s = l.Bind(blob.data());
+  EXPECT_EQ(s.scale_inv_stride, 16);
+  for (int i = 0; i < 3; ++i) reinterpret_cast<uint8_t*>(blob.data())[l.formats + i] = 0;
+  ASSERT_TRUE(cpu::InitScalingState(s).ok());
+  s.amax[0] = 2.f, s.amax[1] = 0.f, s.amax[2] = 448.f;
+  DelayedScalingConfig c;
+  c.history_len = 2;
+  ASSERT_TRUE(cpu::UpdateDelayedScaling(s, c).ok());
+  EXPECT_EQ(s.scale_inv[0], 1.f / 224.f);
+  EXPECT_EQ(s.scale_inv[16], 1.f);  // amax 0: the old scale stays
+  EXPECT_EQ(s.scale_inv[32], 1.f);
+  for (int k = 1; k < 16; ++k) EXPECT_EQ(s.scale_inv[k], -5.f) << k;
+  s.scale_inv_stride = 0;
+  EXPECT_FALSE(cpu::UpdateDelayedScaling(s, c).ok());
+}
+
 TEST(DelayedScaling, InitGivesAFreshState) {
   HostState st(3, 4, {Fp8Format::kE4M3});
   EXPECT_EQ(st.pos, 0);

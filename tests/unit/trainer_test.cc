@@ -162,7 +162,7 @@ TEST_F(TrainerTest, FirstStepCurrentScalingKeepsTheFirstGradient) {
 TEST_F(TrainerTest, ResumeIsBitIdenticalWithGradientAccumulation) {
   RunConfig c = Tiny(Precision::kFp8, 16);
   c.train.grad_accum = 2;
-  c.fp8.history_len = 4;  // wraps during the run
+  c.fp8.scaling.history_len = 4;  // wraps during the run
   TrainOptions full;
   full.config = c;
   auto whole = RunTraining(full, cpu_);
@@ -231,7 +231,7 @@ TEST_F(TrainerTest, CorruptedTruncatedMissingAndMismatchedCheckpointsAreRefused)
   }
   {
     TrainOptions other = resume;
-    other.config.fp8.history_len = 32;
+    other.config.fp8.scaling.history_len = 32;
     expect_refused(other, "fp8.history_len");
   }
   {
@@ -258,7 +258,7 @@ TEST_F(TrainerTest, HistoryMismatchCanBeRecalibratedOnPurpose) {
   TrainOptions r = o;
   r.resume = true;
   r.stop_step = 5;
-  r.config.fp8.history_len = 32;
+  r.config.fp8.scaling.history_len = 32;
   r.reset_fp8_history = true;
   auto res = RunTraining(r, cpu_);
   ASSERT_TRUE(res.ok()) << res.status().ToString();
