@@ -8,7 +8,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config python3 patchelf file fortunes
   libboost-dev librocksdb-dev libspdlog-dev libfmt-dev
-  libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin libgloo-dev
   libgtest-dev libgmock-dev
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libssl-dev
 )
