@@ -50,6 +50,10 @@ class Communicator {
   // buf (count elements) from `root` to every rank.
   virtual Status Broadcast(void* buf, size_t count, DataType t, int root, Stream stream,
                            const char* what) = 0;
+  // Collectives between GroupStart and GroupEnd may be launched together (NCCL fuses them into
+  // one launch); other backends run each as it is called. `what` names the group in errors.
+  virtual Status GroupStart() { return Status::Ok(); }
+  virtual Status GroupEnd(const char* /*what*/) { return Status::Ok(); }
   // Returns when every rank has called it (after the rank's enqueued work, for NCCL).
   virtual Status Barrier(Stream stream, const char* what) = 0;
 

@@ -90,6 +90,12 @@ class NcclCommunicator final : public Communicator {
                    const char* what) override {
     return Check(ncclBroadcast(buf, buf, count, Type(t), root, comm_, S(s)), what, "broadcast");
   }
+  Status GroupStart() override {
+    const ncclResult_t r = ncclGroupStart();
+    if (r == ncclSuccess) return Status::Ok();
+    return Status::Internal(StrCat("ncclGroupStart: ", ncclGetErrorString(r)));
+  }
+  Status GroupEnd(const char* what) override { return Check(ncclGroupEnd(), what, "group"); }
   Status Barrier(Stream s, const char* what) override {
     if (scratch_ == nullptr && cudaMalloc(&scratch_, sizeof(int)) != cudaSuccess) {
       return Status::Internal(StrCat(what, ": cudaMalloc for the barrier"));

@@ -131,6 +131,10 @@ Status InitScalingState(const ScalingState& state);
 // Fp8MaxFinite(formats[i]), margin); scale_inv[i] = 1 / scale[i]; amax[i] = 0; then *pos
 // advances by one (mod H). config.history_len must equal state.history_len.
 Status UpdateDelayedScaling(const ScalingState& state, const DelayedScalingConfig& config);
+// Before the MAX all-reduce of the amaxes across ranks: every NaN amax (either sign) becomes
+// +Inf, so that a NaN on any rank wins the reduction (a MAX reduction may drop NaN) and every
+// rank then keeps its old scale for that tensor. Other values are untouched.
+Status AmaxNanToInf(float* amax, int64_t n);
 }  // namespace cpu
 
 #if FP8RT_WITH_CUDA
@@ -140,6 +144,7 @@ namespace cuda {
 Status InitScalingState(const ScalingState& state, cudaStream_t stream);
 Status UpdateDelayedScaling(const ScalingState& state, const DelayedScalingConfig& config,
                             cudaStream_t stream);
+Status AmaxNanToInf(float* amax, int64_t n, cudaStream_t stream);
 }  // namespace cuda
 #endif
 

@@ -90,6 +90,15 @@ Status RunConfig::Validate() const {
   FP8RT_RETURN_IF_ERROR(Range("fp8.history_len", fp8.scaling.history_len, 1, 1024));
   FP8RT_RETURN_IF_ERROR(Range("fp8.margin", fp8.scaling.margin, 0, 32));
   FP8RT_RETURN_IF_ERROR(Range("fp8.telemetry_every", fp8.telemetry_every, 0, 1e9));
+  FP8RT_RETURN_IF_ERROR(Range("parallel.dp", parallel.dp, 0, 1 << 20));
+  FP8RT_RETURN_IF_ERROR(Range("parallel.bucket_mb", parallel.bucket_mb, 0.001, 1 << 16));
+  FP8RT_RETURN_IF_ERROR(Range("parallel.collective_timeout_s", parallel.collective_timeout_s, 1, 1e7));
+  FP8RT_RETURN_IF_ERROR(Range("parallel.scale_check_every", parallel.scale_check_every, 0, 1e9));
+  if (parallel.cpu_backend != "auto" && parallel.cpu_backend != "mpi" &&
+      parallel.cpu_backend != "gloo") {
+    return Status::InvalidArgument(StrCat("parallel.cpu_backend: '", parallel.cpu_backend,
+                                          "' is not one of: auto, mpi, gloo"));
+  }
   return Status::Ok();
 }
 
@@ -103,6 +112,7 @@ Result<RunConfig> ParseRunConfig(const std::string& yaml_text) {
   auto& d = c.data;
   auto& t = c.train;
   auto& f = c.fp8;
+  auto& par = c.parallel;
   int64_t seed = static_cast<int64_t>(t.seed);
   auto fields = [](std::vector<std::pair<std::string, Reader>> readers) -> Reader {
     return [readers = std::move(readers)](const Value& v, const std::string& path) {
@@ -150,7 +160,12 @@ Result<RunConfig> ParseRunConfig(const std::string& yaml_text) {
                                                      {"attn_proj", Bool(&f.attn_proj)},
                                                      {"fc", Bool(&f.fc)},
                                                      {"fc_proj", Bool(&f.fc_proj)},
-                                                     {"lm_head", Bool(&f.lm_head)}})}})}});
+                                                     {"lm_head", Bool(&f.lm_head)}})}})},
+                  {"parallel", fields({{"dp", Integer(&par.dp)},
+                                       {"bucket_mb", Number(&par.bucket_mb)},
+                                       {"collective_timeout_s", Integer(&par.collective_timeout_s)},
+                                       {"cpu_backend", String(&par.cpu_backend)},
+                                       {"scale_check_every", Integer(&par.scale_check_every)}})}});
   FP8RT_RETURN_IF_ERROR(read);
   t.seed = static_cast<uint64_t>(seed);
   FP8RT_ASSIGN_OR_RETURN(c.precision, ParsePrecision(precision));

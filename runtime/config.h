@@ -63,6 +63,22 @@ struct TrainConfig {
   int log_every = 1;               // metrics line period. Default: 1
 };
 
+// parallel.*: how this run spreads over the ranks its launcher started (comm/README.md).
+struct ParallelConfig {
+  // Data-parallel replicas; 0: the world size. Must equal the world size (tensor parallelism is
+  // not here yet). Default: 0
+  int dp = 0;
+  // Gradients are reduced in buckets of about this many MiB (whole layers). Default: 25
+  double bucket_mb = 25;
+  // A collective (or a step waiting on one) taking longer ends the job naming it. Default: 600
+  int collective_timeout_s = 600;
+  // CPU collectives: auto (Open MPI under mpirun, Gloo otherwise), mpi or gloo. Default: auto
+  std::string cpu_backend = "auto";
+  // Every this many steps all ranks compare a hash of their FP8 scales and histories; a mismatch
+  // stops the job. 0: never. Default: 100
+  int scale_check_every = 100;
+};
+
 struct RunConfig {
   std::string name = "run";        // Default: run
   ModelConfig model;
@@ -70,6 +86,7 @@ struct RunConfig {
   TrainConfig train;
   Precision precision = Precision::kFp8;  // Default: fp8
   Fp8Config fp8;
+  ParallelConfig parallel;
   Status Validate() const;
 };
 

@@ -56,6 +56,19 @@ Result<DeviceInfo> QueryDevice(const std::string& spec) {
 #endif
 }
 
+Status UseDevice(const DeviceInfo& device) {
+  if (device.is_cpu) return Status::Ok();
+#if FP8RT_WITH_CUDA
+  const cudaError_t e = cudaSetDevice(device.ordinal);
+  if (e != cudaSuccess) {
+    return Status::Unavailable(StrCat("cuda:", device.ordinal, ": ", cudaGetErrorString(e)));
+  }
+  return Status::Ok();
+#else
+  return Status::Unavailable(StrCat("cuda:", device.ordinal, ": this build has no CUDA backend"));
+#endif
+}
+
 double DeviceMemoryUsedBytes(const DeviceInfo& d) {
   if (d.is_cpu) return 0;
 #if FP8RT_WITH_CUDA

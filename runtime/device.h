@@ -27,6 +27,9 @@ struct PrecisionDecision {
 };
 PrecisionDecision DecidePrecision(Precision requested, const DeviceInfo& device);
 
+// Makes `device` the calling thread's current CUDA device (before NCCL connects); nothing on the CPU.
+Status UseDevice(const DeviceInfo& device);
+
 // Bytes in use on the device (total - free, all processes); 0 on the CPU or on error.
 double DeviceMemoryUsedBytes(const DeviceInfo& device);
 

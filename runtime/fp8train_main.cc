@@ -1,11 +1,14 @@
 // fp8train: trains a GPT model on one GPU or the CPU. See configs/README.md.
-#include <cstdio>
+#include <CLI/CLI.hpp>
+#include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <memory>
 
-#include <CLI/CLI.hpp>
-
+#include "comm/bootstrap.h"
+#include "comm/world.h"
 #include "runtime/trainer.h"
 
 namespace {
@@ -21,8 +24,9 @@ int main(int argc, char** argv) {
   int64_t steps = -1, inspect_step = -1;
   bool resume = false, reset_history = false, profile_ops = false;
   app.add_option("--config", config_path, "run configuration (YAML)");
-  app.add_option("--steps", steps, "stop after this global step (the LR schedule still follows "
-                                   "train.total_steps)");
+  app.add_option("--steps", steps,
+                 "stop after this global step (the LR schedule still follows "
+                 "train.total_steps)");
   app.add_option("--checkpoint-dir", checkpoint_dir,
                  "write checkpoints here (every train.checkpoint_every steps and at exit)");
   app.add_flag("--resume", resume, "continue from the latest checkpoint in --checkpoint-dir");
@@ -73,13 +77,42 @@ int main(int argc, char** argv) {
   o.profile_ops = profile_ops;
   o.attention = attention;
   if (!precision.empty()) o.precision = *ParsePrecision(precision);
+  // Who this rank is (mpirun, srun, the FP8RT_* environment, or alone): comm/README.md.
+  auto launch = comm::DetectLaunch();
+  if (!launch.ok()) {
+    std::cerr << "fp8train: " << launch.status().ToString() << "\n";
+    return kExitUsage;
+  }
+  const std::string who = launch->world_size > 1 ? StrCat("fp8train: rank ", launch->rank, ": ")
+                                                 : std::string("fp8train: ");
   if (device == "auto") {
-    device = QueryDevice("cuda:0").ok() ? "cuda:0" : "cpu";
+    // One GPU per rank: the local rank picks it (CUDA_VISIBLE_DEVICES applies first).
+    const std::string gpu = StrCat("cuda:", launch->local_rank);
+    device = QueryDevice(gpu).ok() ? gpu : "cpu";
   }
   auto dev = QueryDevice(device);
   if (!dev.ok()) {
-    std::cerr << "fp8train: " << dev.status().ToString() << "\n";
+    std::cerr << who << dev.status().ToString() << "\n";
     return kExitUsage;
+  }
+  std::unique_ptr<comm::World> world;
+  if (launch->world_size > 1) {
+    Status used = UseDevice(*dev);
+    if (!used.ok()) {
+      std::cerr << who << used.ToString() << "\n";
+      return kExitError;
+    }
+    comm::WorldOptions wo;
+    wo.gpu = !dev->is_cpu;
+    wo.timeout = std::chrono::seconds(cfg->parallel.collective_timeout_s);
+    wo.cpu_backend = cfg->parallel.cpu_backend;
+    auto w = comm::World::Init(*launch, wo);
+    if (!w.ok()) {
+      std::cerr << who << w.status().ToString() << "\n";
+      return w.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitPeerFailure;
+    }
+    world = std::move(*w);
+    o.world = world.get();
   }
   std::ofstream metrics_file;
   if (metrics == "-") {
@@ -96,12 +129,19 @@ int main(int argc, char** argv) {
   o.stop_flag = &g_stop;
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGUSR1, OnSignal);
-  std::cerr << "fp8train: " << o.config.name << " on " << dev->name << ", "
-            << o.config.model.num_params() << " parameters\n";
+  if (launch->rank == 0) {
+    std::cerr << "fp8train: " << o.config.name << " on " << dev->name << ", "
+              << o.config.model.num_params() << " parameters\n";
+  }
 
   auto r = RunTraining(o, *dev);
+  if (world != nullptr && r.ok()) {
+    // Ends the job in order: after this, ranks leaving is not a failure.
+    Status fin = world->Finish();
+    if (!fin.ok()) std::cerr << who << fin.ToString() << "\n";
+  }
   if (!r.ok()) {
-    std::cerr << "fp8train: " << r.status().ToString() << "\n";
+    std::cerr << who << r.status().ToString() << "\n";
     const auto code = r.status().code();
     return code == StatusCode::kInvalidArgument || code == StatusCode::kFailedPrecondition ||
                    code == StatusCode::kCorruption || code == StatusCode::kNotFound

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "common/status.h"
 #include "runtime/config.h"
 #include "runtime/op_profile.h"
@@ -28,12 +29,26 @@ struct ModelOptions {
   // CUDA only: the attention kernels, "auto" (cuDNN's fused flash attention where it loads and
   // takes the shape, else fp8rt's flash kernels, else GEMMs), "cudnn", "flash" or "gemm".
   std::string attention = "auto";
+  // Data parallelism: the group of ranks that hold replicas of this model and split the batch
+  // (null or a group of one: none). Not owned. Gradients are averaged over it in buckets of
+  // about grad_bucket_bytes, each launched as soon as the last micro-batch's backward has made
+  // its gradients final; the amaxes of every FP8 tensor are MAX-reduced over it once per step.
+  comm::Communicator* dp = nullptr;
+  int64_t grad_bucket_bytes = int64_t{25} << 20;
 };
 
 struct StepStats {
   float loss = 0;            // mean over the step's micro-batches
   float grad_norm = 0;       // global norm before clipping
   int64_t weight_casts = 0;  // FP8 weight casts done this step (== number of FP8 weights)
+  // Data parallel: collectives that reduced amaxes this step (1 in FP8, whatever the number of
+  // layers and micro-batches; 0 without FP8 or without a group), gradient buckets reduced, and
+  // the time in each kind of reduction (CPU: the calls' wall time; GPU: the span on the
+  // communication stream, overlapped with the backward pass for gradients).
+  int amax_collectives = 0;
+  int grad_buckets = 0;
+  double amax_reduce_ms = 0;
+  double grad_reduce_ms = 0;
 };
 
 // Per-tensor FP8 telemetry: amax seen by the casts since the last report, current scale, and
@@ -86,6 +101,9 @@ class GptModel {
   // --profile-ops: time per op of each Step (see runtime/op_profile.h), mean ms per step.
   virtual void EnableOpProfile(bool on) = 0;
   virtual std::vector<OpTime> OpProfile() const = 0;
+  // Every data-parallel replica's `value`, in rank order (ModelOptions::dp; just `value` without
+  // one): an all-gather through the model's buffers, for cross-rank checks.
+  virtual Result<std::vector<uint64_t>> GatherAcrossReplicas(uint64_t value) = 0;
   // Names and sizes of the parameter tensors, in order.
   virtual std::vector<std::pair<std::string, int64_t>> ParamTensors() const = 0;
 };

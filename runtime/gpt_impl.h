@@ -4,86 +4,24 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "common/rng.h"
 #include "runtime/gpt.h"
+#include "runtime/gpt_fp8.h"
+#include "runtime/gpt_layout.h"
 #include "runtime/ops.h"
 
 namespace fp8rt::gpt_detail {
-
-// Parameter tensors in storage order, with their shapes.
-enum Param {
-  kWte,       // (Vp, C)
-  kWpe,       // (maxT, C)
-  kLn1W,      // (L, C)
-  kLn1B,      // (L, C)
-  kQkvW,      // (L, 3C, C)
-  kQkvB,      // (L, 3C)
-  kAttProjW,  // (L, C, C)
-  kAttProjB,  // (L, C)
-  kLn2W,      // (L, C)
-  kLn2B,      // (L, C)
-  kFcW,       // (L, 4C, C)
-  kFcB,       // (L, 4C)
-  kFcProjW,   // (L, C, 4C)
-  kFcProjB,   // (L, C)
-  kLnfW,      // (C)
-  kLnfB,      // (C)
-  kNumParams
-};
-inline const char* kParamNames[kNumParams] = {
-    "wte",  "wpe",  "ln1.weight", "ln1.bias", "qkv.weight", "qkv.bias", "attn_proj.weight",
-    "attn_proj.bias", "ln2.weight", "ln2.bias", "fc.weight", "fc.bias", "fc_proj.weight",
-    "fc_proj.bias", "lnf.weight", "lnf.bias"};
-// Decoupled weight decay applies to 2-D weights only.
-inline const bool kDecay[kNumParams] = {true,  true,  false, false, true,  false, true, false,
-                                        false, false, true,  false, true,  false, false, false};
-
-// The four linear layers of a block, and the LM head.
-enum LinearKind { kQkv, kAttProj, kFc, kFcProj, kNumLinear, kLmHead = kNumLinear };
-inline const char* kLinearNames[kNumLinear + 1] = {"qkv", "attn_proj", "fc", "fc_proj", "lm_head"};
-// Op names for --profile-ops, per linear kind (kQkv .. kLmHead).
-inline const char* kFpropNames[] = {"gemm fprop qkv", "gemm fprop attn_proj", "gemm fprop fc",
-                                    "gemm fprop fc_proj", "gemm fprop lm_head"};
-inline const char* kDgradNames[] = {"gemm dgrad qkv", "gemm dgrad attn_proj", "gemm dgrad fc",
-                                    "gemm dgrad fc_proj", "gemm dgrad lm_head"};
-inline const char* kWgradNames[] = {"gemm wgrad qkv", "gemm wgrad attn_proj", "gemm wgrad fc",
-                                    "gemm wgrad fc_proj", "gemm wgrad lm_head"};
-enum Fp8Role { kRoleX, kRoleW, kRoleDy, kNumRoles };
-inline const char* kRoleNames[kNumRoles] = {"input", "weight", "grad_output"};
-
-struct Layout {
-  int64_t size[kNumParams];
-  int64_t offset[kNumParams];
-  int64_t total = 0;
-  explicit Layout(const ModelConfig& m) {
-    const int64_t C = m.n_embd, L = m.n_layer, Vp = m.padded_vocab();
-    const int64_t s[kNumParams] = {Vp * C,    int64_t{m.block_size} * C,
-                                   L * C,     L * C,
-                                   L * 3 * C * C, L * 3 * C,
-                                   L * C * C, L * C,
-                                   L * C,     L * C,
-                                   L * 4 * C * C, L * 4 * C,
-                                   L * 4 * C * C, L * C,
-                                   C,         C};
-    for (int i = 0; i < kNumParams; ++i) {
-      size[i] = s[i];
-      offset[i] = total;
-      // Keep every tensor 64-element aligned so vectorised kernels see aligned pointers.
-      total += (s[i] + 63) / 64 * 64;
-    }
-  }
-};
 
 template <typename Ops, typename T>
 class Gpt final : public GptModel {
  public:
   Gpt(const ModelOptions& o, std::unique_ptr<Ops> ops)
-      : o_(o), ops_(std::move(ops)), layout_(o.model) {}
+      : o_(o), ops_(std::move(ops)), layout_(o.model), fp8_(o_, ops_.get()) {}
   ~Gpt() override {
     for (void* p : allocations_) ops_->Free(p);
     if (staging_) ops_->FreeHost(staging_);
@@ -101,24 +39,17 @@ class Gpt final : public GptModel {
                      std::vector<float>* v) override;
   Status ImportState(const std::vector<float>& master, const std::vector<float>& m,
                      const std::vector<float>& v) override;
-  Result<std::vector<TensorScaleRecord>> ExportScales() override;
-  Status ImportScales(const std::vector<TensorScaleRecord>& records) override;
-  Status ResetFp8History() override;
-  Result<std::vector<Fp8TelemetryRow>> Telemetry() override;
+  Result<std::vector<TensorScaleRecord>> ExportScales() override { return fp8_.ExportScales(); }
+  Status ImportScales(const std::vector<TensorScaleRecord>& records) override {
+    return fp8_.ImportScales(records);
+  }
+  Status ResetFp8History() override { return fp8_.ResetHistory(); }
+  Result<std::vector<Fp8TelemetryRow>> Telemetry() override { return fp8_.Telemetry(); }
   Result<std::vector<uint8_t>> CachedFp8Weight(const std::string& name) override {
-    std::vector<uint8_t> bytes;
-    FP8RT_RETURN_IF_ERROR(ForEachFp8Linear([&](int l, int kind) -> Status {
-      if (Fp8Name(l, kind, kRoleW) != name) return Status::Ok();
-      int64_t N, K;
-      LinearShape(kind, &N, &K);
-      bytes.resize(static_cast<size_t>(N * K));
-      return ops_->Download(bytes.data(), w8_[Slot(l, kind)], bytes.size());
-    }));
-    if (bytes.empty()) return Status::NotFound(StrCat("no FP8 weight named '", name, "'"));
-    return bytes;
+    return fp8_.CachedWeight(name);
   }
   int64_t num_params() const override { return layout_.total; }
-  int num_fp8_weights() const override { return num_fp8_weights_; }
+  int num_fp8_weights() const override { return fp8_.num_weights; }
   size_t allocated_bytes() const override { return allocated_bytes_; }
   std::string attention_kernel() const override {
     const ModelConfig& m = o_.model;
@@ -126,6 +57,18 @@ class Gpt final : public GptModel {
   }
   void EnableOpProfile(bool on) override { ops_->EnableProfile(on); }
   std::vector<OpTime> OpProfile() const override { return ops_->ProfileReport(); }
+  Result<std::vector<uint64_t>> GatherAcrossReplicas(uint64_t value) override {
+    if (!Dp()) return std::vector<uint64_t>{value};
+    const size_t n = static_cast<size_t>(o_.dp->size());
+    std::vector<uint64_t> all(n);
+    FP8RT_RETURN_IF_ERROR(ops_->Upload(gather_ + o_.dp->rank(), &value, sizeof value));
+    FP8RT_RETURN_IF_ERROR(o_.dp->AllGather(gather_ + o_.dp->rank(), gather_, 1,
+                                           comm::DataType::kUint64, ops_->ForkComm(),
+                                           "scale-state hash all-gather"));
+    FP8RT_RETURN_IF_ERROR(ops_->JoinComm());
+    FP8RT_RETURN_IF_ERROR(ops_->Download(all.data(), gather_, n * sizeof(uint64_t)));
+    return all;
+  }
   std::vector<std::pair<std::string, int64_t>> ParamTensors() const override {
     std::vector<std::pair<std::string, int64_t>> out;
     for (int i = 0; i < kNumParams; ++i) out.emplace_back(kParamNames[i], layout_.size[i]);
@@ -150,78 +93,14 @@ class Gpt final : public GptModel {
     return Status::Ok();
   }
 
-  bool Fp8On(int kind) const {
-    if (o_.precision != Precision::kFp8) return false;
-    switch (kind) {
-      case kQkv: return o_.fp8.qkv;
-      case kAttProj: return o_.fp8.attn_proj;
-      case kFc: return o_.fp8.fc;
-      case kFcProj: return o_.fp8.fc_proj;
-      case kLmHead: return o_.fp8.lm_head;
-    }
-    return false;
-  }
-  // The (layer, kind) slot of FP8 buffers; the LM head comes after the layers' linears.
-  int Slot(int l, int kind) const {
-    return kind == kLmHead ? o_.model.n_layer * kNumLinear : l * kNumLinear + kind;
-  }
-  int Fp8Index(int l, int kind, int role) const { return Slot(l, kind) * kNumRoles + role; }
-  std::string Fp8Name(int l, int kind, int role) const {
-    return kind == kLmHead ? StrCat("lm_head.", kRoleNames[role])
-                           : StrCat("h", l, ".", kLinearNames[kind], ".", kRoleNames[role]);
-  }
-  Fp8Tensor Fp8Of(int l, int kind, int role, uint8_t* data, uint8_t* data_t, int64_t rows,
-                  int64_t cols) const {
-    const int i = Fp8Index(l, kind, role);
-    Fp8Tensor t;
-    t.data = data;
-    t.data_t = data_t;
-    t.rows = rows;
-    t.cols = cols;
-    t.format = FormatFor(scaling_cfg_.recipe, role == kRoleDy);
-    t.scale = scaling_.scale + i;
-    // A 64-byte slot per tensor (ScalingState::scale_inv_stride): cuBLASLt reads it as the
-    // GEMM's scale and needs 16-byte-aligned scale pointers.
-    t.scale_inv = scaling_.scale_inv + kScaleSlot * i;
-    t.amax = scaling_.amax + i;
-    return t;
-  }
-  // Calls fn(l, kind) for every linear layer running in FP8, in a fixed order (layers, then the
-  // LM head): the order of ExportScales, ImportScales and Telemetry.
-  template <typename Fn>
-  Status ForEachFp8Linear(Fn&& fn) const {
-    for (int l = 0; l <= o_.model.n_layer; ++l) {
-      for (int kind = 0; kind <= kNumLinear; ++kind) {
-        if ((l == o_.model.n_layer) != (kind == kLmHead) || !Fp8On(kind)) continue;
-        FP8RT_RETURN_IF_ERROR(fn(l, kind));
-      }
-    }
-    return Status::Ok();
-  }
-  // (N, K) of each linear layer.
+  bool Fp8On(int kind) const { return fp8_.On(kind); }
   void LinearShape(int kind, int64_t* N, int64_t* K) const {
-    const int64_t C = o_.model.n_embd;
-    switch (kind) {
-      case kQkv: *N = 3 * C, *K = C; return;
-      case kAttProj: *N = C, *K = C; return;
-      case kFc: *N = 4 * C, *K = C; return;
-      case kFcProj: *N = C, *K = 4 * C; return;
-      default: *N = o_.model.padded_vocab(), *K = C; return;
-    }
+    gpt_detail::LinearShape(o_.model, kind, N, K);
   }
   // The working copy of a parameter in T; null for the weights of FP8 linear layers, which are
   // cast to FP8 straight from the FP32 master weights and need no T copy.
   T* W(Param p) const { return work_offset_[p] < 0 ? nullptr : working_ + work_offset_[p]; }
   float* G(Param p) const { return grads_ + layout_.offset[p]; }
-  static Param WeightOf(int kind) {
-    switch (kind) {
-      case kQkv: return kQkvW;
-      case kAttProj: return kAttProjW;
-      case kFc: return kFcW;
-      case kFcProj: return kFcProjW;
-      default: return kWte;
-    }
-  }
   // Whether p keeps a T working copy: everything except an FP8 linear layer's weight (the tied
   // LM head / token embedding always keeps one: the embedding reads it).
   bool HasWorking(int p) const {
@@ -248,7 +127,7 @@ class Gpt final : public GptModel {
                         const T* dy_gelu_pre = nullptr);
   // Whether layer kind's FP8 cast of its output gradient can also apply the GELU backward (an FP8
   // layer with a bias, outside the calibrating first step, whose cast measures dy first).
-  bool FusesGeluIntoDyCast(int kind) const { return Fp8On(kind) && !calibrate_now_; }
+  bool FusesGeluIntoDyCast(int kind) const { return Fp8On(kind) && !fp8_.calibrate_now; }
   Status AddBias(T* y, const T* b, int64_t M, int64_t N);
   // Runs `fused` (a GEMM with an epilogue that does more) while cuBLASLt takes it (*ok), else
   // `plain`; a refusal clears *ok for good, so the model stops asking. *done says fused ran.
@@ -266,6 +145,11 @@ class Gpt final : public GptModel {
   Status ForwardPass(const int32_t* x_host, const int32_t* y_host, bool cast_weights,
                      bool compute_grad, int micro);
   Status BackwardPass();
+  // The phases of Step.
+  Status MicroBatches();
+  Status ReduceAcrossRanks();
+  Status ClipAndOptimize(int step, float lr);
+  Status UpdateScales();
   Status RefreshWorkingCopy();
 
   ModelOptions o_;
@@ -285,28 +169,34 @@ class Gpt final : public GptModel {
   int32_t *tokens_ = nullptr, *targets_ = nullptr;
   int32_t* staging_ = nullptr;
   // Activations, per layer where the backward needs them.
-  T* encoded_ = nullptr;                                    // (B, T, C)
+  T* encoded_ = nullptr;  // (B, T, C)
   std::vector<T*> ln1_, qkv_, atty_, res2_, ln2_, fch_, fch_gelu_, res3_;
   std::vector<uint8_t*> att_;  // what attention saves for its backward (Ops decides)
   std::vector<float*> ln1_mean_, ln1_rstd_, ln2_mean_, ln2_rstd_;
-  T* lnf_ = nullptr;                                        // (B, T, C)
-  float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;         // (B, T)
-  T* logits_ = nullptr;                                     // (B, T, Vp), dlogits after the loss
-  float* losses_ = nullptr;                                 // (B, T)
-  float* step_losses_ = nullptr;                            // (grad_accum) mean loss per micro
-  float* norm_sq_ = nullptr;                                // (1)
-  T* ones_ = nullptr;                                       // (B*T) for bias gradients
+  T* lnf_ = nullptr;                                 // (B, T, C)
+  float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;  // (B, T)
+  T* logits_ = nullptr;                              // (B, T, Vp), dlogits after the loss
+  float* losses_ = nullptr;                          // (B, T)
+  float* step_losses_ = nullptr;                     // (grad_accum) mean loss per micro
+  float* norm_sq_ = nullptr;                         // (1)
+  T* ones_ = nullptr;                                // (B*T) for bias gradients
   // Backward scratch.
   T *dres_ = nullptr, *dc1_ = nullptr, *dc2_ = nullptr, *dqkv_ = nullptr, *d4c_ = nullptr;
 
-  // FP8: scaling state of all FP8 tensors, cached weights, saved inputs, gradient casts.
-  DelayedScalingConfig scaling_cfg_;
-  ScalingState scaling_;
-  // The scale state is fresh (initial scale 1, empty history): the next step's first micro-batch
-  // casts with current scaling when fp8.first_step_current asks for it (calibrate_now_ while it
-  // runs). Cleared by that step's scaling update and by ImportScales.
-  bool calibrate_ = false;
-  bool calibrate_now_ = false;
+  Fp8State<Ops> fp8_;
+
+  // Data parallelism (o_.dp): the gradient buckets in launch order, their names for errors, and
+  // this step's progress through them.
+  bool Dp() const { return o_.dp != nullptr && o_.dp->size() > 1; }
+  Status ReduceBucket(int b);
+  std::vector<GradBucket> buckets_;
+  std::vector<std::string> bucket_names_;
+  bool reduce_grads_now_ = false;  // in the last micro-batch's backward of a DP step
+  uint64_t* gather_ = nullptr;     // (DP) GatherAcrossReplicas' buffer
+  int next_bucket_ = 0;
+  float grad_scale_ = 1.0f;  // 1 / DP while a DP step runs: SUM then gives the mean
+  int amax_collectives_ = 0;
+  static constexpr int kGradTimer = 0, kAmaxTimer = 1;
   // Set during the backward of a step's first micro-batch: the linear layers' weight gradients
   // (and the tied wte's, which the LM head's wgrad writes before the embedding backward adds to
   // it) are written by their wgrad GEMMs (beta 0) rather than accumulated, so ZeroGrads need not
@@ -319,28 +209,15 @@ class Gpt final : public GptModel {
   Status ZeroGrads() {
     for (int p = 0; p < kNumParams; ++p) {
       if (WrittenByWgrad(p)) continue;
-      FP8RT_RETURN_IF_ERROR(ops_->Zero(grads_ + layout_.offset[p], layout_.size[p] * sizeof(float)));
+      FP8RT_RETURN_IF_ERROR(
+          ops_->Zero(grads_ + layout_.offset[p], layout_.size[p] * sizeof(float)));
     }
     return Status::Ok();
   }
-  // Casts in to out: with current scaling while calibrating, else with the delayed scale.
-  template <typename U>
-  Status Cast(const U* in, const Fp8Tensor& out, typename Ops::Counter* saturated) {
-    if (calibrate_now_) return ops_->QuantizeCurrentScaling(in, out, scaling_cfg_.margin, saturated);
-    return ops_->Quantize(in, out, saturated);
-  }
-  uint8_t* scaling_base_ = nullptr;
-  int num_fp8_tensors_ = 0, num_fp8_weights_ = 0;
-  std::vector<uint8_t*> w8_, w8t_, x8t_;  // per (layer, kind) slot
-  uint8_t* x8_ = nullptr;  // the forward's row-major input cast, shared: only x8t_ is saved
-  uint8_t *dy8_ = nullptr, *dy8t_ = nullptr;   // shared, (B*T, max N)
-  typename Ops::Counter* saturated_ = nullptr;  // per FP8 tensor
-  static constexpr int kScaleSlot = 16;          // ScalingState::scale_inv_stride
   int64_t weight_casts_ = 0;
   bool gelu_epilogue_ok_ = true;   // false once cuBLASLt refused the fused GELU epilogue
   bool dgelu_epilogue_ok_ = true;  // the same for the GELU backward in the dgrad epilogue
 };
-
 
 // ---------------------------------------------------------------------------------------------
 // Implementation.
@@ -379,8 +256,6 @@ Status Gpt<Ops, T>::Setup() {
   if (staging_ == nullptr) return Status(StatusCode::kResourceExhausted, "pinned host memory");
   FP8RT_RETURN_IF_ERROR(Alloc(&encoded_, M_ * C));
 
-  // In FP8 layers the backward reads the saved FP8 copies of a linear layer's input, so its
-  // high-precision input need not outlive the layer: one buffer serves every layer.
   auto per_layer = [&](std::vector<T*>* v, int64_t n, bool shared) -> Status {
     v->assign(L, nullptr);
     T* one = nullptr;
@@ -399,22 +274,31 @@ Status Gpt<Ops, T>::Setup() {
     for (int64_t l = 0; l < L; ++l) FP8RT_RETURN_IF_ERROR(Alloc(&(*v)[l], M_));
     return Status::Ok();
   };
-  FP8RT_RETURN_IF_ERROR(per_layer(&ln1_, M_ * C, Fp8On(kQkv)));
-  FP8RT_RETURN_IF_ERROR(per_layer(&qkv_, M_ * 3 * C, false));
+  // The per-layer activations, declared once: (buffer, elements per token, shared by all
+  // layers). In FP8 layers the backward reads the saved FP8 copy of a linear layer's input, so
+  // that input can be one buffer for every layer.
   const AttentionShape as{B, Tn, m.n_head, C / m.n_head};
+  const struct {
+    std::vector<T*>* v;
+    int64_t per_token;
+    bool shared;
+  } activations[] = {
+      {&ln1_, C, Fp8On(kQkv)},
+      {&qkv_, 3 * C, false},
+      // The attention output is the projection's input, and the flash backward reads it too.
+      {&atty_, C, Fp8On(kAttProj) && !ops_->AttentionReadsOutput(as, kT)},
+      {&res2_, C, false},
+      {&ln2_, C, Fp8On(kFc)},
+      {&fch_, 4 * C, false},
+      {&fch_gelu_, 4 * C, Fp8On(kFcProj)},
+      {&res3_, C, false},
+  };
+  for (const auto& a : activations)
+    FP8RT_RETURN_IF_ERROR(per_layer(a.v, M_ * a.per_token, a.shared));
   att_.assign(L, nullptr);
   for (int64_t l = 0; l < L; ++l) {
-    FP8RT_RETURN_IF_ERROR(
-        Alloc(&att_[l], static_cast<int64_t>(ops_->AttentionSavedBytes(as, kT))));
+    FP8RT_RETURN_IF_ERROR(Alloc(&att_[l], static_cast<int64_t>(ops_->AttentionSavedBytes(as, kT))));
   }
-  // The attention output is the projection's input, and the flash backward reads it too.
-  FP8RT_RETURN_IF_ERROR(
-      per_layer(&atty_, M_ * C, Fp8On(kAttProj) && !ops_->AttentionReadsOutput(as, kT)));
-  FP8RT_RETURN_IF_ERROR(per_layer(&res2_, M_ * C, false));
-  FP8RT_RETURN_IF_ERROR(per_layer(&ln2_, M_ * C, Fp8On(kFc)));
-  FP8RT_RETURN_IF_ERROR(per_layer(&fch_, M_ * 4 * C, false));
-  FP8RT_RETURN_IF_ERROR(per_layer(&fch_gelu_, M_ * 4 * C, Fp8On(kFcProj)));
-  FP8RT_RETURN_IF_ERROR(per_layer(&res3_, M_ * C, false));
   FP8RT_RETURN_IF_ERROR(stats(&ln1_mean_));
   FP8RT_RETURN_IF_ERROR(stats(&ln1_rstd_));
   FP8RT_RETURN_IF_ERROR(stats(&ln2_mean_));
@@ -437,39 +321,30 @@ Status Gpt<Ops, T>::Setup() {
     FP8RT_RETURN_IF_ERROR(ops_->Upload(ones_, ones.data(), ones.size() * sizeof(T)));
   }
 
-  if (fp8) {
-    scaling_cfg_ = o_.fp8.scaling;
-    FP8RT_RETURN_IF_ERROR(scaling_cfg_.Validate());
-    const int slots = static_cast<int>(L) * kNumLinear + 1;
-    num_fp8_tensors_ = slots * kNumRoles;
-    const ScalingStateLayout sl = ScalingStateLayout::For(num_fp8_tensors_, scaling_cfg_.history_len, kScaleSlot);
-    FP8RT_RETURN_IF_ERROR(Alloc(&scaling_base_, static_cast<int64_t>(sl.total_bytes)));
-    scaling_ = sl.Bind(scaling_base_);
-    std::vector<uint8_t> formats(num_fp8_tensors_);
-    for (int i = 0; i < num_fp8_tensors_; ++i) {
-      formats[i] = static_cast<uint8_t>(FormatFor(scaling_cfg_.recipe, i % kNumRoles == kRoleDy));
+  if (Dp()) {
+    if (o_.dp->device_buffers() != Ops::kDevice) {
+      return Status::InvalidArgument(StrCat("the data-parallel group (", o_.dp->backend(),
+                                            ") works on ", o_.dp->device_buffers() ? "GPU" : "host",
+                                            " buffers, the model's are on the ",
+                                            Ops::kDevice ? "GPU" : "host"));
     }
-    FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling_base_ + sl.formats, formats.data(), formats.size()));
-    FP8RT_RETURN_IF_ERROR(ops_->InitScaling(scaling_));
-    calibrate_ = o_.fp8.first_step_current;
-    FP8RT_RETURN_IF_ERROR(Alloc(&saturated_, num_fp8_tensors_));
-    w8_.assign(slots, nullptr), w8t_.assign(slots, nullptr), x8t_.assign(slots, nullptr);
-    int64_t max_n = 0, max_k = 0;
-    for (int s = 0; s < slots; ++s) {
-      const int kind = s == slots - 1 ? kLmHead : s % kNumLinear;
-      if (!Fp8On(kind)) continue;
-      int64_t N, K;
-      LinearShape(kind, &N, &K);
-      max_n = std::max(max_n, N), max_k = std::max(max_k, K);
-      FP8RT_RETURN_IF_ERROR(Alloc(&w8_[s], N * K));
-      FP8RT_RETURN_IF_ERROR(Alloc(&w8t_[s], N * K));
-      FP8RT_RETURN_IF_ERROR(Alloc(&x8t_[s], M_ * K));
-      ++num_fp8_weights_;
+    buckets_ = PlanGradBuckets(m, layout_, o_.grad_bucket_bytes);
+    FP8RT_RETURN_IF_ERROR(Alloc(&gather_, o_.dp->size()));
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const GradBucket& k = buckets_[b];
+      bucket_names_.push_back(
+          k.first_layer < 0
+              ? StrCat("gradient bucket ", b, " (embeddings, final layernorm) all-reduce")
+              : StrCat("gradient bucket ", b, " (layers ", k.first_layer, "..", k.last_layer,
+                       ") all-reduce"));
     }
-    FP8RT_RETURN_IF_ERROR(Alloc(&x8_, M_ * max_k));
-    FP8RT_RETURN_IF_ERROR(Alloc(&dy8_, M_ * max_n));
-    FP8RT_RETURN_IF_ERROR(Alloc(&dy8t_, M_ * max_n));
   }
+  FP8RT_RETURN_IF_ERROR(fp8_.Setup(M_, [this](void** p, int64_t bytes) {
+    uint8_t* raw = nullptr;
+    FP8RT_RETURN_IF_ERROR(Alloc(&raw, bytes));
+    *p = raw;
+    return Status::Ok();
+  }));
 
   {
     size_t scratch = 0;
@@ -487,7 +362,8 @@ Status Gpt<Ops, T>::RefreshWorkingCopy() {
     if (!HasWorking(p)) continue;
     std::vector<T> work(static_cast<size_t>(layout_.size[p]));
     for (size_t i = 0; i < work.size(); ++i) work[i] = T(master[layout_.offset[p] + i]);
-    FP8RT_RETURN_IF_ERROR(ops_->Upload(W(static_cast<Param>(p)), work.data(), work.size() * sizeof(T)));
+    FP8RT_RETURN_IF_ERROR(
+        ops_->Upload(W(static_cast<Param>(p)), work.data(), work.size() * sizeof(T)));
   }
   return Status::Ok();
 }
@@ -506,13 +382,18 @@ Status Gpt<Ops, T>::InitRandom(uint64_t seed) {
       case kWte:  // rows of the vocabulary padding stay zero
         for (int64_t i = 0; i < int64_t{m.vocab_size} * C; ++i) t[i] = 0.02f * rng.Normal();
         break;
-      case kWpe: case kQkvW: case kFcW:
+      case kWpe:
+      case kQkvW:
+      case kFcW:
         for (int64_t i = 0; i < n; ++i) t[i] = 0.02f * rng.Normal();
         break;
-      case kAttProjW: case kFcProjW:
+      case kAttProjW:
+      case kFcProjW:
         for (int64_t i = 0; i < n; ++i) t[i] = proj_std * rng.Normal();
         break;
-      case kLn1W: case kLn2W: case kLnfW:
+      case kLn1W:
+      case kLn2W:
+      case kLnfW:
         for (int64_t i = 0; i < n; ++i) t[i] = 1.0f;
         break;
       default:
@@ -522,8 +403,7 @@ Status Gpt<Ops, T>::InitRandom(uint64_t seed) {
   FP8RT_RETURN_IF_ERROR(ops_->Upload(master_, host.data(), host.size() * sizeof(float)));
   FP8RT_RETURN_IF_ERROR(ops_->Zero(m_, host.size() * sizeof(float)));
   FP8RT_RETURN_IF_ERROR(ops_->Zero(v_, host.size() * sizeof(float)));
-  if (num_fp8_tensors_ > 0) FP8RT_RETURN_IF_ERROR(ops_->InitScaling(scaling_));
-  calibrate_ = num_fp8_tensors_ > 0 && o_.fp8.first_step_current;
+  FP8RT_RETURN_IF_ERROR(fp8_.Init());
   return RefreshWorkingCopy();
 }
 
@@ -570,15 +450,15 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
     g.epilogue = b ? Epilogue::kBias : Epilogue::kNone;
     return run(g);
   }
-  const int slot = Slot(l, kind);
-  const Fp8Tensor xq = Fp8Of(l, kind, kRoleX, x8_, x8t_[slot], M_, K);
+  const int slot = fp8_.Slot(l, kind);
+  const Fp8Tensor xq = fp8_.Of(l, kind, kRoleX, fp8_.x8, fp8_.x8t[slot], M_, K);
   ops_->Mark("fp8 cast x (+T)");
-  FP8RT_RETURN_IF_ERROR(Cast(x, xq, saturated_ + Fp8Index(l, kind, kRoleX)));
-  const Fp8Tensor wq = Fp8Of(l, kind, kRoleW, w8_[slot], w8t_[slot], N, K);
+  FP8RT_RETURN_IF_ERROR(fp8_.Cast(x, xq, fp8_.SaturatedOf(l, kind, kRoleX)));
+  const Fp8Tensor wq = fp8_.Of(l, kind, kRoleW, fp8_.w8[slot], fp8_.w8t[slot], N, K);
   if (cast_w) {  // from the FP32 master weights
     ops_->Mark("fp8 cast w (+T)");
     const float* w = master_ + layout_.offset[wp] + l * N * K;
-    FP8RT_RETURN_IF_ERROR(Cast(w, wq, saturated_ + Fp8Index(l, kind, kRoleW)));
+    FP8RT_RETURN_IF_ERROR(fp8_.Cast(w, wq, fp8_.SaturatedOf(l, kind, kRoleW)));
     ++weight_casts_;
   }
   FP8RT_ASSIGN_OR_RETURN(GemmArgs probe, Fp8Fprop(xq, wq, y, kT, nullptr, true));
@@ -639,25 +519,26 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
     ops_->Mark(kWgradNames[kind]);
     return ops_->Gemm(gw);
   }
-  const int slot = Slot(l, kind);
-  const Fp8Tensor dyq = Fp8Of(l, kind, kRoleDy, dy8_, dy8t_, M_, N);
-  typename Ops::Counter* const dy_saturated = saturated_ + Fp8Index(l, kind, kRoleDy);
+  const int slot = fp8_.Slot(l, kind);
+  const Fp8Tensor dyq = fp8_.Of(l, kind, kRoleDy, fp8_.dy8, fp8_.dy8t, M_, N);
+  typename Ops::Counter* const dy_saturated = fp8_.SaturatedOf(l, kind, kRoleDy);
   if (dy_gelu_pre != nullptr) {  // never while calibrating (FusesGeluIntoDyCast)
     ops_->Mark("fp8 cast dy (+T, +dbias, +gelu bwd)");
     FP8RT_RETURN_IF_ERROR(ops_->QuantizeDbiasGeluGrad(dy, dy_gelu_pre, dyq, db, dy_saturated));
   } else if (db != nullptr) {
-    if (calibrate_now_) {  // the first step: this tensor's scale from its own amax, cast again below
+    if (fp8_.calibrate_now) {  // the first step: this tensor's scale from its own amax, cast again
+                               // below
       ops_->Mark("fp8 calibrate dy");
-      FP8RT_RETURN_IF_ERROR(Cast(dy, dyq, nullptr));
+      FP8RT_RETURN_IF_ERROR(fp8_.Cast(dy, dyq, nullptr));
     }
     ops_->Mark("fp8 cast dy (+T, +dbias)");
     FP8RT_RETURN_IF_ERROR(ops_->QuantizeDbias(dy, dyq, db, dy_saturated));
   } else {
     ops_->Mark("fp8 cast dy (+T)");
-    FP8RT_RETURN_IF_ERROR(Cast(dy, dyq, dy_saturated));
+    FP8RT_RETURN_IF_ERROR(fp8_.Cast(dy, dyq, dy_saturated));
   }
-  const Fp8Tensor wq = Fp8Of(l, kind, kRoleW, w8_[slot], w8t_[slot], N, K);
-  const Fp8Tensor xq = Fp8Of(l, kind, kRoleX, nullptr, x8t_[slot], M_, K);
+  const Fp8Tensor wq = fp8_.Of(l, kind, kRoleW, fp8_.w8[slot], fp8_.w8t[slot], N, K);
+  const Fp8Tensor xq = fp8_.Of(l, kind, kRoleX, nullptr, fp8_.x8t[slot], M_, K);
   FP8RT_ASSIGN_OR_RETURN(GemmArgs gd, Fp8Dgrad(dyq, wq, dx, kT));
   ops_->Mark(kDgradNames[kind]);
   FP8RT_RETURN_IF_ERROR(run_dgrad(gd));
@@ -693,14 +574,14 @@ Status Gpt<Ops, T>::ForwardPass(const int32_t* x_host, const int32_t* y_host, bo
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln2_[l], ln2_mean_[l], ln2_rstd_[l], res2_[l],
                                                  W(kLn2W) + l * C, W(kLn2B) + l * C, M_, C));
     bool gelu_done = false;
-    FP8RT_RETURN_IF_ERROR(LinearForward(l, kFc, fch_[l], ln2_[l], W(kFcB) + l * 4 * C,
-                                        cast_weights, fch_gelu_[l], &gelu_done));
+    FP8RT_RETURN_IF_ERROR(LinearForward(l, kFc, fch_[l], ln2_[l], W(kFcB) + l * 4 * C, cast_weights,
+                                        fch_gelu_[l], &gelu_done));
     if (!gelu_done) {
       ops_->Mark("gelu fwd");
       FP8RT_RETURN_IF_ERROR(ops_->Gelu(fch_gelu_[l], fch_[l], M_ * 4 * C));
     }
-    FP8RT_RETURN_IF_ERROR(LinearForward(l, kFcProj, res3_[l], fch_gelu_[l],
-                                        W(kFcProjB) + l * C, cast_weights, nullptr, nullptr,
+    FP8RT_RETURN_IF_ERROR(LinearForward(l, kFcProj, res3_[l], fch_gelu_[l], W(kFcProjB) + l * C,
+                                        cast_weights, nullptr, nullptr,
                                         /*residual=*/res2_[l]));
     res = res3_[l];
   }
@@ -708,10 +589,10 @@ Status Gpt<Ops, T>::ForwardPass(const int32_t* x_host, const int32_t* y_host, bo
   FP8RT_RETURN_IF_ERROR(
       ops_->LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, res, W(kLnfW), W(kLnfB), M_, C));
   FP8RT_RETURN_IF_ERROR(LinearForward(0, kLmHead, logits_, lnf_, nullptr, cast_weights));
-  const float dloss = 1.0f / static_cast<float>(M_ * o_.grad_accum);
+  const float dloss = grad_scale_ / static_cast<float>(M_ * o_.grad_accum);
   ops_->Mark("softmax-xent");
-  FP8RT_RETURN_IF_ERROR(ops_->CrossEntropy(losses_, logits_, targets_, M_, V, Vp, dloss,
-                                           compute_grad));
+  FP8RT_RETURN_IF_ERROR(
+      ops_->CrossEntropy(losses_, logits_, targets_, M_, V, Vp, dloss, compute_grad));
   return ops_->MeanLoss(step_losses_ + micro, losses_, M_);
 }
 
@@ -721,8 +602,7 @@ Status Gpt<Ops, T>::BackwardPass() {
   const int64_t C = m.n_embd, L = m.n_layer;
   const AttentionShape as{o_.B, o_.T, m.n_head, C / m.n_head};
   // logits_ holds dlogits now.
-  FP8RT_RETURN_IF_ERROR(
-      LinearBackward(0, kLmHead, dc1_, G(kWte), nullptr, logits_, lnf_));
+  FP8RT_RETURN_IF_ERROR(LinearBackward(0, kLmHead, dc1_, G(kWte), nullptr, logits_, lnf_));
   ops_->Mark("layernorm bwd");
   FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, G(kLnfW), G(kLnfB), dc1_, res3_[L - 1],
                                                 W(kLnfW), lnf_mean_, lnf_rstd_, M_, C, false));
@@ -740,8 +620,8 @@ Status Gpt<Ops, T>::BackwardPass() {
       ops_->Mark("gelu bwd");
       FP8RT_RETURN_IF_ERROR(ops_->GeluBackward(d4c_, fch_[l], d4c_, M_ * 4 * C));
     }
-    FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFc, dc1_, G(kFcW) + l * 4 * C * C,
-                                         G(kFcB) + l * 4 * C, d4c_, ln2_[l], nullptr, nullptr,
+    FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFc, dc1_, G(kFcW) + l * 4 * C * C, G(kFcB) + l * 4 * C,
+                                         d4c_, ln2_[l], nullptr, nullptr,
                                          gelu_in_cast ? fch_[l] : nullptr));
     ops_->Mark("layernorm bwd");
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, G(kLn2W) + l * C, G(kLn2B) + l * C, dc1_,
@@ -758,35 +638,130 @@ Status Gpt<Ops, T>::BackwardPass() {
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, G(kLn1W) + l * C, G(kLn1B) + l * C, dc1_,
                                                   res_in, W(kLn1W) + l * C, ln1_mean_[l],
                                                   ln1_rstd_[l], M_, C, true));
+    // Layer l's gradients are final: launch the bucket that ends with it.
+    if (reduce_grads_now_ && next_bucket_ < static_cast<int>(buckets_.size()) &&
+        buckets_[next_bucket_].first_layer == l) {
+      FP8RT_RETURN_IF_ERROR(ReduceBucket(next_bucket_++));
+    }
   }
   ops_->Mark("embedding bwd");
-  return ops_->EmbeddingBackward(G(kWte), G(kWpe), dres_, tokens_, o_.B, o_.T, C,
-                                 o_.model.vocab_size);
+  FP8RT_RETURN_IF_ERROR(ops_->EmbeddingBackward(G(kWte), G(kWpe), dres_, tokens_, o_.B, o_.T, C,
+                                                o_.model.vocab_size));
+  if (reduce_grads_now_) FP8RT_RETURN_IF_ERROR(ReduceBucket(next_bucket_++));
+  return Status::Ok();
 }
 
+// Averages one bucket of gradients over the data-parallel group, on the communication stream
+// (which first waits for the backward so far), as one group of collectives.
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::ReduceBucket(int b) {
+  const GradBucket& k = buckets_[b];
+  ops_->Mark("grad reduce (launch)");
+  void* stream = ops_->ForkComm();
+  ops_->CommTimerStart(kGradTimer);
+  FP8RT_RETURN_IF_ERROR(o_.dp->GroupStart());
+  for (const auto& [off, n] : k.ranges) {
+    FP8RT_RETURN_IF_ERROR(o_.dp->AllReduce(grads_ + off, grads_ + off, static_cast<size_t>(n),
+                                           comm::DataType::kFloat32, comm::ReduceOp::kSum, stream,
+                                           bucket_names_[b].c_str()));
+  }
+  FP8RT_RETURN_IF_ERROR(o_.dp->GroupEnd(bucket_names_[b].c_str()));
+  ops_->CommTimerStop(kGradTimer);
+  return Status::Ok();
+}
+
+// One optimizer step, as phases: micro-batches (forward + backward, gradients accumulated), then
+// the gradient and amax reductions across ranks (issue 11), clipping + AdamW, and the FP8 scale
+// update. Ends with the step's one host synchronisation.
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y, StepStats* out) {
-  const int64_t P = layout_.total;
   weight_casts_ = 0;
   // The previous step ended with a Download, so the staging buffer is free to refill.
   const int64_t n = M_ * o_.grad_accum;
   std::memcpy(staging_, x, n * sizeof(int32_t));
   std::memcpy(staging_ + n, y, n * sizeof(int32_t));
+  amax_collectives_ = 0;
+  grad_scale_ = Dp() ? 1.0f / static_cast<float>(o_.dp->size()) : 1.0f;
+  const Status s = MicroBatches();
+  grad_scale_ = 1.0f;
+  FP8RT_RETURN_IF_ERROR(s);
+  FP8RT_RETURN_IF_ERROR(ReduceAcrossRanks());
+  FP8RT_RETURN_IF_ERROR(ClipAndOptimize(step, lr));
+  FP8RT_RETURN_IF_ERROR(UpdateScales());
+  // The one host synchronisation of the step: the numbers the metrics need.
+  std::vector<float> stats(static_cast<size_t>(o_.grad_accum + 1));
+  ops_->Mark("step sync");
+  FP8RT_RETURN_IF_ERROR(ops_->Download(stats.data(), step_losses_, stats.size() * sizeof(float)));
+  ops_->EndProfileStep();
+  double loss = 0;
+  for (int i = 0; i < o_.grad_accum; ++i) loss += stats[i];
+  // Under DP the losses were summed over the group: their mean is the global batch's loss.
+  const int replicas = Dp() ? o_.dp->size() : 1;
+  out->loss = static_cast<float>(loss / o_.grad_accum / replicas);
+  out->grad_norm = std::sqrt(stats[o_.grad_accum]);
+  out->weight_casts = weight_casts_;
+  out->amax_collectives = amax_collectives_;
+  out->grad_buckets = Dp() ? static_cast<int>(buckets_.size()) : 0;
+  out->grad_reduce_ms = Dp() ? ops_->CommTimerMs(kGradTimer) : 0;
+  out->amax_reduce_ms = amax_collectives_ > 0 ? ops_->CommTimerMs(kAmaxTimer) : 0;
+  return Status::Ok();
+}
+
+// Forward + backward of every micro-batch in staging_, gradients accumulated in grads_.
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::MicroBatches() {
+  const int64_t n = M_ * o_.grad_accum;
   ops_->Mark("zero grads");
   FP8RT_RETURN_IF_ERROR(ZeroGrads());
   for (int micro = 0; micro < o_.grad_accum; ++micro) {
     // FP8 weights are cast on the first micro-batch only and reused by the others. A fresh scale
     // state calibrates on the first micro-batch; the others use the scales it set.
-    calibrate_now_ = calibrate_ && micro == 0;
+    fp8_.calibrate_now = fp8_.calibrate && micro == 0;
     wgrad_overwrites_ = micro == 0;
+    // Under DP the last micro-batch's backward launches the gradient buckets as they complete.
+    reduce_grads_now_ = Dp() && micro == o_.grad_accum - 1;
+    next_bucket_ = 0;
     FP8RT_RETURN_IF_ERROR(
         ForwardPass(staging_ + micro * M_, staging_ + n + micro * M_, micro == 0, true, micro));
-    FP8RT_RETURN_IF_ERROR(BackwardPass());
+    const Status s = BackwardPass();
+    reduce_grads_now_ = false;
+    FP8RT_RETURN_IF_ERROR(s);
   }
-  calibrate_now_ = false;
+  fp8_.calibrate_now = false;
   wgrad_overwrites_ = false;
+  return Status::Ok();
+}
+
+// Under DP, after the gradient buckets: ONE MAX all-reduce of the amaxes of every FP8 tensor
+// (every layer, role and micro-batch max-accumulated in the one contiguous buffer; NaN mapped to
+// +Inf first, so a NaN on any rank is seen by all), and the micro-batch losses summed for the
+// metrics. The compute stream then waits for every collective of the step.
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::ReduceAcrossRanks() {
+  if (!Dp()) return Status::Ok();
+  if (fp8_.num_tensors > 0) {
+    ops_->Mark("amax reduce");
+    FP8RT_RETURN_IF_ERROR(ops_->AmaxNanToInf(fp8_.scaling.amax, fp8_.num_tensors));
+    void* stream = ops_->ForkComm();
+    ops_->CommTimerStart(kAmaxTimer);
+    FP8RT_RETURN_IF_ERROR(o_.dp->AllReduce(
+        fp8_.scaling.amax, fp8_.scaling.amax, static_cast<size_t>(fp8_.num_tensors),
+        comm::DataType::kFloat32, comm::ReduceOp::kMax, stream, "FP8 amax all-reduce"));
+    ops_->CommTimerStop(kAmaxTimer);
+    ++amax_collectives_;
+  }
+  void* stream = ops_->ForkComm();
+  FP8RT_RETURN_IF_ERROR(o_.dp->AllReduce(
+      step_losses_, step_losses_, static_cast<size_t>(o_.grad_accum), comm::DataType::kFloat32,
+      comm::ReduceOp::kSum, stream, "loss all-reduce (metrics)"));
+  return ops_->JoinComm();
+}
+
+// The global gradient norm, then AdamW on every tensor (clipping inside, from the norm).
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
   ops_->Mark("grad norm");
-  FP8RT_RETURN_IF_ERROR(ops_->NormSquared(norm_sq_, grads_, P));
+  FP8RT_RETURN_IF_ERROR(ops_->NormSquared(norm_sq_, grads_, layout_.total));
   AdamWConfig cfg;
   cfg.lr = lr, cfg.beta1 = o_.beta1, cfg.beta2 = o_.beta2, cfg.eps = o_.eps;
   cfg.weight_decay = o_.weight_decay;
@@ -797,19 +772,15 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
                                       W(static_cast<Param>(p)), layout_.size[p], step, cfg,
                                       kDecay[p] ? o_.weight_decay : 0.0f, norm_sq_, o_.grad_clip));
   }
+  return Status::Ok();
+}
+
+// Delayed scaling: this step's amaxes into the histories, next step's scales from them.
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::UpdateScales() {
   ops_->Mark("fp8 scaling update");
-  if (num_fp8_tensors_ > 0) FP8RT_RETURN_IF_ERROR(ops_->UpdateScaling(scaling_, scaling_cfg_));
-  calibrate_ = false;
-  // The one host synchronisation of the step: the numbers the metrics need.
-  std::vector<float> stats(static_cast<size_t>(o_.grad_accum + 1));
-  ops_->Mark("step sync");
-  FP8RT_RETURN_IF_ERROR(ops_->Download(stats.data(), step_losses_, stats.size() * sizeof(float)));
-  ops_->EndProfileStep();
-  double loss = 0;
-  for (int i = 0; i < o_.grad_accum; ++i) loss += stats[i];
-  out->loss = static_cast<float>(loss / o_.grad_accum);
-  out->grad_norm = std::sqrt(stats[o_.grad_accum]);
-  out->weight_casts = weight_casts_;
+  if (fp8_.num_tensors > 0) FP8RT_RETURN_IF_ERROR(ops_->UpdateScaling(fp8_.scaling, fp8_.cfg));
+  fp8_.calibrate = false;
   return Status::Ok();
 }
 
@@ -830,9 +801,7 @@ Status Gpt<Ops, T>::Forward(const int32_t* x, const int32_t* y, float* loss,
     for (size_t i = 0; i < raw.size(); ++i) (*logits)[i] = ToFloat(raw[i]);
   }
   // Evaluation must not feed the next training step's amax.
-  if (num_fp8_tensors_ > 0) {
-    FP8RT_RETURN_IF_ERROR(ops_->Zero(scaling_.amax, num_fp8_tensors_ * sizeof(float)));
-  }
+  FP8RT_RETURN_IF_ERROR(fp8_.ClearAmax());
   return Status::Ok();
 }
 
@@ -856,9 +825,7 @@ Status Gpt<Ops, T>::Gradients(const int32_t* x, const int32_t* y, float* loss,
   FP8RT_RETURN_IF_ERROR(ops_->Download(loss, step_losses_, sizeof(float)));
   grads->resize(static_cast<size_t>(layout_.total));
   FP8RT_RETURN_IF_ERROR(ops_->Download(grads->data(), grads_, grads->size() * sizeof(float)));
-  if (num_fp8_tensors_ > 0) {
-    FP8RT_RETURN_IF_ERROR(ops_->Zero(scaling_.amax, num_fp8_tensors_ * sizeof(float)));
-  }
+  FP8RT_RETURN_IF_ERROR(fp8_.ClearAmax());
   return Status::Ok();
 }
 
@@ -877,127 +844,13 @@ Status Gpt<Ops, T>::ImportState(const std::vector<float>& master, const std::vec
                                 const std::vector<float>& v) {
   const size_t n = static_cast<size_t>(layout_.total);
   if (master.size() != n || m.size() != n || v.size() != n) {
-    return Status::InvalidArgument(StrCat("state has ", master.size(), "/", m.size(), "/",
-                                          v.size(), " values, the model has ", n));
+    return Status::InvalidArgument(StrCat("state has ", master.size(), "/", m.size(), "/", v.size(),
+                                          " values, the model has ", n));
   }
   FP8RT_RETURN_IF_ERROR(ops_->Upload(master_, master.data(), n * sizeof(float)));
   FP8RT_RETURN_IF_ERROR(ops_->Upload(m_, m.data(), n * sizeof(float)));
   FP8RT_RETURN_IF_ERROR(ops_->Upload(v_, v.data(), n * sizeof(float)));
   return RefreshWorkingCopy();
-}
-
-template <typename Ops, typename T>
-Result<std::vector<TensorScaleRecord>> Gpt<Ops, T>::ExportScales() {
-  std::vector<TensorScaleRecord> out;
-  if (num_fp8_tensors_ == 0) return out;
-  const int N = num_fp8_tensors_, H = scaling_.history_len;
-  std::vector<float> hist(static_cast<size_t>(N) * H), scale(N), scale_inv(N * kScaleSlot),
-      amax(N);
-  int pos = 0;
-  FP8RT_RETURN_IF_ERROR(ops_->Download(hist.data(), scaling_.amax_history, hist.size() * 4));
-  FP8RT_RETURN_IF_ERROR(ops_->Download(scale.data(), scaling_.scale, N * 4));
-  FP8RT_RETURN_IF_ERROR(ops_->Download(scale_inv.data(), scaling_.scale_inv, N * kScaleSlot * 4));
-  FP8RT_RETURN_IF_ERROR(ops_->Download(amax.data(), scaling_.amax, N * 4));
-  FP8RT_RETURN_IF_ERROR(ops_->Download(&pos, scaling_.pos, sizeof(int)));
-  FP8RT_RETURN_IF_ERROR(ForEachFp8Linear([&](int l, int kind) -> Status {
-    for (int role = 0; role < kNumRoles; ++role) {
-      const int i = Fp8Index(l, kind, role);
-      TensorScaleRecord r;
-      r.name = Fp8Name(l, kind, role);
-      r.format = FormatFor(scaling_cfg_.recipe, role == kRoleDy);
-      r.pos = pos, r.amax = amax[i], r.scale = scale[i], r.scale_inv = scale_inv[i * kScaleSlot];
-      r.amax_history.resize(H);
-      for (int h = 0; h < H; ++h) r.amax_history[h] = hist[static_cast<size_t>(h) * N + i];
-      out.push_back(std::move(r));
-    }
-    return Status::Ok();
-  }));
-  return out;
-}
-
-template <typename Ops, typename T>
-Status Gpt<Ops, T>::ImportScales(const std::vector<TensorScaleRecord>& records) {
-  auto mine = ExportScales();
-  if (!mine.ok()) return mine.status();
-  if (mine->size() != records.size()) {
-    return Status::FailedPrecondition(
-        StrCat("FP8 scale state has ", records.size(), " tensors, this model has ", mine->size(),
-               " (use --reset-fp8-history to recalibrate)"));
-  }
-  const int N = num_fp8_tensors_, H = scaling_.history_len;
-  std::vector<float> hist(static_cast<size_t>(N) * H), scale(N, 1.f), scale_inv(N * kScaleSlot, 1.f),
-      amax(N);
-  int pos = records.empty() ? 0 : records[0].pos;
-  std::map<std::string, const TensorScaleRecord*> by_name;
-  for (const auto& r : records) by_name[r.name] = &r;
-  FP8RT_RETURN_IF_ERROR(ForEachFp8Linear([&](int l, int kind) -> Status {
-    for (int role = 0; role < kNumRoles; ++role) {
-      const int i = Fp8Index(l, kind, role);
-      const std::string name = Fp8Name(l, kind, role);
-      auto it = by_name.find(name);
-      if (it == by_name.end()) {
-        return Status::FailedPrecondition(StrCat("FP8 scale state has no tensor '", name, "'"));
-      }
-      const TensorScaleRecord& r = *it->second;
-      if (static_cast<int>(r.amax_history.size()) != H) {
-        return Status::FailedPrecondition(
-            StrCat("FP8 scale state of '", name, "' has history length ", r.amax_history.size(),
-                   ", fp8.history_len is ", H, " (use --reset-fp8-history to recalibrate)"));
-      }
-      if (r.format != FormatFor(scaling_cfg_.recipe, role == kRoleDy)) {
-        return Status::FailedPrecondition(
-            StrCat("FP8 scale state of '", name, "' is ", Fp8FormatName(r.format),
-                   ", fp8.recipe needs ",
-                   Fp8FormatName(FormatFor(scaling_cfg_.recipe, role == kRoleDy))));
-      }
-      if (r.pos != pos || r.pos < 0 || r.pos >= H) {
-        return Status::Corruption(StrCat("FP8 scale state of '", name, "' has ring position ",
-                                         r.pos, " (expected ", pos, " in [0, ", H, "))"));
-      }
-      scale[i] = r.scale, scale_inv[i * kScaleSlot] = r.scale_inv, amax[i] = r.amax;
-      for (int h = 0; h < H; ++h) hist[static_cast<size_t>(h) * N + i] = r.amax_history[h];
-    }
-    return Status::Ok();
-  }));
-  FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling_.amax_history, hist.data(), hist.size() * 4));
-  FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling_.scale, scale.data(), N * 4));
-  FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling_.scale_inv, scale_inv.data(), N * kScaleSlot * 4));
-  FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling_.amax, amax.data(), N * 4));
-  calibrate_ = false;  // the imported history carries on
-  return ops_->Upload(scaling_.pos, &pos, sizeof(int));
-}
-
-template <typename Ops, typename T>
-Status Gpt<Ops, T>::ResetFp8History() {
-  if (num_fp8_tensors_ == 0) return Status::Ok();
-  calibrate_ = o_.fp8.first_step_current;
-  return ops_->InitScaling(scaling_);
-}
-
-template <typename Ops, typename T>
-Result<std::vector<Fp8TelemetryRow>> Gpt<Ops, T>::Telemetry() {
-  std::vector<Fp8TelemetryRow> rows;
-  if (num_fp8_tensors_ == 0) return rows;
-  std::vector<typename Ops::Counter> sat(num_fp8_tensors_);
-  FP8RT_RETURN_IF_ERROR(ops_->Download(sat.data(), saturated_, sat.size() * sizeof(sat[0])));
-  FP8RT_RETURN_IF_ERROR(ops_->Zero(saturated_, sat.size() * sizeof(sat[0])));
-  FP8RT_ASSIGN_OR_RETURN(auto recs, ExportScales());
-  for (const auto& r : recs) {
-    Fp8TelemetryRow row;
-    row.name = r.name;
-    row.scale = r.scale;
-    for (float a : r.amax_history) row.amax_history_max = std::max(row.amax_history_max, a);
-    rows.push_back(row);
-  }
-  // Same order as ExportScales: walk the indices again for the counters.
-  size_t k = 0;
-  FP8RT_RETURN_IF_ERROR(ForEachFp8Linear([&](int l, int kind) -> Status {
-    for (int role = 0; role < kNumRoles; ++role) {
-      rows[k++].saturated = static_cast<uint64_t>(sat[Fp8Index(l, kind, role)]);
-    }
-    return Status::Ok();
-  }));
-  return rows;
 }
 
 template <typename Ops, typename T>

@@ -3,6 +3,7 @@
 // model is written once against this interface (runtime/gpt_impl.h).
 #pragma once
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -138,16 +139,38 @@ class CpuOps {
     return cpu::UpdateDelayedScaling(s, c);
   }
   Status InitScaling(const ScalingState& s) { return cpu::InitScalingState(s); }
+  Status AmaxNanToInf(float* amax, int64_t n) { return cpu::AmaxNanToInf(amax, n); }
   Status NormSquared(float* out, const float* g, int64_t n) {
     return cpu::GlobalNormSquared(out, g, n);
+  }
+
+  // Collectives across ranks. On the CPU they run synchronously when called: ForkComm and
+  // JoinComm order nothing, CommStream is null (comm::Communicator's host-buffer streams) and a
+  // timer sums the host time between its Start and Stop calls.
+  void* ForkComm() { return nullptr; }
+  Status JoinComm() { return Status::Ok(); }
+  void CommTimerStart(int k) { timer_start_[k] = std::chrono::steady_clock::now(); }
+  void CommTimerStop(int k) {
+    timer_ms_[k] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                              timer_start_[k])
+                        .count();
+  }
+  // After the step's synchronisation: the timer's milliseconds this step (and reset).
+  double CommTimerMs(int k) {
+    const double ms = timer_ms_[k];
+    timer_ms_[k] = 0;
+    return ms;
   }
   template <typename T>
   Status AdamW(float* master, float* m, float* v, const float* g, T* working, int64_t n, int step,
                const AdamWConfig& cfg, float wd, const float* norm_sq, float max_norm) {
     return cpu::AdamW(master, m, v, g, working, n, step, cfg, wd, norm_sq, max_norm);
   }
+
  private:
   HostOpProfiler prof_;
+  std::chrono::steady_clock::time_point timer_start_[2];
+  double timer_ms_[2] = {0, 0};
 };
 
 }  // namespace fp8rt

@@ -71,6 +71,11 @@ class CudaOps {
   CudaOps() = default;
   ~CudaOps() {
     if (scratch_) cudaFree(scratch_);
+    for (cudaEvent_t e :
+         {forked_, joined_, timer_[0][0], timer_[0][1], timer_[1][0], timer_[1][1]}) {
+      if (e) cudaEventDestroy(e);
+    }
+    if (comm_stream_) cudaStreamDestroy(comm_stream_);
     if (stream_) cudaStreamDestroy(stream_);
   }
   CudaOps(const CudaOps&) = delete;
@@ -89,8 +94,8 @@ class CudaOps {
     } else if (attention == "gemm") {
       attention_mode_ = AttentionMode::kGemm;
     } else {
-      return Status::InvalidArgument(StrCat("attention '", attention,
-                                            "': expected auto, cudnn, flash or gemm"));
+      return Status::InvalidArgument(
+          StrCat("attention '", attention, "': expected auto, cudnn, flash or gemm"));
     }
     FP8RT_CUDA_TRY(cudaSetDevice(device));
     FP8RT_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -235,10 +240,10 @@ class CudaOps {
         return StrCat("fp8rt flash kernels",
                       cudnn_refusal_.empty() ? "" : StrCat(" (cuDNN: ", cudnn_refusal_, ")"));
       default:
-        return StrCat("cuBLASLt GEMMs + softmax",
-                      t != DType::kBFloat16  ? " (FP32)"
-                      : flash_refusal_.empty() ? ""
-                                               : StrCat(" (flash: ", flash_refusal_, ")"));
+        return StrCat("cuBLASLt GEMMs + softmax", t != DType::kBFloat16 ? " (FP32)"
+                                                  : flash_refusal_.empty()
+                                                      ? ""
+                                                      : StrCat(" (flash: ", flash_refusal_, ")"));
     }
   }
   template <typename T>
@@ -273,8 +278,8 @@ class CudaOps {
           break;
       }
     }
-    return cuda::AttentionBackward(*gemm_, dqkv, dout, qkv, static_cast<const T*>(saved),
-                                   scratch_, scratch_bytes_, s, stream_);
+    return cuda::AttentionBackward(*gemm_, dqkv, dout, qkv, static_cast<const T*>(saved), scratch_,
+                                   scratch_bytes_, s, stream_);
   }
   template <typename T>
   Status CrossEntropy(float* losses, T* logits, const int32_t* targets, int64_t N, int64_t V,
@@ -307,6 +312,43 @@ class CudaOps {
     return cuda::UpdateDelayedScaling(s, c, stream_);
   }
   Status InitScaling(const ScalingState& s) { return cuda::InitScalingState(s, stream_); }
+  Status AmaxNanToInf(float* amax, int64_t n) { return cuda::AmaxNanToInf(amax, n, stream_); }
+
+  // Collectives across ranks run on a second stream, so that gradient reductions overlap the
+  // rest of the backward pass: ForkComm makes the communication stream wait for the work
+  // enqueued so far and returns it; JoinComm makes the compute stream wait for every collective
+  // enqueued so far. Timers are event pairs on the communication stream (start of the first
+  // Start to the end of the last Stop of a step), read after the step's synchronisation.
+  void* ForkComm() {
+    if (!EnsureCommStream()) return nullptr;
+    cudaEventRecord(forked_, stream_);
+    cudaStreamWaitEvent(comm_stream_, forked_, 0);
+    return comm_stream_;
+  }
+  Status JoinComm() {
+    if (comm_stream_ == nullptr) return Status::Ok();
+    FP8RT_CUDA_TRY(cudaEventRecord(joined_, comm_stream_));
+    FP8RT_CUDA_TRY(cudaStreamWaitEvent(stream_, joined_, 0));
+    return Status::Ok();
+  }
+  void CommTimerStart(int k) {
+    if (!EnsureCommStream() || timer_started_[k]) return;
+    cudaEventRecord(timer_[k][0], comm_stream_);
+    timer_started_[k] = true;
+  }
+  void CommTimerStop(int k) {
+    if (comm_stream_ != nullptr) cudaEventRecord(timer_[k][1], comm_stream_);
+  }
+  double CommTimerMs(int k) {
+    if (!timer_started_[k]) return 0;
+    timer_started_[k] = false;
+    float ms = 0;
+    if (cudaEventSynchronize(timer_[k][1]) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, timer_[k][0], timer_[k][1]) != cudaSuccess) {
+      return 0;
+    }
+    return ms;
+  }
   Status NormSquared(float* out, const float* g, int64_t n) {
     return cuda::GlobalNormSquared(out, g, n, scratch_, scratch_bytes_, stream_);
   }
@@ -351,6 +393,20 @@ class CudaOps {
   }
 
   cudaStream_t stream_ = nullptr;
+  // The communication stream and its events, created on first use (a world of one never does).
+  bool EnsureCommStream() {
+    if (comm_stream_ != nullptr) return true;
+    if (cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking) != cudaSuccess)
+      return false;
+    cudaEventCreateWithFlags(&forked_, cudaEventDisableTiming);
+    cudaEventCreateWithFlags(&joined_, cudaEventDisableTiming);
+    for (auto& t : timer_) cudaEventCreate(&t[0]), cudaEventCreate(&t[1]);
+    return true;
+  }
+  cudaStream_t comm_stream_ = nullptr;
+  cudaEvent_t forked_ = nullptr, joined_ = nullptr;
+  cudaEvent_t timer_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
+  bool timer_started_[2] = {false, false};
   std::unique_ptr<GemmRunner> gemm_;
   AttentionMode attention_mode_ = AttentionMode::kAuto;
   std::unique_ptr<cuda::CudnnAttention> cudnn_;

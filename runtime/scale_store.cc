@@ -84,6 +84,17 @@ Result<std::unique_ptr<ScaleStore>> ScaleStore::Open(const std::string& path, bo
   return std::unique_ptr<ScaleStore>(new ScaleStore(db));
 }
 
+Result<std::unique_ptr<ScaleStore>> ScaleStore::OpenReadOnly(const std::string& path) {
+  rocksdb::Options options;
+  options.paranoid_checks = true;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(options, path, &db);
+  if (!s.ok()) {
+    return Status::IOError(StrCat("cannot open scale store '", path, "': ", s.ToString()));
+  }
+  return std::unique_ptr<ScaleStore>(new ScaleStore(db));
+}
+
 ScaleStore::~ScaleStore() { delete db_; }
 
 Status ScaleStore::Put(int64_t step, const std::vector<TensorScaleRecord>& records) {

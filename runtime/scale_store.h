@@ -31,6 +31,9 @@ class ScaleStore {
  public:
   // Opens (creating if `create`) the store at `path`.
   static Result<std::unique_ptr<ScaleStore>> Open(const std::string& path, bool create);
+  // Opens an existing store for reading only, without its lock: every rank of a resumed job
+  // reads the same store at once (Put then fails).
+  static Result<std::unique_ptr<ScaleStore>> OpenReadOnly(const std::string& path);
   ~ScaleStore();
   ScaleStore(const ScaleStore&) = delete;
   ScaleStore& operator=(const ScaleStore&) = delete;

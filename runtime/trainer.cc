@@ -6,7 +6,6 @@
 #include <cstring>
 #include <filesystem>
 #include <iomanip>
-
 #include <nlohmann/json.hpp>
 
 #include "runtime/checkpoint.h"
@@ -109,7 +108,7 @@ Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, Dat
   const bool ckpt_fp8 = ck.state.count("precision") && ck.state.at("precision") == "fp8";
   std::vector<TensorScaleRecord> scales;
   if (p == Precision::kFp8 && ckpt_fp8 && !o.reset_fp8_history) {
-    auto store = ScaleStore::Open(ScaleStorePath(o.checkpoint_dir), false);
+    auto store = ScaleStore::OpenReadOnly(ScaleStorePath(o.checkpoint_dir));
     if (!store.ok()) {
       return Status::Corruption(StrCat("checkpoint step ", ck.step, ": ", store.status().message(),
                                        " (use --reset-fp8-history to recalibrate)"));
@@ -130,6 +129,24 @@ Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, Dat
   return ck.step;
 }
 
+// FNV-1a over every record's name, ring position, amax, scale, scale_inv and history, bit for bit.
+uint64_t HashScaleRecords(const std::vector<TensorScaleRecord>& recs) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  for (const auto& r : recs) {
+    mix(r.name.data(), r.name.size());
+    mix(&r.pos, sizeof r.pos);
+    mix(&r.amax, sizeof r.amax);
+    mix(&r.scale, sizeof r.scale);
+    mix(&r.scale_inv, sizeof r.scale_inv);
+    mix(r.amax_history.data(), r.amax_history.size() * sizeof(float));
+  }
+  return h;
+}
+
 }  // namespace
 
 float LearningRate(const TrainConfig& t, int64_t step) {
@@ -147,7 +164,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   const PrecisionDecision pd = DecidePrecision(o.precision.value_or(c.precision), device);
   result.precision = pd.precision;
   result.fallback_reason = pd.fallback_reason;
-  if (!pd.fallback_reason.empty() && o.progress) {
+  if (!pd.fallback_reason.empty() && o.progress && (o.world == nullptr || o.world->rank() == 0)) {
     *o.progress << "warning: " << pd.fallback_reason << "\n";
   }
 
@@ -157,8 +174,31 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                                           data.max_token(), " >= model.vocab_size ",
                                           c.model.vocab_size));
   }
-  DataLoader loader(&data, c.train.batch_size, c.train.seq_len, c.train.seed);
+  const int ranks = o.world != nullptr ? o.world->size() : 1;
+  const int rank = o.world != nullptr ? o.world->rank() : 0;
+  const int dp = c.parallel.dp == 0 ? ranks : c.parallel.dp;
+  if (dp != ranks) {
+    return Status::InvalidArgument(
+        StrCat("parallel.dp is ", dp, " but the launcher started ", ranks,
+               " rank(s); without tensor parallelism dp must equal the number of ranks (or be 0)"));
+  }
+  result.dp = dp;
+  const bool lead = rank == 0;  // writes metrics, progress and checkpoints
+  std::ostream* const progress = lead ? o.progress : nullptr;
+  std::ostream* const metrics = lead ? o.metrics : nullptr;
+  DataLoader loader(&data, c.train.batch_size, c.train.seq_len, c.train.seed, rank, dp);
   FP8RT_RETURN_IF_ERROR(loader.Init());
+  if (progress) {
+    *progress << "global batch: " << dp << " (dp) x " << c.train.batch_size << " (batch_size) x "
+              << c.train.grad_accum
+              << " (grad_accum) = " << int64_t{dp} * c.train.batch_size * c.train.grad_accum
+              << " sequences of " << c.train.seq_len << " tokens per step";
+    if (o.world != nullptr) {
+      *progress << "; " << ranks << " rank(s) via " << LauncherName(o.world->launch().launcher)
+                << ", collectives on " << o.world->comm().backend();
+    }
+    *progress << "\n";
+  }
 
   ModelOptions mo;
   mo.model = c.model;
@@ -168,6 +208,8 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   mo.grad_clip = c.train.grad_clip, mo.weight_decay = c.train.weight_decay;
   mo.beta1 = c.train.beta1, mo.beta2 = c.train.beta2, mo.eps = c.train.eps;
   mo.attention = o.attention;
+  mo.dp = o.world != nullptr && ranks > 1 ? &o.world->comm() : nullptr;
+  mo.grad_bucket_bytes = static_cast<int64_t>(c.parallel.bucket_mb * 1048576.0);
   std::unique_ptr<GptModel> model;
   if (device.is_cpu) {
     FP8RT_ASSIGN_OR_RETURN(model, CreateCpuGpt(mo));
@@ -177,7 +219,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   FP8RT_RETURN_IF_ERROR(model->InitRandom(c.train.seed));
   result.fp8_weights = model->num_fp8_weights();
   result.attention_kernel = model->attention_kernel();
-  if (o.progress) *o.progress << "attention: " << result.attention_kernel << "\n";
+  if (progress) *progress << "attention: " << result.attention_kernel << "\n";
 
   int64_t step = 0;
   if (o.resume) {
@@ -208,20 +250,43 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
     const float lr = LearningRate(c.train, step);
     const auto t0 = std::chrono::steady_clock::now();
     StepStats st;
-    FP8RT_RETURN_IF_ERROR(model->Step(static_cast<int>(step), lr, x.data(), y.data(), &st));
-    const double sec =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    {
+      // A step that waits on a dead or hung peer ends the job at the collective timeout.
+      comm::FailureMonitor::Scope scope(o.world != nullptr ? o.world->monitor() : nullptr,
+                                        StrCat("training step ", step));
+      FP8RT_RETURN_IF_ERROR(model->Step(static_cast<int>(step), lr, x.data(), y.data(), &st));
+    }
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     result.last_step = step;
     result.losses.push_back(st.loss);
     result.grad_norms.push_back(st.grad_norm);
     result.weight_casts.push_back(st.weight_casts);
+    result.amax_collectives.push_back(st.amax_collectives);
     if (!std::isfinite(st.loss)) {
       return Status::Internal(StrCat("loss is ", st.loss, " at step ", step));
     }
-    const double tok_s = static_cast<double>(M * c.train.grad_accum) / sec;
-    const double mfu = device.bf16_peak_flops > 0 ? tok_s * flops_per_token / device.bf16_peak_flops
-                                                  : 0.0;
-    if (o.metrics && (step % c.train.log_every == 0 || step == stop)) {
+    const double tok_s = static_cast<double>(M * c.train.grad_accum * dp) / sec;
+    const double mfu =
+        device.bf16_peak_flops > 0 ? tok_s * flops_per_token / device.bf16_peak_flops : 0.0;
+    // Every rank's scales and histories must be bit-identical: compare a hash of them.
+    const int every = c.parallel.scale_check_every;
+    if (dp > 1 && pd.precision == Precision::kFp8 && every > 0 &&
+        (step % every == 0 || step == stop)) {
+      FP8RT_ASSIGN_OR_RETURN(auto recs, model->ExportScales());
+      FP8RT_ASSIGN_OR_RETURN(auto hashes, model->GatherAcrossReplicas(HashScaleRecords(recs)));
+      std::string differ;
+      for (size_t r = 1; r < hashes.size(); ++r) {
+        if (hashes[r] != hashes[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+      }
+      if (!differ.empty()) {
+        return Status::Internal(
+            StrCat("after step ", step, " the FP8 scales and amax histories of rank(s) ", differ,
+                   " differ from rank 0's (a missed amax reduction or a rank that skipped a step); "
+                   "stopping rather than training replicas that have drifted apart"));
+      }
+      ++result.scale_checks;
+    }
+    if (metrics && (step % c.train.log_every == 0 || step == stop)) {
       nlohmann::json j = {{"step", step},
                           {"loss", st.loss},
                           {"lr", lr},
@@ -233,18 +298,25 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                           {"fp8_weight_casts", st.weight_casts},
                           {"fp8_weights", model->num_fp8_weights()},
                           {"model_gib", model->allocated_bytes() / 1073741824.0}};
+      if (dp > 1) {
+        j["dp"] = dp;
+        j["amax_collectives"] = st.amax_collectives;
+        j["amax_reduce_ms"] = st.amax_reduce_ms;
+        j["grad_reduce_ms"] = st.grad_reduce_ms;
+        j["grad_buckets"] = st.grad_buckets;
+      }
       if (!device.is_cpu) j["device_used_gib"] = DeviceMemoryUsedBytes(device) / 1073741824.0;
       if (!pd.fallback_reason.empty()) j["fallback_reason"] = pd.fallback_reason;
-      *o.metrics << j.dump() << "\n" << std::flush;
+      *metrics << j.dump() << "\n" << std::flush;
     }
-    if (o.progress && (step % c.train.log_every == 0 || step == stop)) {
-      *o.progress << "step " << step << "/" << stop << "  loss " << std::fixed
-                  << std::setprecision(4) << st.loss << "  lr " << std::scientific
-                  << std::setprecision(2) << lr << std::defaultfloat << "  " << std::setprecision(4)
-                  << tok_s << " tok/s  " << sec * 1e3 << " ms\n";
+    if (progress && (step % c.train.log_every == 0 || step == stop)) {
+      *progress << "step " << step << "/" << stop << "  loss " << std::fixed << std::setprecision(4)
+                << st.loss << "  lr " << std::scientific << std::setprecision(2) << lr
+                << std::defaultfloat << "  " << std::setprecision(4) << tok_s << " tok/s  "
+                << sec * 1e3 << " ms\n";
     }
     if (c.fp8.telemetry_every > 0 && pd.precision == Precision::kFp8 &&
-        step % c.fp8.telemetry_every == 0 && o.metrics) {
+        step % c.fp8.telemetry_every == 0 && metrics) {
       FP8RT_ASSIGN_OR_RETURN(auto rows, model->Telemetry());
       nlohmann::json t = nlohmann::json::array();
       for (const auto& r : rows) {
@@ -253,15 +325,15 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                      {"scale", r.scale},
                      {"saturated", r.saturated}});
       }
-      *o.metrics << nlohmann::json({{"step", step}, {"fp8_telemetry", t}}).dump() << "\n";
+      *metrics << nlohmann::json({{"step", step}, {"fp8_telemetry", t}}).dump() << "\n";
     }
-    if (!o.checkpoint_dir.empty() && c.train.checkpoint_every > 0 &&
+    if (lead && !o.checkpoint_dir.empty() && c.train.checkpoint_every > 0 &&
         step % c.train.checkpoint_every == 0 && step < stop) {
       FP8RT_RETURN_IF_ERROR(SaveCheckpoint(o, pd.precision, *model, step, loader.cursor()));
     }
   }
   if (o.profile_ops) result.op_profile = model->OpProfile();
-  if (!o.checkpoint_dir.empty() && result.last_step >= result.first_step) {
+  if (lead && !o.checkpoint_dir.empty() && result.last_step >= result.first_step) {
     FP8RT_RETURN_IF_ERROR(
         SaveCheckpoint(o, pd.precision, *model, result.last_step, loader.cursor()));
   }
@@ -269,7 +341,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
 }
 
 Status InspectScales(const std::string& dir, int64_t step, std::ostream& out) {
-  FP8RT_ASSIGN_OR_RETURN(auto store, ScaleStore::Open(ScaleStorePath(dir), false));
+  FP8RT_ASSIGN_OR_RETURN(auto store, ScaleStore::OpenReadOnly(ScaleStorePath(dir)));
   FP8RT_ASSIGN_OR_RETURN(auto steps, store->Steps());
   if (steps.empty()) return Status::NotFound(StrCat("no FP8 scale state in '", dir, "'"));
   if (step < 0) step = steps.back();

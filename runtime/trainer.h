@@ -8,18 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "common/exit_codes.h"
+#include "comm/world.h"
 #include "common/status.h"
 #include "runtime/config.h"
 #include "runtime/op_profile.h"
 #include "runtime/device.h"
 
 namespace fp8rt {
-
-// Process exit codes of fp8train (documented in configs/README.md).
-inline constexpr int kExitOk = 0;          // reached --steps / train.total_steps
-inline constexpr int kExitError = 1;       // runtime failure (message on stderr)
-inline constexpr int kExitUsage = 2;       // bad flag, config or checkpoint: nothing was written
-inline constexpr int kExitPreempted = 3;   // stopped by SIGTERM/SIGUSR1 after a checkpoint
 
 struct TrainOptions {
   RunConfig config;
@@ -33,6 +29,9 @@ struct TrainOptions {
   const std::atomic<bool>* stop_flag = nullptr;  // set by SIGTERM/SIGUSR1
   bool profile_ops = false;                // --profile-ops: time every op of each step
   std::string attention = "auto";          // --attention: auto, cudnn, flash or gemm (CUDA)
+  // The ranks of this job (comm/world.h); null: a world of one. Rank 0 alone writes metrics,
+  // progress and checkpoints.
+  comm::World* world = nullptr;
 };
 
 struct TrainResult {
@@ -44,6 +43,9 @@ struct TrainResult {
   std::vector<float> losses;       // one per step run
   std::vector<float> grad_norms;   // one per step run, before clipping
   std::vector<int64_t> weight_casts;
+  std::vector<int> amax_collectives;  // one per step run
+  int dp = 1;                         // data-parallel replicas
+  int scale_checks = 0;               // cross-rank scale-state comparisons that passed
   int fp8_weights = 0;
   std::string attention_kernel;    // which kernels the attention ran on
   std::vector<OpTime> op_profile;  // with profile_ops: mean ms per step of each op

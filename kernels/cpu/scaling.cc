@@ -3,6 +3,7 @@
 #include "kernels/scaling.h"
 
 #include <cmath>
+#include <limits>
 
 namespace fp8rt {
 namespace {
@@ -68,8 +69,7 @@ Status ValidateScalingUpdate(const char* op, const ScalingState& s,
   return Status::Ok();
 }
 
-ScalingStateLayout ScalingStateLayout::For(int num_tensors, int history_len,
-                                           int scale_inv_stride) {
+ScalingStateLayout ScalingStateLayout::For(int num_tensors, int history_len, int scale_inv_stride) {
   ScalingStateLayout l;
   l.num_tensors = num_tensors;
   l.history_len = history_len;
@@ -121,6 +121,17 @@ Status InitScalingState(const ScalingState& s) {
     s.scale_inv[static_cast<size_t>(i) * s.scale_inv_stride] = 1.0f;
   }
   *s.pos = 0;
+  return Status::Ok();
+}
+
+Status AmaxNanToInf(float* amax, int64_t n) {
+  if (n < 0 || (n > 0 && amax == nullptr)) {
+    return Status::InvalidArgument(
+        StrCat("AmaxNanToInf: n=", n, " with amax=", amax == nullptr ? "null" : "set"));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(amax[i])) amax[i] = std::numeric_limits<float>::infinity();
+  }
   return Status::Ok();
 }
 

@@ -1,5 +1,7 @@
 // Delayed scaling on the GPU: one bulk kernel per step updates the amax history, scale and
 // scale_inv of every FP8 tensor and advances the ring position, all on the device.
+#include <algorithm>
+
 #include "common/cuda_check.h"
 #include "kernels/scaling.h"
 
@@ -81,6 +83,25 @@ __global__ void InitScalingStateKernel(ScalingState s) {
 }  // namespace
 
 namespace cuda {
+
+__global__ void AmaxNanToInfKernel(float* amax, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if (isnan(amax[i])) amax[i] = __int_as_float(0x7f800000);
+  }
+}
+
+Status AmaxNanToInf(float* amax, int64_t n, cudaStream_t stream) {
+  if (n < 0 || (n > 0 && amax == nullptr)) {
+    return Status::InvalidArgument(
+        StrCat("AmaxNanToInf: n=", n, " with amax=", amax == nullptr ? "null" : "set"));
+  }
+  if (n == 0) return Status::Ok();
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 1024);
+  AmaxNanToInfKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(amax, n);
+  FP8RT_CUDA_TRY_LAUNCH("AmaxNanToInf");
+  return Status::Ok();
+}
 
 Status InitScalingState(const ScalingState& state, cudaStream_t stream) {
   FP8RT_RETURN_IF_ERROR(ValidateScalingState("InitScalingState", state));

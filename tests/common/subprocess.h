@@ -67,6 +67,11 @@ class Process {
     o.pid_ = -1;
   }
 
+  // SIGKILLs the process itself (not its group), as a crash would end it.
+  void Kill() {
+    if (pid_ > 0) ::kill(pid_, SIGKILL);
+  }
+
   // Waits until `deadline`; past it the process group is killed and timed_out set.
   ProcessResult Wait(std::chrono::steady_clock::time_point deadline) {
     ProcessResult r;

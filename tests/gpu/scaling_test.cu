@@ -203,6 +203,35 @@ TEST_F(ScalingGpuMisc, NoTensorsStillAdvancesThePosition) {
   EXPECT_EQ(*st.h_state.pos, 2);
 }
 
+// Awkward lengths (1, a warp and one, more than one block of 256, more than the grid covers in
+// one pass), NaNs of both signs and payloads, infinities, denormals, zeros and negatives.
+TEST_F(ScalingGpuMisc, AmaxNanToInfMatchesReference) {
+  for (const int64_t n : {int64_t{1}, int64_t{33}, int64_t{257}, int64_t{300001}}) {
+    std::vector<float> host(static_cast<size_t>(n));
+    std::mt19937 rng(static_cast<unsigned>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      switch (rng() % 7) {
+        case 0: host[i] = std::numeric_limits<float>::quiet_NaN(); break;
+        case 1: host[i] = -std::numeric_limits<float>::quiet_NaN(); break;
+        case 2: { uint32_t b = 0x7fa00001u; std::memcpy(&host[i], &b, 4); break; }  // signalling
+        case 3: host[i] = (rng() % 2 ? 1.f : -1.f) * std::numeric_limits<float>::infinity(); break;
+        case 4: host[i] = std::numeric_limits<float>::denorm_min() * static_cast<float>(rng() % 9); break;
+        default: host[i] = std::ldexp(static_cast<float>(rng() % 1000) - 100.f, static_cast<int>(rng() % 40) - 20);
+      }
+    }
+    std::vector<float> want = host;
+    ASSERT_TRUE(cpu::AmaxNanToInf(want.data(), n).ok());
+    DeviceBuffer<float> dev(host);
+    ASSERT_TRUE(cuda::AmaxNanToInf(dev.get(), n, nullptr).ok());
+    const std::vector<float> got = dev.Download();
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(FloatBits(got[i]), FloatBits(want[i])) << "n " << n << " i " << i;
+      ASSERT_FALSE(std::isnan(got[i]));
+    }
+  }
+  EXPECT_FALSE(cuda::AmaxNanToInf(nullptr, 3, nullptr).ok());
+}
+
 TEST_F(ScalingGpuMisc, RejectsAMismatchedConfig) {
   StatePair st(4, 16);
   DelayedScalingConfig config;  // history_len 1024

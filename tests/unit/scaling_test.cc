@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <limits>
 #include <vector>
@@ -276,6 +277,28 @@ TEST(DelayedScaling, LargeAmaxLeavesA1024WindowAfterExactly1024Steps) {
   st.amax[0] = 2.f;  // step 1024 overwrites step 0's 448
   ASSERT_TRUE(cpu::UpdateDelayedScaling(st.s, Config(1024, AmaxAlgo::kMax)).ok());
   EXPECT_EQ(st.scale[0], 224.f);
+}
+
+// A NaN amax must win a MAX reduction across ranks on every backend: it becomes +Inf, which
+// ComputeScale treats like NaN (the old scale is kept); everything else is untouched, bit for bit.
+TEST(DelayedScaling, AmaxNanToInfMapsOnlyNaNs) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> a = {std::numeric_limits<float>::quiet_NaN(),
+                          -std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::signaling_NaN(),
+                          0.0f, -0.0f, 1.5f, -2.0f, inf, -inf,
+                          std::numeric_limits<float>::denorm_min(), 448.0f};
+  const std::vector<float> before = a;
+  ASSERT_TRUE(cpu::AmaxNanToInf(a.data(), static_cast<int64_t>(a.size())).ok());
+  EXPECT_EQ(a[0], inf);
+  EXPECT_EQ(a[1], inf);
+  EXPECT_EQ(a[2], inf);
+  for (size_t i = 3; i < a.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&a[i], &before[i], 4), 0) << i;
+  }
+  EXPECT_EQ(ComputeScale(inf, 3.0f, 448.0f, 0), 3.0f);  // the old scale is kept
+  EXPECT_FALSE(cpu::AmaxNanToInf(nullptr, 2).ok());
+  EXPECT_TRUE(cpu::AmaxNanToInf(nullptr, 0).ok());
 }
 
 TEST(DelayedScaling, RejectsMismatchedOrBrokenState) {

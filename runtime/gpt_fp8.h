@@ -1,0 +1,294 @@
+// The FP8 state of the GPT model: which linear layers run in FP8, the scaling state of every FP8
+// tensor (one contiguous amax buffer, scales, histories), the FP8 buffers (cached weights, saved
+// inputs, gradient casts), the first-step calibration, the tensors' names and slots, and the
+// export/import of scales and the telemetry. The one place the amax reduction touches.
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/fp8.h"
+#include "kernels/scaling.h"
+#include "runtime/gpt.h"
+#include "runtime/gpt_layout.h"
+
+namespace fp8rt::gpt_detail {
+
+enum Fp8Role { kRoleX, kRoleW, kRoleDy, kNumRoles };
+inline const char* kRoleNames[kNumRoles] = {"input", "weight", "grad_output"};
+
+template <typename Ops>
+class Fp8State {
+ public:
+  // A 64-byte slot per tensor's scale_inv (ScalingState::scale_inv_stride): cuBLASLt reads it as
+  // the GEMM's scale and needs 16-byte-aligned scale pointers.
+  static constexpr int kScaleSlot = 16;
+  using Counter = typename Ops::Counter;
+
+  Fp8State(const ModelOptions& o, Ops* ops) : o_(o), ops_(ops) {}
+
+  // Allocates the scaling state and the FP8 buffers for M tokens per micro-batch through
+  // `alloc(void** p, int64_t bytes)`. Nothing when the model does not run in FP8.
+  template <typename AllocFn>
+  Status Setup(int64_t M, AllocFn&& alloc) {
+    if (o_.precision != Precision::kFp8) return Status::Ok();
+    M_ = M;
+    cfg = o_.fp8.scaling;
+    FP8RT_RETURN_IF_ERROR(cfg.Validate());
+    const int slots = static_cast<int>(o_.model.n_layer) * kNumLinear + 1;
+    num_tensors = slots * kNumRoles;
+    const ScalingStateLayout sl = ScalingStateLayout::For(num_tensors, cfg.history_len, kScaleSlot);
+    FP8RT_RETURN_IF_ERROR(
+        alloc(reinterpret_cast<void**>(&base_), static_cast<int64_t>(sl.total_bytes)));
+    scaling = sl.Bind(base_);
+    std::vector<uint8_t> formats(num_tensors);
+    for (int i = 0; i < num_tensors; ++i) {
+      formats[i] = static_cast<uint8_t>(FormatFor(cfg.recipe, i % kNumRoles == kRoleDy));
+    }
+    FP8RT_RETURN_IF_ERROR(ops_->Upload(base_ + sl.formats, formats.data(), formats.size()));
+    FP8RT_RETURN_IF_ERROR(ops_->InitScaling(scaling));
+    calibrate = o_.fp8.first_step_current;
+    FP8RT_RETURN_IF_ERROR(
+        alloc(reinterpret_cast<void**>(&saturated), int64_t{num_tensors} * sizeof(Counter)));
+    w8.assign(slots, nullptr), w8t.assign(slots, nullptr), x8t.assign(slots, nullptr);
+    int64_t max_n = 0, max_k = 0;
+    for (int s = 0; s < slots; ++s) {
+      const int kind = s == slots - 1 ? kLmHead : s % kNumLinear;
+      if (!On(kind)) continue;
+      int64_t N, K;
+      LinearShape(o_.model, kind, &N, &K);
+      max_n = std::max(max_n, N), max_k = std::max(max_k, K);
+      FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8[s]), N * K));
+      FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8t[s]), N * K));
+      FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x8t[s]), M_ * K));
+      ++num_weights;
+    }
+    FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x8), M_ * max_k));
+    FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&dy8), M_ * max_n));
+    return alloc(reinterpret_cast<void**>(&dy8t), M_ * max_n);
+  }
+
+  bool On(int kind) const {
+    if (o_.precision != Precision::kFp8) return false;
+    switch (kind) {
+      case kQkv:
+        return o_.fp8.qkv;
+      case kAttProj:
+        return o_.fp8.attn_proj;
+      case kFc:
+        return o_.fp8.fc;
+      case kFcProj:
+        return o_.fp8.fc_proj;
+      case kLmHead:
+        return o_.fp8.lm_head;
+    }
+    return false;
+  }
+  // The (layer, kind) slot of FP8 buffers; the LM head comes after the layers' linears.
+  int Slot(int l, int kind) const {
+    return kind == kLmHead ? o_.model.n_layer * kNumLinear : l * kNumLinear + kind;
+  }
+  int Index(int l, int kind, int role) const { return Slot(l, kind) * kNumRoles + role; }
+  std::string Name(int l, int kind, int role) const {
+    return kind == kLmHead ? StrCat("lm_head.", kRoleNames[role])
+                           : StrCat("h", l, ".", kLinearNames[kind], ".", kRoleNames[role]);
+  }
+  Counter* SaturatedOf(int l, int kind, int role) const { return saturated + Index(l, kind, role); }
+  Fp8Tensor Of(int l, int kind, int role, uint8_t* data, uint8_t* data_t, int64_t rows,
+               int64_t cols) const {
+    const int i = Index(l, kind, role);
+    Fp8Tensor t;
+    t.data = data;
+    t.data_t = data_t;
+    t.rows = rows;
+    t.cols = cols;
+    t.format = FormatFor(cfg.recipe, role == kRoleDy);
+    t.scale = scaling.scale + i;
+    t.scale_inv = scaling.scale_inv + kScaleSlot * i;
+    t.amax = scaling.amax + i;
+    return t;
+  }
+  // Calls fn(l, kind) for every linear layer running in FP8, in a fixed order (layers, then the
+  // LM head): the order of ExportScales, ImportScales and Telemetry.
+  template <typename Fn>
+  Status ForEachLinear(Fn&& fn) const {
+    for (int l = 0; l <= o_.model.n_layer; ++l) {
+      for (int kind = 0; kind <= kNumLinear; ++kind) {
+        if ((l == o_.model.n_layer) != (kind == kLmHead) || !On(kind)) continue;
+        FP8RT_RETURN_IF_ERROR(fn(l, kind));
+      }
+    }
+    return Status::Ok();
+  }
+  // Casts in to out: with current scaling while calibrating, else with the delayed scale.
+  template <typename U>
+  Status Cast(const U* in, const Fp8Tensor& out, Counter* sat) {
+    if (calibrate_now) return ops_->QuantizeCurrentScaling(in, out, cfg.margin, sat);
+    return ops_->Quantize(in, out, sat);
+  }
+  // Zeroes the amaxes (after an evaluation pass, which must not feed the next step's scales).
+  Status ClearAmax() {
+    if (num_tensors == 0) return Status::Ok();
+    return ops_->Zero(scaling.amax, num_tensors * sizeof(float));
+  }
+
+  Result<std::vector<uint8_t>> CachedWeight(const std::string& name) const;
+  Result<std::vector<TensorScaleRecord>> ExportScales() const;
+  Status ImportScales(const std::vector<TensorScaleRecord>& records);
+  Status ResetHistory() {
+    if (num_tensors == 0) return Status::Ok();
+    calibrate = o_.fp8.first_step_current;
+    return ops_->InitScaling(scaling);
+  }
+  // Fresh scales (InitRandom).
+  Status Init() {
+    if (num_tensors == 0) return Status::Ok();
+    FP8RT_RETURN_IF_ERROR(ops_->InitScaling(scaling));
+    calibrate = o_.fp8.first_step_current;
+    return Status::Ok();
+  }
+  Result<std::vector<Fp8TelemetryRow>> Telemetry();
+
+  DelayedScalingConfig cfg;
+  ScalingState scaling;
+  int num_tensors = 0, num_weights = 0;
+  // The scale state is fresh (initial scale 1, empty history): the next step's first micro-batch
+  // casts with current scaling when fp8.first_step_current asks for it (calibrate_now while it
+  // runs). Cleared by that step's scaling update and by ImportScales.
+  bool calibrate = false;
+  bool calibrate_now = false;
+  std::vector<uint8_t*> w8, w8t, x8t;  // per (layer, kind) slot
+  uint8_t* x8 = nullptr;  // the forward's row-major input cast, shared: only x8t is saved
+  uint8_t *dy8 = nullptr, *dy8t = nullptr;  // shared, (B*T, max N)
+  Counter* saturated = nullptr;             // per FP8 tensor
+
+ private:
+  const ModelOptions& o_;
+  Ops* ops_;
+  int64_t M_ = 0;
+  uint8_t* base_ = nullptr;
+};
+
+template <typename Ops>
+Result<std::vector<uint8_t>> Fp8State<Ops>::CachedWeight(const std::string& name) const {
+  std::vector<uint8_t> bytes;
+  FP8RT_RETURN_IF_ERROR(ForEachLinear([&](int l, int kind) -> Status {
+    if (Name(l, kind, kRoleW) != name) return Status::Ok();
+    int64_t N, K;
+    LinearShape(o_.model, kind, &N, &K);
+    bytes.resize(static_cast<size_t>(N * K));
+    return ops_->Download(bytes.data(), w8[Slot(l, kind)], bytes.size());
+  }));
+  if (bytes.empty()) return Status::NotFound(StrCat("no FP8 weight named '", name, "'"));
+  return bytes;
+}
+
+template <typename Ops>
+Result<std::vector<TensorScaleRecord>> Fp8State<Ops>::ExportScales() const {
+  std::vector<TensorScaleRecord> out;
+  if (num_tensors == 0) return out;
+  const int N = num_tensors, H = scaling.history_len;
+  std::vector<float> hist(static_cast<size_t>(N) * H), scale(N), scale_inv(N * kScaleSlot), amax(N);
+  int pos = 0;
+  FP8RT_RETURN_IF_ERROR(ops_->Download(hist.data(), scaling.amax_history, hist.size() * 4));
+  FP8RT_RETURN_IF_ERROR(ops_->Download(scale.data(), scaling.scale, N * 4));
+  FP8RT_RETURN_IF_ERROR(ops_->Download(scale_inv.data(), scaling.scale_inv, N * kScaleSlot * 4));
+  FP8RT_RETURN_IF_ERROR(ops_->Download(amax.data(), scaling.amax, N * 4));
+  FP8RT_RETURN_IF_ERROR(ops_->Download(&pos, scaling.pos, sizeof(int)));
+  FP8RT_RETURN_IF_ERROR(ForEachLinear([&](int l, int kind) -> Status {
+    for (int role = 0; role < kNumRoles; ++role) {
+      const int i = Index(l, kind, role);
+      TensorScaleRecord r;
+      r.name = Name(l, kind, role);
+      r.format = FormatFor(cfg.recipe, role == kRoleDy);
+      r.pos = pos, r.amax = amax[i], r.scale = scale[i], r.scale_inv = scale_inv[i * kScaleSlot];
+      r.amax_history.resize(H);
+      for (int h = 0; h < H; ++h) r.amax_history[h] = hist[static_cast<size_t>(h) * N + i];
+      out.push_back(std::move(r));
+    }
+    return Status::Ok();
+  }));
+  return out;
+}
+
+template <typename Ops>
+Status Fp8State<Ops>::ImportScales(const std::vector<TensorScaleRecord>& records) {
+  auto mine = ExportScales();
+  if (!mine.ok()) return mine.status();
+  if (mine->size() != records.size()) {
+    return Status::FailedPrecondition(StrCat("FP8 scale state has ", records.size(),
+                                             " tensors, this model has ", mine->size(),
+                                             " (use --reset-fp8-history to recalibrate)"));
+  }
+  const int N = num_tensors, H = scaling.history_len;
+  std::vector<float> hist(static_cast<size_t>(N) * H), scale(N, 1.f),
+      scale_inv(N * kScaleSlot, 1.f), amax(N);
+  int pos = records.empty() ? 0 : records[0].pos;
+  std::map<std::string, const TensorScaleRecord*> by_name;
+  for (const auto& r : records) by_name[r.name] = &r;
+  FP8RT_RETURN_IF_ERROR(ForEachLinear([&](int l, int kind) -> Status {
+    for (int role = 0; role < kNumRoles; ++role) {
+      const int i = Index(l, kind, role);
+      const std::string name = Name(l, kind, role);
+      auto it = by_name.find(name);
+      if (it == by_name.end()) {
+        return Status::FailedPrecondition(StrCat("FP8 scale state has no tensor '", name, "'"));
+      }
+      const TensorScaleRecord& r = *it->second;
+      if (static_cast<int>(r.amax_history.size()) != H) {
+        return Status::FailedPrecondition(
+            StrCat("FP8 scale state of '", name, "' has history length ", r.amax_history.size(),
+                   ", fp8.history_len is ", H, " (use --reset-fp8-history to recalibrate)"));
+      }
+      if (r.format != FormatFor(cfg.recipe, role == kRoleDy)) {
+        return Status::FailedPrecondition(
+            StrCat("FP8 scale state of '", name, "' is ", Fp8FormatName(r.format),
+                   ", fp8.recipe needs ", Fp8FormatName(FormatFor(cfg.recipe, role == kRoleDy))));
+      }
+      if (r.pos != pos || r.pos < 0 || r.pos >= H) {
+        return Status::Corruption(StrCat("FP8 scale state of '", name, "' has ring position ",
+                                         r.pos, " (expected ", pos, " in [0, ", H, "))"));
+      }
+      scale[i] = r.scale, scale_inv[i * kScaleSlot] = r.scale_inv, amax[i] = r.amax;
+      for (int h = 0; h < H; ++h) hist[static_cast<size_t>(h) * N + i] = r.amax_history[h];
+    }
+    return Status::Ok();
+  }));
+  FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling.amax_history, hist.data(), hist.size() * 4));
+  FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling.scale, scale.data(), N * 4));
+  FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling.scale_inv, scale_inv.data(), N * kScaleSlot * 4));
+  FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling.amax, amax.data(), N * 4));
+  calibrate = false;  // the imported history carries on
+  return ops_->Upload(scaling.pos, &pos, sizeof(int));
+}
+
+template <typename Ops>
+Result<std::vector<Fp8TelemetryRow>> Fp8State<Ops>::Telemetry() {
+  std::vector<Fp8TelemetryRow> rows;
+  if (num_tensors == 0) return rows;
+  std::vector<Counter> sat(num_tensors);
+  FP8RT_RETURN_IF_ERROR(ops_->Download(sat.data(), saturated, sat.size() * sizeof(sat[0])));
+  FP8RT_RETURN_IF_ERROR(ops_->Zero(saturated, sat.size() * sizeof(sat[0])));
+  FP8RT_ASSIGN_OR_RETURN(auto recs, ExportScales());
+  for (const auto& r : recs) {
+    Fp8TelemetryRow row;
+    row.name = r.name;
+    row.scale = r.scale;
+    for (float a : r.amax_history) row.amax_history_max = std::max(row.amax_history_max, a);
+    rows.push_back(row);
+  }
+  // Same order as ExportScales: walk the indices again for the counters.
+  size_t k = 0;
+  FP8RT_RETURN_IF_ERROR(ForEachLinear([&](int l, int kind) -> Status {
+    for (int role = 0; role < kNumRoles; ++role) {
+      rows[k++].saturated = static_cast<uint64_t>(sat[Index(l, kind, role)]);
+    }
+    return Status::Ok();
+  }));
+  return rows;
+}
+
+}  // namespace fp8rt::gpt_detail
