@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on a GPU node, from the repository root with bundle/ and data/ carried: device facts,
 # the gpu test suite, the kernel benchmark table, and fp8train runs. Logs go to $OUT (or ./out).
-# Usage: scripts/gpu-session.sh [tests] [bench] [train] [throughput]   (default: all four)
+# Usage: scripts/gpu-session.sh [tests] [bench] [train] [torch] [throughput] [comm] [baseline]
+#        (default: tests bench train torch throughput)
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -52,6 +53,44 @@ if [[ $parts == *throughput* ]]; then
   python3 bench/train_summary.py gpt2-124m/bf16=$OUT/tp_gpt2-124m_bf16.jsonl \
     gpt2-124m/fp8=$OUT/tp_gpt2-124m_fp8.jsonl gpt-1.3b/bf16=$OUT/tp_gpt-1.3b_bf16.jsonl \
     gpt-1.3b/fp8=$OUT/tp_gpt-1.3b_fp8.jsonl | tee "$OUT/train_bench.md"
+fi
+if [[ $parts == *comm* ]]; then
+  # comm/ on the GPU: every collective through NCCL in a world of one started by the FP8RT_*
+  # environment (rendezvous + NCCL id over TCP), then the same through mpirun with one rank.
+  echo "== comm check (NCCL, world of one)"
+  FP8RT_RANK=0 FP8RT_WORLD_SIZE=1 FP8RT_MASTER_ADDR=127.0.0.1 FP8RT_MASTER_PORT=29517 \
+    timeout 120 $B/fp8rt_comm_check --gpu 2>&1 | tee "$OUT/comm_check.log" | tail -3
+  echo "comm check exit ${PIPESTATUS[0]}"
+fi
+if [[ $parts == *baseline* ]]; then
+  # The step cost against a baseline fp8train (BASELINE, e.g. the previous main's, carried as
+  # bundle/bin/fp8train.base), interleaved run by run: REPS runs each, gpt-1.3b bf16 and fp8.
+  BASELINE=${BASELINE:-$B/fp8train.base}; REPS=${REPS:-3}
+  echo "== baseline vs this build (gpt-1.3b, $REPS runs each, interleaved)"
+  for r in $(seq "$REPS"); do
+    for p in bf16 fp8; do
+      for which in base new; do
+        bin=$B/fp8train; [ $which = base ] && bin=$BASELINE
+        timeout 240 "$bin" --config configs/gpt-1.3b.yaml --device cuda:0 --precision $p \
+          --steps "$STEPS_13B" --metrics "$OUT/bl_${which}_${p}_$r.jsonl" > "$OUT/bl_${which}_${p}_$r.log" 2>&1
+        echo "$which $p run $r exit $?"
+      done
+    done
+  done
+  python3 - "$OUT" <<'PY' | tee "$OUT/baseline.md"
+import glob, json, statistics, sys
+out = sys.argv[1]
+print("| run | baseline tok/s (median of runs) | this build | ratio |\n|---|---|---|---|")
+for p in ("bf16", "fp8"):
+    med = {}
+    for which in ("base", "new"):
+        runs = []
+        for f in sorted(glob.glob(f"{out}/bl_{which}_{p}_*.jsonl")):
+            tps = [json.loads(l)["tokens_per_s"] for l in open(f) if '"tokens_per_s"' in l][3:]
+            if tps: runs.append(statistics.median(tps))
+        med[which] = statistics.median(runs) if runs else float("nan")
+    print(f"| gpt-1.3b {p} | {med['base']:,.0f} | {med['new']:,.0f} | {med['new'] / med['base']:.4f} |")
+PY
 fi
 if [[ $parts == *converge* ]]; then
   # The large corpus when it was carried (scripts/make-corpus.sh --large), else the small one.

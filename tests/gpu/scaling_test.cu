@@ -184,7 +184,11 @@ TEST_F(ScalingGpuMisc, StridedScaleInvMatchesReference) {
       ASSERT_TRUE(cuda::UpdateDelayedScaling(st.d_state, config, nullptr).ok());
       ASSERT_TRUE(st.Same("N " + std::to_string(n) + " step " + std::to_string(step)));
     }
-    EXPECT_EQ(st.h_state.scale_inv[16], st.h_state.scale_inv[16]);  // written at i * 16
+    // Tensor i's scale_inv lives at i * 16 (written: finite, 1 / scale), the gaps stay as poisoned.
+    for (int i = 0; i < n; ++i) {
+      EXPECT_TRUE(std::isfinite(st.h_state.scale_inv[16 * i])) << "n " << n << " tensor " << i;
+      EXPECT_EQ(st.h_state.scale_inv[16 * i], ScaleInv(st.h_state.scale[i])) << "tensor " << i;
+    }
     EXPECT_EQ(FloatBits(st.h_state.scale_inv[1]), 0xffffffffu) << "the gap was written";
   }
 }
