@@ -77,18 +77,20 @@ Result<std::unique_ptr<ScaleStore>> ScaleStore::Open(const std::string& path, bo
   options.create_if_missing = create;
   options.paranoid_checks = true;
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(options, path, &db);
-  if (!s.ok()) {
-    return Status::IOError(StrCat("cannot open scale store '", path, "': ", s.ToString()));
-  }
-  return std::unique_ptr<ScaleStore>(new ScaleStore(db));
+  const rocksdb::Status s = rocksdb::DB::Open(options, path, &db);
+  return Opened(path, s, db);
 }
 
 Result<std::unique_ptr<ScaleStore>> ScaleStore::OpenReadOnly(const std::string& path) {
   rocksdb::Options options;
   options.paranoid_checks = true;
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(options, path, &db);
+  const rocksdb::Status s = rocksdb::DB::OpenForReadOnly(options, path, &db);
+  return Opened(path, s, db);
+}
+
+Result<std::unique_ptr<ScaleStore>> ScaleStore::Opened(const std::string& path,
+                                                       const rocksdb::Status& s, rocksdb::DB* db) {
   if (!s.ok()) {
     return Status::IOError(StrCat("cannot open scale store '", path, "': ", s.ToString()));
   }
@@ -104,7 +106,8 @@ Status ScaleStore::Put(int64_t step, const std::vector<TensorScaleRecord>& recor
   batch.DeleteRange(db_->DefaultColumnFamily(), prefix, prefix + "\xff");
   for (const auto& r : records) {
     if (r.name.empty() || r.name.find('/') != std::string::npos) {
-      return Status::InvalidArgument(StrCat("scale record name '", r.name, "' is empty or has '/'"));
+      return Status::InvalidArgument(
+          StrCat("scale record name '", r.name, "' is empty or has '/'"));
     }
     batch.Put(prefix + r.name, Encode(r));
   }
@@ -112,7 +115,8 @@ Status ScaleStore::Put(int64_t step, const std::vector<TensorScaleRecord>& recor
   rocksdb::WriteOptions wo;
   wo.sync = true;
   rocksdb::Status s = db_->Write(wo, &batch);
-  if (!s.ok()) return Status::IOError(StrCat("scale store write of step ", step, ": ", s.ToString()));
+  if (!s.ok())
+    return Status::IOError(StrCat("scale store write of step ", step, ": ", s.ToString()));
   return Status::Ok();
 }
 
@@ -152,7 +156,8 @@ std::string FormatScaleRecords(int64_t step, const std::vector<TensorScaleRecord
   std::ostringstream os;
   os << "step " << step << ": " << records.size() << " FP8 tensors\n";
   os << std::left << std::setw(32) << "tensor" << std::setw(6) << "fmt" << std::setw(14) << "scale"
-     << std::setw(14) << "scale_inv" << std::setw(14) << "amax(hist)" << "history\n";
+     << std::setw(14) << "scale_inv" << std::setw(14) << "amax(hist)"
+     << "history\n";
   for (const auto& r : records) {
     float hmax = 0;
     for (float a : r.amax_history) hmax = a > hmax ? a : hmax;

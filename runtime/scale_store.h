@@ -13,6 +13,7 @@
 
 namespace rocksdb {
 class DB;
+class Status;
 }
 
 namespace fp8rt {
@@ -47,6 +48,9 @@ class ScaleStore {
 
  private:
   explicit ScaleStore(rocksdb::DB* db) : db_(db) {}
+  // The store `db` that DB::Open or OpenForReadOnly gave with `s`, or the error naming `path`.
+  static Result<std::unique_ptr<ScaleStore>> Opened(const std::string& path,
+                                                    const rocksdb::Status& s, rocksdb::DB* db);
   rocksdb::DB* db_;
 };
 
