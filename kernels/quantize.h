@@ -60,6 +60,10 @@ Status ComputeAmax(const T* in, int64_t n, float* amax);
 template <typename T>
 Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin = 0,
                               uint64_t* saturated = nullptr);
+// out (cols, rows) = the transpose of in (rows, cols), FP8 codes as bytes: the transposed copy
+// of an FP8 tensor whose row-major codes were assembled elsewhere (ZeRO-1's all-gathered
+// weights). out and in must not overlap.
+Status TransposeFp8(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols);
 }  // namespace cpu
 
 #if FP8RT_WITH_CUDA
@@ -71,6 +75,9 @@ namespace cuda {
 template <typename T>
 Status Quantize(const T* in, const Fp8Tensor& out, unsigned long long* saturated,
                 cudaStream_t stream);
+// As cpu::TransposeFp8: one launch of 32 x 32 byte tiles through shared memory.
+Status TransposeFp8(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols,
+                    cudaStream_t stream);
 // QuantizeDbias needs QuantizeDbiasScratchBytes(rows, cols) bytes of scratch (per-tile column
 // sums); it adds one small launch after the cast+transpose.
 size_t QuantizeDbiasScratchBytes(int64_t rows, int64_t cols);

@@ -162,6 +162,7 @@ Result<RunConfig> ParseRunConfig(const std::string& yaml_text) {
                                                      {"fc_proj", Bool(&f.fc_proj)},
                                                      {"lm_head", Bool(&f.lm_head)}})}})},
                   {"parallel", fields({{"dp", Integer(&par.dp)},
+                                       {"zero", Bool(&par.zero)},
                                        {"bucket_mb", Number(&par.bucket_mb)},
                                        {"collective_timeout_s", Integer(&par.collective_timeout_s)},
                                        {"cpu_backend", String(&par.cpu_backend)},

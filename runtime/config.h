@@ -68,6 +68,9 @@ struct ParallelConfig {
   // Data-parallel replicas; 0: the world size. Must equal the world size (tensor parallelism is
   // not here yet). Default: 0
   int dp = 0;
+  // ZeRO-1: each data-parallel rank keeps 1/dp of the FP32 master weights and AdamW moments,
+  // gradients are reduce-scattered and the FP8 (and BF16) weights all-gathered. Default: false
+  bool zero = false;
   // Gradients are reduced in buckets of about this many MiB (whole layers). Default: 25
   double bucket_mb = 25;
   // A collective (or a step waiting on one) taking longer ends the job naming it. Default: 600

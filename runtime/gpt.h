@@ -34,6 +34,9 @@ struct ModelOptions {
   // about grad_bucket_bytes, each launched as soon as the last micro-batch's backward has made
   // its gradients final; the amaxes of every FP8 tensor are MAX-reduced over it once per step.
   comm::Communicator* dp = nullptr;
+  // ZeRO-1 over `dp` (runtime/gpt_parallel.h). ExportState and ImportState stay whole-model
+  // (layout order); under ZeRO every rank must call ExportState (it all-gathers).
+  bool zero = false;
   int64_t grad_bucket_bytes = int64_t{25} << 20;
 };
 

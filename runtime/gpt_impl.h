@@ -150,7 +150,8 @@ class Gpt final : public GptModel {
   Status ReduceAcrossRanks();
   Status ClipAndOptimize(int step, float lr);
   Status UpdateScales();
-  Status RefreshWorkingCopy();
+  // Writes the T working copies from the full FP32 master (downloaded when `full` is null).
+  Status RefreshWorkingCopy(const std::vector<float>* full = nullptr);
 
   ModelOptions o_;
   std::unique_ptr<Ops> ops_;
@@ -189,6 +190,35 @@ class Gpt final : public GptModel {
   // this step's progress through them.
   bool Dp() const { return o_.dp != nullptr && o_.dp->size() > 1; }
   Status ReduceBucket(int b);
+
+  // ZeRO-1 (o_.zero under DP; runtime/gpt_parallel.h): every tensor (each layer's slice of an
+  // (L, ...) tensor) is split into DP equal contiguous parts; rank r keeps part r of the FP32
+  // master weights and AdamW moments, in shard order (param, layer), and receives part r of the
+  // reduced gradients (reduce-scatter). After its AdamW update it casts its part of each FP8
+  // weight (rows) with the weight's scale and the parts are all-gathered as FP8 bytes (then
+  // transposed); T working copies are all-gathered in T.
+  bool Zero() const { return Dp() && o_.zero; }
+  int64_t PerLayer(int p) const {
+    return IsLayerParam(p) ? layout_.size[p] / o_.model.n_layer : layout_.size[p];
+  }
+  int Layers(int p) const { return IsLayerParam(p) ? o_.model.n_layer : 1; }
+  int64_t SliceOf(int p) const { return PerLayer(p) / o_.dp->size(); }
+  // Where layer l's tensor of p starts in the full layout, and where this rank's part of it
+  // sits in the shard.
+  int64_t FullOff(int p, int l) const { return layout_.offset[p] + l * PerLayer(p); }
+  int64_t ShardOff(int p, int l) const { return shard_offset_[p] + l * SliceOf(p); }
+  Status SetupZero();
+  Status GatherWeights();
+  Status GatherState(const float* shard, std::vector<float>* full);
+  Status ScatterState(const std::vector<float>& full, float* shard);
+  // The step's FP8 weight casts: true (every step, from master_) without ZeRO; under ZeRO only
+  // when the full master is pending (after InitRandom/ImportState), from it in grads_.
+  Status PrepareWeightCasts(bool* cast);
+  int64_t shard_offset_[kNumParams] = {};
+  int64_t shard_total_ = 0;
+  float* gshard_ = nullptr;             // this rank's part of the reduced gradients
+  const float* cast_src_ = nullptr;     // the FP32 weights the forward casts to FP8
+  std::vector<float> pending_master_;   // ZeRO: the full master for the next full cast
   std::vector<GradBucket> buckets_;
   std::vector<std::string> bucket_names_;
   bool reduce_grads_now_ = false;  // in the last micro-batch's backward of a DP step
@@ -240,10 +270,14 @@ Status Gpt<Ops, T>::Setup() {
           StrCat("fp8: model.n_embd = ", C, " is not a multiple of 16, which FP8 GEMMs need"));
     }
   }
-  FP8RT_RETURN_IF_ERROR(Alloc(&master_, P));
+  if (Zero()) FP8RT_RETURN_IF_ERROR(SetupZero());
+  const int64_t owned = Zero() ? shard_total_ : P;  // master weights and moments kept here
+  FP8RT_RETURN_IF_ERROR(Alloc(&master_, owned));
   FP8RT_RETURN_IF_ERROR(Alloc(&grads_, P));
-  FP8RT_RETURN_IF_ERROR(Alloc(&m_, P));
-  FP8RT_RETURN_IF_ERROR(Alloc(&v_, P));
+  FP8RT_RETURN_IF_ERROR(Alloc(&m_, owned));
+  FP8RT_RETURN_IF_ERROR(Alloc(&v_, owned));
+  if (Zero()) FP8RT_RETURN_IF_ERROR(Alloc(&gshard_, shard_total_));
+  cast_src_ = master_;
   int64_t work_total = 0;
   for (int p = 0; p < kNumParams; ++p) {
     work_offset_[p] = HasWorking(p) ? work_total : -1;
@@ -321,6 +355,11 @@ Status Gpt<Ops, T>::Setup() {
     FP8RT_RETURN_IF_ERROR(ops_->Upload(ones_, ones.data(), ones.size() * sizeof(T)));
   }
 
+  if (o_.zero && !Dp()) {
+    return Status::InvalidArgument(
+        "parallel.zero needs data parallelism over more than one rank (ZeRO-1 shards the "
+        "optimizer state across the data-parallel ranks)");
+  }
   if (Dp()) {
     if (o_.dp->device_buffers() != Ops::kDevice) {
       return Status::InvalidArgument(StrCat("the data-parallel group (", o_.dp->backend(),
@@ -355,9 +394,15 @@ Status Gpt<Ops, T>::Setup() {
 }
 
 template <typename Ops, typename T>
-Status Gpt<Ops, T>::RefreshWorkingCopy() {
-  std::vector<float> master(static_cast<size_t>(layout_.total));
-  FP8RT_RETURN_IF_ERROR(ops_->Download(master.data(), master_, master.size() * sizeof(float)));
+Status Gpt<Ops, T>::RefreshWorkingCopy(const std::vector<float>* full) {
+  std::vector<float> downloaded;
+  if (full == nullptr) {
+    downloaded.resize(static_cast<size_t>(layout_.total));
+    FP8RT_RETURN_IF_ERROR(
+        ops_->Download(downloaded.data(), master_, downloaded.size() * sizeof(float)));
+    full = &downloaded;
+  }
+  const std::vector<float>& master = *full;
   for (int p = 0; p < kNumParams; ++p) {
     if (!HasWorking(p)) continue;
     std::vector<T> work(static_cast<size_t>(layout_.size[p]));
@@ -400,11 +445,9 @@ Status Gpt<Ops, T>::InitRandom(uint64_t seed) {
         break;  // biases start at zero
     }
   }
-  FP8RT_RETURN_IF_ERROR(ops_->Upload(master_, host.data(), host.size() * sizeof(float)));
-  FP8RT_RETURN_IF_ERROR(ops_->Zero(m_, host.size() * sizeof(float)));
-  FP8RT_RETURN_IF_ERROR(ops_->Zero(v_, host.size() * sizeof(float)));
   FP8RT_RETURN_IF_ERROR(fp8_.Init());
-  return RefreshWorkingCopy();
+  const std::vector<float> zeros(host.size(), 0.0f);  // AdamW moments
+  return ImportState(host, zeros, zeros);
 }
 
 template <typename Ops, typename T>
@@ -457,7 +500,7 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
   const Fp8Tensor wq = fp8_.Of(l, kind, kRoleW, fp8_.w8[slot], fp8_.w8t[slot], N, K);
   if (cast_w) {  // from the FP32 master weights
     ops_->Mark("fp8 cast w (+T)");
-    const float* w = master_ + layout_.offset[wp] + l * N * K;
+    const float* w = cast_src_ + layout_.offset[wp] + l * N * K;
     FP8RT_RETURN_IF_ERROR(fp8_.Cast(w, wq, fp8_.SaturatedOf(l, kind, kRoleW)));
     ++weight_casts_;
   }
@@ -651,24 +694,6 @@ Status Gpt<Ops, T>::BackwardPass() {
   return Status::Ok();
 }
 
-// Averages one bucket of gradients over the data-parallel group, on the communication stream
-// (which first waits for the backward so far), as one group of collectives.
-template <typename Ops, typename T>
-Status Gpt<Ops, T>::ReduceBucket(int b) {
-  const GradBucket& k = buckets_[b];
-  ops_->Mark("grad reduce (launch)");
-  void* stream = ops_->ForkComm();
-  ops_->CommTimerStart(kGradTimer);
-  FP8RT_RETURN_IF_ERROR(o_.dp->GroupStart());
-  for (const auto& [off, n] : k.ranges) {
-    FP8RT_RETURN_IF_ERROR(o_.dp->AllReduce(grads_ + off, grads_ + off, static_cast<size_t>(n),
-                                           comm::DataType::kFloat32, comm::ReduceOp::kSum, stream,
-                                           bucket_names_[b].c_str()));
-  }
-  FP8RT_RETURN_IF_ERROR(o_.dp->GroupEnd(bucket_names_[b].c_str()));
-  ops_->CommTimerStop(kGradTimer);
-  return Status::Ok();
-}
 
 // One optimizer step, as phases: micro-batches (forward + backward, gradients accumulated), then
 // the gradient and amax reductions across ranks (issue 11), clipping + AdamW, and the FP8 scale
@@ -688,6 +713,7 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
   FP8RT_RETURN_IF_ERROR(ReduceAcrossRanks());
   FP8RT_RETURN_IF_ERROR(ClipAndOptimize(step, lr));
   FP8RT_RETURN_IF_ERROR(UpdateScales());
+  if (Zero()) FP8RT_RETURN_IF_ERROR(GatherWeights());
   // The one host synchronisation of the step: the numbers the metrics need.
   std::vector<float> stats(static_cast<size_t>(o_.grad_accum + 1));
   ops_->Mark("step sync");
@@ -711,6 +737,8 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::MicroBatches() {
   const int64_t n = M_ * o_.grad_accum;
+  bool cast = true;
+  FP8RT_RETURN_IF_ERROR(PrepareWeightCasts(&cast));
   ops_->Mark("zero grads");
   FP8RT_RETURN_IF_ERROR(ZeroGrads());
   for (int micro = 0; micro < o_.grad_accum; ++micro) {
@@ -722,7 +750,9 @@ Status Gpt<Ops, T>::MicroBatches() {
     reduce_grads_now_ = Dp() && micro == o_.grad_accum - 1;
     next_bucket_ = 0;
     FP8RT_RETURN_IF_ERROR(
-        ForwardPass(staging_ + micro * M_, staging_ + n + micro * M_, micro == 0, true, micro));
+        ForwardPass(staging_ + micro * M_, staging_ + n + micro * M_, cast && micro == 0, true,
+                    micro));
+    cast_src_ = master_;  // (ZeRO: the full master in grads_ is overwritten by the backward)
     const Status s = BackwardPass();
     reduce_grads_now_ = false;
     FP8RT_RETURN_IF_ERROR(s);
@@ -732,39 +762,36 @@ Status Gpt<Ops, T>::MicroBatches() {
   return Status::Ok();
 }
 
-// Under DP, after the gradient buckets: ONE MAX all-reduce of the amaxes of every FP8 tensor
-// (every layer, role and micro-batch max-accumulated in the one contiguous buffer; NaN mapped to
-// +Inf first, so a NaN on any rank is seen by all), and the micro-batch losses summed for the
-// metrics. The compute stream then waits for every collective of the step.
-template <typename Ops, typename T>
-Status Gpt<Ops, T>::ReduceAcrossRanks() {
-  if (!Dp()) return Status::Ok();
-  if (fp8_.num_tensors > 0) {
-    ops_->Mark("amax reduce");
-    FP8RT_RETURN_IF_ERROR(ops_->AmaxNanToInf(fp8_.scaling.amax, fp8_.num_tensors));
-    void* stream = ops_->ForkComm();
-    ops_->CommTimerStart(kAmaxTimer);
-    FP8RT_RETURN_IF_ERROR(o_.dp->AllReduce(
-        fp8_.scaling.amax, fp8_.scaling.amax, static_cast<size_t>(fp8_.num_tensors),
-        comm::DataType::kFloat32, comm::ReduceOp::kMax, stream, "FP8 amax all-reduce"));
-    ops_->CommTimerStop(kAmaxTimer);
-    ++amax_collectives_;
-  }
-  void* stream = ops_->ForkComm();
-  FP8RT_RETURN_IF_ERROR(o_.dp->AllReduce(
-      step_losses_, step_losses_, static_cast<size_t>(o_.grad_accum), comm::DataType::kFloat32,
-      comm::ReduceOp::kSum, stream, "loss all-reduce (metrics)"));
-  return ops_->JoinComm();
-}
 
 // The global gradient norm, then AdamW on every tensor (clipping inside, from the norm).
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
-  ops_->Mark("grad norm");
-  FP8RT_RETURN_IF_ERROR(ops_->NormSquared(norm_sq_, grads_, layout_.total));
   AdamWConfig cfg;
   cfg.lr = lr, cfg.beta1 = o_.beta1, cfg.beta2 = o_.beta2, cfg.eps = o_.eps;
   cfg.weight_decay = o_.weight_decay;
+  ops_->Mark("grad norm");
+  if (Zero()) {
+    // Each rank holds its part of the reduced gradients: the squared norms add up over ranks.
+    FP8RT_RETURN_IF_ERROR(ops_->NormSquared(norm_sq_, gshard_, shard_total_));
+    void* stream = ops_->ForkComm();
+    FP8RT_RETURN_IF_ERROR(o_.dp->AllReduce(norm_sq_, norm_sq_, 1, comm::DataType::kFloat32,
+                                           comm::ReduceOp::kSum, stream,
+                                           "gradient norm all-reduce (ZeRO-1)"));
+    FP8RT_RETURN_IF_ERROR(ops_->JoinComm());
+    ops_->Mark("adamw");
+    const int64_t r = o_.dp->rank();
+    for (int p = 0; p < kNumParams; ++p) {
+      for (int l = 0; l < Layers(p); ++l) {
+        const int64_t so = ShardOff(p, l), n = SliceOf(p);
+        T* work = HasWorking(p) ? W(static_cast<Param>(p)) + l * PerLayer(p) + r * n : nullptr;
+        FP8RT_RETURN_IF_ERROR(ops_->AdamW(master_ + so, m_ + so, v_ + so, gshard_ + so, work, n,
+                                          step, cfg, kDecay[p] ? o_.weight_decay : 0.0f,
+                                          norm_sq_, o_.grad_clip));
+      }
+    }
+    return Status::Ok();
+  }
+  FP8RT_RETURN_IF_ERROR(ops_->NormSquared(norm_sq_, grads_, layout_.total));
   ops_->Mark("adamw");
   for (int p = 0; p < kNumParams; ++p) {
     const int64_t off = layout_.offset[p];
@@ -789,7 +816,11 @@ Status Gpt<Ops, T>::Forward(const int32_t* x, const int32_t* y, float* loss,
                             std::vector<float>* logits) {
   std::memcpy(staging_, x, M_ * sizeof(int32_t));
   std::memcpy(staging_ + M_, y, M_ * sizeof(int32_t));
-  FP8RT_RETURN_IF_ERROR(ForwardPass(staging_, staging_ + M_, true, false, 0));
+  bool cast = true;
+  FP8RT_RETURN_IF_ERROR(PrepareWeightCasts(&cast));
+  const Status fwd = ForwardPass(staging_, staging_ + M_, cast, false, 0);
+  cast_src_ = master_;
+  FP8RT_RETURN_IF_ERROR(fwd);
   float l = 0;
   FP8RT_RETURN_IF_ERROR(ops_->Download(&l, step_losses_, sizeof(float)));
   *loss = l;
@@ -808,6 +839,10 @@ Status Gpt<Ops, T>::Forward(const int32_t* x, const int32_t* y, float* loss,
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::Gradients(const int32_t* x, const int32_t* y, float* loss,
                               std::vector<float>* grads) {
+  if (Zero()) {
+    return Status::FailedPrecondition(
+        "Gradients (a test hook) needs the full master weights, which ZeRO-1 shards");
+  }
   const int saved = o_.grad_accum;
   o_.grad_accum = 1;
   FP8RT_RETURN_IF_ERROR(ZeroGrads());
@@ -833,6 +868,11 @@ template <typename Ops, typename T>
 Status Gpt<Ops, T>::ExportState(std::vector<float>* master, std::vector<float>* m,
                                 std::vector<float>* v) {
   const size_t n = static_cast<size_t>(layout_.total);
+  if (Zero()) {  // every rank must call it: the shards are all-gathered
+    FP8RT_RETURN_IF_ERROR(GatherState(master_, master));
+    FP8RT_RETURN_IF_ERROR(GatherState(m_, m));
+    return GatherState(v_, v);
+  }
   master->resize(n), m->resize(n), v->resize(n);
   FP8RT_RETURN_IF_ERROR(ops_->Download(master->data(), master_, n * sizeof(float)));
   FP8RT_RETURN_IF_ERROR(ops_->Download(m->data(), m_, n * sizeof(float)));
@@ -847,10 +887,18 @@ Status Gpt<Ops, T>::ImportState(const std::vector<float>& master, const std::vec
     return Status::InvalidArgument(StrCat("state has ", master.size(), "/", m.size(), "/", v.size(),
                                           " values, the model has ", n));
   }
+  if (Zero()) {
+    // This rank's parts; the full master waits for the next step's FP8 casts.
+    FP8RT_RETURN_IF_ERROR(ScatterState(master, master_));
+    FP8RT_RETURN_IF_ERROR(ScatterState(m, m_));
+    FP8RT_RETURN_IF_ERROR(ScatterState(v, v_));
+    pending_master_ = master;
+    return RefreshWorkingCopy(&master);
+  }
   FP8RT_RETURN_IF_ERROR(ops_->Upload(master_, master.data(), n * sizeof(float)));
   FP8RT_RETURN_IF_ERROR(ops_->Upload(m_, m.data(), n * sizeof(float)));
   FP8RT_RETURN_IF_ERROR(ops_->Upload(v_, v.data(), n * sizeof(float)));
-  return RefreshWorkingCopy();
+  return RefreshWorkingCopy(&master);
 }
 
 template <typename Ops, typename T>
@@ -861,3 +909,5 @@ Result<std::unique_ptr<GptModel>> MakeGpt(const ModelOptions& o, std::unique_ptr
 }
 
 }  // namespace fp8rt::gpt_detail
+
+#include "runtime/gpt_parallel.h"

@@ -141,8 +141,12 @@ inline Param WeightOf(int kind) {
 struct GradBucket {
   int first_layer = -1, last_layer = -1;
   std::vector<std::pair<int64_t, int64_t>> ranges;
+  std::vector<int> range_param;  // the Param of each range
   int64_t elements = 0;
 };
+
+// Per-layer tensors ((L, ...) in the layout) and the others (embeddings, final LayerNorm).
+inline bool IsLayerParam(int p) { return p >= kLn1W && p <= kFcProjB; }
 
 // Buckets of at least `bucket_bytes` of FP32 gradients (whole layers; the last block bucket may
 // be smaller), in launch order. Every element of every tensor is in exactly one bucket.
@@ -163,6 +167,7 @@ inline std::vector<GradBucket> PlanGradBuckets(const ModelConfig& m, const Layou
         const int64_t n = per_layer(p);
         cur.ranges.emplace_back(layout.offset[p] + cur.first_layer * n,
                                 (cur.last_layer - cur.first_layer + 1) * n);
+        cur.range_param.push_back(p);
       }
       out.push_back(std::move(cur));
       cur = GradBucket{};
@@ -171,6 +176,7 @@ inline std::vector<GradBucket> PlanGradBuckets(const ModelConfig& m, const Layou
   GradBucket last;
   for (int p : {kWte, kWpe, kLnfW, kLnfB}) {
     last.ranges.emplace_back(layout.offset[p], layout.size[p]);
+    last.range_param.push_back(p);
     last.elements += layout.size[p];
   }
   out.push_back(std::move(last));

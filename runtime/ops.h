@@ -140,6 +140,9 @@ class CpuOps {
   }
   Status InitScaling(const ScalingState& s) { return cpu::InitScalingState(s); }
   Status AmaxNanToInf(float* amax, int64_t n) { return cpu::AmaxNanToInf(amax, n); }
+  Status TransposeFp8(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols) {
+    return cpu::TransposeFp8(out, in, rows, cols);
+  }
   Status NormSquared(float* out, const float* g, int64_t n) {
     return cpu::GlobalNormSquared(out, g, n);
   }

@@ -313,6 +313,9 @@ class CudaOps {
   }
   Status InitScaling(const ScalingState& s) { return cuda::InitScalingState(s, stream_); }
   Status AmaxNanToInf(float* amax, int64_t n) { return cuda::AmaxNanToInf(amax, n, stream_); }
+  Status TransposeFp8(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols) {
+    return cuda::TransposeFp8(out, in, rows, cols, stream_);
+  }
 
   // Collectives across ranks run on a second stream, so that gradient reductions overlap the
   // rest of the backward pass: ForkComm makes the communication stream wait for the work

@@ -58,8 +58,9 @@ Result<std::vector<float>> Floats(const Checkpoint& ck, const char* name) {
   return v;
 }
 
+// Every rank calls it under ZeRO-1 (ExportState all-gathers the shards); only `write` writes.
 Status SaveCheckpoint(const TrainOptions& o, Precision p, GptModel& model, int64_t step,
-                      const DataCursor& cursor) {
+                      const DataCursor& cursor, bool write = true) {
   Checkpoint ck;
   ck.step = step;
   ck.fingerprint = Fingerprint(o.config, p);
@@ -69,6 +70,7 @@ Status SaveCheckpoint(const TrainOptions& o, Precision p, GptModel& model, int64
               {"precision", PrecisionName(p)}};
   std::vector<float> master, m, v;
   FP8RT_RETURN_IF_ERROR(model.ExportState(&master, &m, &v));
+  if (!write) return Status::Ok();
   ck.blobs.push_back({"master.bin", Bytes(master)});
   ck.blobs.push_back({"adam_m.bin", Bytes(m)});
   ck.blobs.push_back({"adam_v.bin", Bytes(v)});
@@ -129,7 +131,9 @@ Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, Dat
   return ck.step;
 }
 
-// FNV-1a over every record's name, ring position, amax, scale, scale_inv and history, bit for bit.
+// FNV-1a over every record's name, ring position, scale, scale_inv and history, bit for bit. Not
+// the amax being accumulated for the next update: under ZeRO-1 each rank has cast only its rows
+// of the weights when the check runs, and the next amax reduction makes those agree.
 uint64_t HashScaleRecords(const std::vector<TensorScaleRecord>& recs) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&h](const void* p, size_t n) {
@@ -139,7 +143,6 @@ uint64_t HashScaleRecords(const std::vector<TensorScaleRecord>& recs) {
   for (const auto& r : recs) {
     mix(r.name.data(), r.name.size());
     mix(&r.pos, sizeof r.pos);
-    mix(&r.amax, sizeof r.amax);
     mix(&r.scale, sizeof r.scale);
     mix(&r.scale_inv, sizeof r.scale_inv);
     mix(r.amax_history.data(), r.amax_history.size() * sizeof(float));
@@ -184,6 +187,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   }
   result.dp = dp;
   const bool lead = rank == 0;  // writes metrics, progress and checkpoints
+  const bool zero = c.parallel.zero && dp > 1;  // every rank takes part in a checkpoint
   std::ostream* const progress = lead ? o.progress : nullptr;
   std::ostream* const metrics = lead ? o.metrics : nullptr;
   DataLoader loader(&data, c.train.batch_size, c.train.seq_len, c.train.seed, rank, dp);
@@ -210,6 +214,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   mo.attention = o.attention;
   mo.dp = o.world != nullptr && ranks > 1 ? &o.world->comm() : nullptr;
   mo.grad_bucket_bytes = static_cast<int64_t>(c.parallel.bucket_mb * 1048576.0);
+  mo.zero = c.parallel.zero;
   std::unique_ptr<GptModel> model;
   if (device.is_cpu) {
     FP8RT_ASSIGN_OR_RETURN(model, CreateCpuGpt(mo));
@@ -327,15 +332,15 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
       }
       *metrics << nlohmann::json({{"step", step}, {"fp8_telemetry", t}}).dump() << "\n";
     }
-    if (lead && !o.checkpoint_dir.empty() && c.train.checkpoint_every > 0 &&
+    if ((lead || zero) && !o.checkpoint_dir.empty() && c.train.checkpoint_every > 0 &&
         step % c.train.checkpoint_every == 0 && step < stop) {
-      FP8RT_RETURN_IF_ERROR(SaveCheckpoint(o, pd.precision, *model, step, loader.cursor()));
+      FP8RT_RETURN_IF_ERROR(SaveCheckpoint(o, pd.precision, *model, step, loader.cursor(), lead));
     }
   }
   if (o.profile_ops) result.op_profile = model->OpProfile();
-  if (lead && !o.checkpoint_dir.empty() && result.last_step >= result.first_step) {
+  if ((lead || zero) && !o.checkpoint_dir.empty() && result.last_step >= result.first_step) {
     FP8RT_RETURN_IF_ERROR(
-        SaveCheckpoint(o, pd.precision, *model, result.last_step, loader.cursor()));
+        SaveCheckpoint(o, pd.precision, *model, result.last_step, loader.cursor(), lead));
   }
   return result;
 }

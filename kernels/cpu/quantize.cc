@@ -162,5 +162,17 @@ FP8RT_INSTANTIATE(bf16)
 FP8RT_INSTANTIATE(double)
 #undef FP8RT_INSTANTIATE
 
+Status TransposeFp8(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols) {
+  if (rows < 0 || cols < 0 || ((rows * cols > 0) && (out == nullptr || in == nullptr)) ||
+      (rows * cols > 0 && out < in + rows * cols && in < out + rows * cols)) {
+    return Status::InvalidArgument(StrCat("TransposeFp8: rows=", rows, " cols=", cols,
+                                          ": needs rows, cols >= 0 and distinct, non-null buffers"));
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+  }
+  return Status::Ok();
+}
+
 }  // namespace cpu
 }  // namespace fp8rt

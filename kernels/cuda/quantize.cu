@@ -701,5 +701,38 @@ FP8RT_INSTANTIATE(float)
 FP8RT_INSTANTIATE(bf16)
 #undef FP8RT_INSTANTIATE
 
+namespace {
+__global__ void TransposeFp8Kernel(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols) {
+  __shared__ uint8_t tile[32][33];
+  const int64_t r0 = int64_t{blockIdx.y} * 32, c0 = int64_t{blockIdx.x} * 32;
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    const int64_t r = r0 + i, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[i][threadIdx.x] = in[r * cols + c];
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    const int64_t c = c0 + i, r = r0 + threadIdx.x;
+    if (r < rows && c < cols) out[c * rows + r] = tile[threadIdx.x][i];
+  }
+}
+}  // namespace
+
+Status TransposeFp8(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols,
+                    cudaStream_t stream) {
+  if (rows < 0 || cols < 0 || ((rows * cols > 0) && (out == nullptr || in == nullptr)) ||
+      (rows * cols > 0 && out < in + rows * cols && in < out + rows * cols)) {
+    return Status::InvalidArgument(StrCat("TransposeFp8: rows=", rows, " cols=", cols,
+                                          ": needs rows, cols >= 0 and distinct, non-null buffers"));
+  }
+  if (rows * cols == 0) return Status::Ok();
+  if ((cols + 31) / 32 > 2147483647 || (rows + 31) / 32 > 65535) {
+    return Status::InvalidArgument(StrCat("TransposeFp8: rows=", rows, " exceeds the grid"));
+  }
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>((rows + 31) / 32));
+  TransposeFp8Kernel<<<grid, dim3(32, 8), 0, stream>>>(out, in, rows, cols);
+  FP8RT_CUDA_TRY_LAUNCH("TransposeFp8");
+  return Status::Ok();
+}
+
 }  // namespace cuda
 }  // namespace fp8rt

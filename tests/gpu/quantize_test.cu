@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -452,6 +453,26 @@ TEST_F(QuantizeGpuMisc, PreconditionsAreCheckedBeforeLaunching) {
   EXPECT_NE(s2.message().find("margin=-1"), std::string::npos) << s2.message();
   const Status s3 = cuda::ComputeAmax(d_in.get(), 16, nullptr, nullptr);
   EXPECT_NE(s3.message().find("amax"), std::string::npos) << s3.message();
+}
+
+// The FP8 byte transpose (ZeRO-1's gathered weights) against the CPU reference on shapes that
+// leave partial tiles in both directions, a single row or column, and a tall and a wide case.
+TEST_F(QuantizeGpuMisc, TransposeFp8MatchesReference) {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},   {1, 77},  {77, 1},  {31, 33},
+                                                {32, 32}, {33, 95}, {257, 3}, {3, 1000},
+                                                {768, 2304}};
+  std::mt19937 rng(7);
+  for (const auto& [rows, cols] : shapes) {
+    std::vector<uint8_t> in(static_cast<size_t>(rows * cols)), want(in.size());
+    for (auto& b : in) b = static_cast<uint8_t>(rng());
+    ASSERT_TRUE(cpu::TransposeFp8(want.data(), in.data(), rows, cols).ok());
+    DeviceBuffer<uint8_t> d_in(in), d_out(in.size());
+    d_out.Poison();
+    ASSERT_TRUE(cuda::TransposeFp8(d_out.get(), d_in.get(), rows, cols, nullptr).ok());
+    EXPECT_EQ(d_out.Download(), want) << rows << " x " << cols;
+  }
+  DeviceBuffer<uint8_t> b(16);
+  EXPECT_FALSE(cuda::TransposeFp8(b.get(), b.get(), 4, 4, nullptr).ok()) << "in place is refused";
 }
 
 }  // namespace

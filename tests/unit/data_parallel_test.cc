@@ -93,7 +93,7 @@ class DataParallel : public ::testing::Test {
   // A config with `extra` YAML lines appended (model shape, precision, ...).
   std::string Config(const std::string& name, int batch, const std::string& model,
                      const std::string& precision, int grad_accum = 1,
-                     bool first_step_current = false) {
+                     bool first_step_current = false, bool zero = false) {
     const std::string path = dir_.str() + "/" + name + ".yaml";
     std::ofstream(path) << "name: " << name << "\nmodel: " << model
                         << "\ndata: {train: corpus.txt}\n"
@@ -104,7 +104,8 @@ class DataParallel : public ::testing::Test {
                         << "\nfp8: {history_len: 4, first_step_current: "
                         << (first_step_current ? "true" : "false") << "}\n"
                         << "parallel: {scale_check_every: 1, collective_timeout_s: 60, "
-                           "bucket_mb: 0.02}\n";
+                           "bucket_mb: 0.02, zero: "
+                        << (zero ? "true" : "false") << "}\n";
     return path;
   }
 
@@ -330,6 +331,74 @@ TEST_F(DataParallel, ADpThatDoesNotMatchTheRanksIsRefusedNamingIt) {
   const TrainRun r = Mpirun(2, path, "bad", 2);
   EXPECT_NE(r.ranks[0].code, 0);
   EXPECT_TRUE(Has(r.output, "parallel.dp is 3 but the launcher started 2 rank(s)")) << r.output;
+}
+
+// ZeRO-1 against plain DP on the same ranks and batch: the same updates (the only difference is
+// the order in which the squared gradient norm is summed), FP8 weights all-gathered as bytes and
+// transposed, and 1/dp of the master weights and moments per rank.
+TEST_F(DataParallel, ZeroOneEqualsPlainDpAndKeepsOneDpthOfTheOptimizerState) {
+  ModelConfig m;
+  m.n_layer = 2, m.n_embd = 32, m.n_head = 2, m.block_size = 32, m.vocab_size = 256;
+  const double P = static_cast<double>(gpt_detail::Layout(m).total);
+  for (const std::string precision : {"fp32", "bf16", "fp8"}) {
+    for (const int n : {2, 4}) {
+      const std::string plain = StrCat("plain", n, precision), zero = StrCat("zero", n, precision);
+      const TrainRun a = Mpirun(n, Config(plain, 4 / n, small_, precision), plain, 5);
+      ASSERT_EQ(a.ranks[0].code, 0) << a.output;
+      const TrainRun b = Mpirun(n, Config(zero, 4 / n, small_, precision, 1, false, true), zero, 5);
+      ASSERT_EQ(b.ranks[0].code, 0) << b.output;
+      ExpectSame(a, plain, b, zero, 1e-5, precision == "bf16" ? 1e-2 : 1e-5);
+      // master, m, v: 12 bytes per parameter -> 12 / n; plus this rank's part of the gradients.
+      const double saved =
+          (a.metrics[0]["model_gib"].get<double>() - b.metrics[0]["model_gib"].get<double>()) *
+          1073741824.0;
+      const double want = (3.0 - 4.0 / n) * 4.0 * P;
+      // Each tensor's part is padded to 64 elements in the shard: at most 16 x 63 x 4 x 4 bytes.
+      EXPECT_NEAR(saved, want, 16 * 63 * 4 * 4) << precision << " dp " << n;
+      // Once a step (each rank its rows, at the end of the step, for the next); step 1 also
+      // casts the whole weights for itself.
+      const int casts = a.metrics[0]["fp8_weight_casts"];
+      EXPECT_EQ(b.metrics[0]["fp8_weight_casts"], 2 * casts);
+      for (size_t i = 1; i < b.metrics.size(); ++i) {
+        EXPECT_EQ(b.metrics[i]["fp8_weight_casts"], casts) << "step " << i + 1;
+      }
+    }
+  }
+}
+
+TEST_F(DataParallel, ZeroOneResumeIsExactAndItsCheckpointsLoadWithoutZero) {
+  const std::string zero = Config("zres", 2, small_, "fp8", 1, false, true);
+  const TrainRun whole = Mpirun(2, zero, "zwhole", 6);
+  ASSERT_EQ(whole.ranks[0].code, 0) << whole.output;
+  TrainRun first = Mpirun(2, zero, "zparts", 3);
+  ASSERT_EQ(first.ranks[0].code, 0) << first.output;
+  const TrainRun second = Mpirun(2, zero, "zparts", 6, "--resume");
+  ASSERT_EQ(second.ranks[0].code, 0) << second.output;
+  ASSERT_EQ(second.metrics.size(), 6u) << second.output;
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(whole.metrics[i]["loss"].get<double>(), second.metrics[i]["loss"].get<double>())
+        << "step " << i + 1;
+  }
+  EXPECT_EQ(Master("zwhole"), Master("zparts"));
+  // A ZeRO-1 checkpoint is a whole-model checkpoint: plain DP resumes it (and the reverse).
+  first = Mpirun(2, zero, "zmixed", 3);
+  ASSERT_EQ(first.ranks[0].code, 0) << first.output;
+  const TrainRun plain = Mpirun(2, Config("pres", 2, small_, "fp8"), "zmixed", 6, "--resume");
+  ASSERT_EQ(plain.ranks[0].code, 0) << plain.output;
+  ASSERT_EQ(plain.metrics.size(), 6u);
+  for (size_t i = 3; i < 6; ++i) {
+    const double a = whole.metrics[i]["loss"], b = plain.metrics[i]["loss"];
+    EXPECT_NEAR(a, b, 1e-5 * a) << "step " << i + 1;
+  }
+}
+
+TEST_F(DataParallel, ZeroOneRefusesShapesThatDoNotSplit) {
+  const std::string path = Config("zbad", 1, "{n_layer: 1, n_embd: 34, n_head: 2, block_size: 32}",
+                                  "fp32", 1, false, true);
+  const TrainRun r = Mpirun(4, path, "zbad", 2);
+  EXPECT_NE(r.ranks[0].code, 0);
+  EXPECT_TRUE(Has(r.output, "parallel.zero: tensor")) << r.output;
+  EXPECT_TRUE(Has(r.output, "do not split into 4 equal parts")) << r.output;
 }
 
 }  // namespace

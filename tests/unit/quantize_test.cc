@@ -321,5 +321,17 @@ TEST(QuantizeCpu, PreconditionsNameTheArgument) {
   EXPECT_NE(s.message().find("n=-3"), std::string::npos) << s.message();
 }
 
+TEST(QuantizeCpu, TransposeFp8HandChecked) {
+  const std::vector<uint8_t> in = {1, 2, 3, 4, 5, 6};  // (2, 3)
+  std::vector<uint8_t> out(6, 0);
+  ASSERT_TRUE(cpu::TransposeFp8(out.data(), in.data(), 2, 3).ok());
+  EXPECT_EQ(out, (std::vector<uint8_t>{1, 4, 2, 5, 3, 6}));  // (3, 2)
+  EXPECT_TRUE(cpu::TransposeFp8(nullptr, nullptr, 0, 5).ok());
+  std::vector<uint8_t> same(4);
+  const Status s = cpu::TransposeFp8(same.data(), same.data(), 2, 2);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("distinct"), std::string::npos) << s.message();
+}
+
 }  // namespace
 }  // namespace fp8rt

@@ -1,0 +1,206 @@
+// Data parallelism and ZeRO-1 for the GPT model: the member functions of Gpt<Ops, T> that talk
+// to other ranks (included at the end of runtime/gpt_impl.h). Without a data-parallel group
+// none of this runs.
+#pragma once
+
+namespace fp8rt::gpt_detail {
+
+// Averages one bucket of gradients over the data-parallel group, on the communication stream
+// (which first waits for the backward so far), as one group of collectives.
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::ReduceBucket(int b) {
+  const GradBucket& k = buckets_[b];
+  ops_->Mark("grad reduce (launch)");
+  void* stream = ops_->ForkComm();
+  ops_->CommTimerStart(kGradTimer);
+  FP8RT_RETURN_IF_ERROR(o_.dp->GroupStart());
+  for (size_t i = 0; i < k.ranges.size(); ++i) {
+    const auto [off, n] = k.ranges[i];
+    if (!Zero()) {
+      FP8RT_RETURN_IF_ERROR(o_.dp->AllReduce(grads_ + off, grads_ + off, static_cast<size_t>(n),
+                                             comm::DataType::kFloat32, comm::ReduceOp::kSum, stream,
+                                             bucket_names_[b].c_str()));
+      continue;
+    }
+    // ZeRO-1: each layer's tensor is reduce-scattered; this rank keeps its part in gshard_.
+    const int p = k.range_param[i];
+    const int first = k.first_layer < 0 ? 0 : k.first_layer;
+    const int last = k.first_layer < 0 ? 0 : k.last_layer;
+    for (int l = first; l <= last; ++l) {
+      FP8RT_RETURN_IF_ERROR(o_.dp->ReduceScatter(
+          grads_ + FullOff(p, l), gshard_ + ShardOff(p, l), static_cast<size_t>(SliceOf(p)),
+          comm::DataType::kFloat32, comm::ReduceOp::kSum, stream, bucket_names_[b].c_str()));
+    }
+  }
+  FP8RT_RETURN_IF_ERROR(o_.dp->GroupEnd(bucket_names_[b].c_str()));
+  ops_->CommTimerStop(kGradTimer);
+  return Status::Ok();
+}
+
+// Under DP, after the gradient buckets: ONE MAX all-reduce of the amaxes of every FP8 tensor
+// (every layer, role and micro-batch max-accumulated in the one contiguous buffer; NaN mapped to
+// +Inf first, so a NaN on any rank is seen by all), and the micro-batch losses summed for the
+// metrics. The compute stream then waits for every collective of the step.
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::ReduceAcrossRanks() {
+  if (!Dp()) return Status::Ok();
+  if (fp8_.num_tensors > 0) {
+    ops_->Mark("amax reduce");
+    FP8RT_RETURN_IF_ERROR(ops_->AmaxNanToInf(fp8_.scaling.amax, fp8_.num_tensors));
+    void* stream = ops_->ForkComm();
+    ops_->CommTimerStart(kAmaxTimer);
+    FP8RT_RETURN_IF_ERROR(o_.dp->AllReduce(
+        fp8_.scaling.amax, fp8_.scaling.amax, static_cast<size_t>(fp8_.num_tensors),
+        comm::DataType::kFloat32, comm::ReduceOp::kMax, stream, "FP8 amax all-reduce"));
+    ops_->CommTimerStop(kAmaxTimer);
+    ++amax_collectives_;
+  }
+  void* stream = ops_->ForkComm();
+  FP8RT_RETURN_IF_ERROR(o_.dp->AllReduce(
+      step_losses_, step_losses_, static_cast<size_t>(o_.grad_accum), comm::DataType::kFloat32,
+      comm::ReduceOp::kSum, stream, "loss all-reduce (metrics)"));
+  return ops_->JoinComm();
+}
+
+// The shard layout, and the shapes ZeRO-1 can split: every tensor's per-layer size and every FP8
+// weight's rows must divide by the number of ranks.
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::SetupZero() {
+  const int64_t D = o_.dp->size();
+  shard_total_ = 0;
+  for (int p = 0; p < kNumParams; ++p) {
+    if (PerLayer(p) % D != 0) {
+      return Status::InvalidArgument(StrCat(
+          "parallel.zero: tensor ", kParamNames[p], " has ", PerLayer(p),
+          " elements per layer, which do not split into ", D,
+          " equal parts (ZeRO-1 needs model.n_embd to be a multiple of the data-parallel size)"));
+    }
+    shard_offset_[p] = shard_total_;
+    shard_total_ += (Layers(p) * SliceOf(p) + 63) / 64 * 64;
+  }
+  for (int kind = 0; kind <= kNumLinear; ++kind) {
+    int64_t N, K;
+    LinearShape(kind, &N, &K);
+    if (Fp8On(kind) && N % D != 0) {
+      return Status::InvalidArgument(StrCat("parallel.zero: the FP8 weight of ", kLinearNames[kind],
+                                            " has ", N, " rows, which do not split into ", D,
+                                            " equal parts"));
+    }
+  }
+  return Status::Ok();
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::PrepareWeightCasts(bool* cast) {
+  *cast = true;
+  cast_src_ = master_;
+  if (!Zero()) return Status::Ok();
+  if (pending_master_.empty()) {
+    *cast = false;  // GatherWeights of the last step made this step's FP8 weights
+    return Status::Ok();
+  }
+  // After InitRandom/ImportState: the full master, the same on every rank, in grads_ (free until
+  // the backward), cast like a step without ZeRO (with current scaling when calibrating), so that
+  // every rank computes the same scales.
+  FP8RT_RETURN_IF_ERROR(
+      ops_->Upload(grads_, pending_master_.data(), pending_master_.size() * sizeof(float)));
+  pending_master_.clear();
+  pending_master_.shrink_to_fit();
+  cast_src_ = grads_;
+  return Status::Ok();
+}
+
+// After the optimizer step and the scale update: each rank casts its rows of every FP8 weight
+// with the weight's new scale, then the FP8 bytes and the T working copies are all-gathered (one
+// group of collectives) and the FP8 weights transposed. Cast once per optimizer step, as without
+// ZeRO; the weights' amaxes (of this rank's rows) feed next step's amax reduction.
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::GatherWeights() {
+  const int64_t D = o_.dp->size(), r = o_.dp->rank();
+  struct Fp8Weight {
+    int l, kind;
+    int64_t N, K;
+  };
+  std::vector<Fp8Weight> fp8_weights;
+  FP8RT_RETURN_IF_ERROR(fp8_.ForEachLinear([&](int l, int kind) -> Status {
+    int64_t N, K;
+    LinearShape(kind, &N, &K);
+    fp8_weights.push_back({l, kind, N, K});
+    return Status::Ok();
+  }));
+  ops_->Mark("fp8 cast w (ZeRO part)");
+  for (const Fp8Weight& w : fp8_weights) {
+    const int64_t rows = w.N / D;
+    uint8_t* mine = fp8_.w8[fp8_.Slot(w.l, w.kind)] + r * rows * w.K;
+    const Fp8Tensor t = fp8_.Of(w.l, w.kind, kRoleW, mine, nullptr, rows, w.K);
+    const int p = WeightOf(w.kind);
+    FP8RT_RETURN_IF_ERROR(fp8_.Cast(master_ + ShardOff(p, w.kind == kLmHead ? 0 : w.l), t,
+                                    fp8_.SaturatedOf(w.l, w.kind, kRoleW)));
+    ++weight_casts_;
+  }
+  ops_->Mark("weight all-gather (launch)");
+  void* stream = ops_->ForkComm();
+  FP8RT_RETURN_IF_ERROR(o_.dp->GroupStart());
+  for (const Fp8Weight& w : fp8_weights) {
+    uint8_t* all = fp8_.w8[fp8_.Slot(w.l, w.kind)];
+    const int64_t part = w.N / D * w.K;
+    FP8RT_RETURN_IF_ERROR(o_.dp->AllGather(all + r * part, all, static_cast<size_t>(part),
+                                           comm::DataType::kUint8, stream,
+                                           "FP8 weight all-gather (ZeRO-1)"));
+  }
+  const comm::DataType tt =
+      kT == DType::kBFloat16 ? comm::DataType::kBFloat16 : comm::DataType::kFloat32;
+  for (int p = 0; p < kNumParams; ++p) {
+    if (!HasWorking(p)) continue;
+    for (int l = 0; l < Layers(p); ++l) {
+      T* all = W(static_cast<Param>(p)) + l * PerLayer(p);
+      FP8RT_RETURN_IF_ERROR(o_.dp->AllGather(all + r * SliceOf(p), all,
+                                             static_cast<size_t>(SliceOf(p)), tt, stream,
+                                             "working-copy all-gather (ZeRO-1)"));
+    }
+  }
+  FP8RT_RETURN_IF_ERROR(o_.dp->GroupEnd("weight all-gather (ZeRO-1)"));
+  FP8RT_RETURN_IF_ERROR(ops_->JoinComm());
+  ops_->Mark("fp8 transpose w");
+  for (const Fp8Weight& w : fp8_weights) {
+    const int s = fp8_.Slot(w.l, w.kind);
+    FP8RT_RETURN_IF_ERROR(ops_->TransposeFp8(fp8_.w8t[s], fp8_.w8[s], w.N, w.K));
+  }
+  return Status::Ok();
+}
+
+// The full (layout-order) tensor from every rank's part (through grads_, which no step is using
+// when checkpoints are taken); every rank gets it.
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::GatherState(const float* shard, std::vector<float>* full) {
+  FP8RT_RETURN_IF_ERROR(ops_->Zero(grads_, static_cast<size_t>(layout_.total) * sizeof(float)));
+  void* stream = ops_->ForkComm();
+  FP8RT_RETURN_IF_ERROR(o_.dp->GroupStart());
+  for (int p = 0; p < kNumParams; ++p) {
+    for (int l = 0; l < Layers(p); ++l) {
+      FP8RT_RETURN_IF_ERROR(o_.dp->AllGather(
+          shard + ShardOff(p, l), grads_ + FullOff(p, l), static_cast<size_t>(SliceOf(p)),
+          comm::DataType::kFloat32, stream, "optimizer state all-gather (ZeRO-1 checkpoint)"));
+    }
+  }
+  FP8RT_RETURN_IF_ERROR(o_.dp->GroupEnd("optimizer state all-gather (ZeRO-1 checkpoint)"));
+  FP8RT_RETURN_IF_ERROR(ops_->JoinComm());
+  full->resize(static_cast<size_t>(layout_.total));
+  return ops_->Download(full->data(), grads_, full->size() * sizeof(float));
+}
+
+// This rank's parts of a full (layout-order) tensor, into the shard.
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::ScatterState(const std::vector<float>& full, float* shard) {
+  const int64_t r = o_.dp->rank();
+  std::vector<float> mine(static_cast<size_t>(shard_total_), 0.0f);
+  for (int p = 0; p < kNumParams; ++p) {
+    for (int l = 0; l < Layers(p); ++l) {
+      std::copy_n(full.data() + FullOff(p, l) + r * SliceOf(p), SliceOf(p),
+                  mine.data() + ShardOff(p, l));
+    }
+  }
+  return ops_->Upload(shard, mine.data(), mine.size() * sizeof(float));
+}
+
+}  // namespace fp8rt::gpt_detail
