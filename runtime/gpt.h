@@ -48,6 +48,10 @@ struct StepStats {
   // layers and micro-batches; 0 without FP8 or without a group), gradient buckets reduced, and
   // the time in each kind of reduction (CPU: the calls' wall time; GPU: the span on the
   // communication stream, overlapped with the backward pass for gradients).
+  // In: this rank was asked to stop (SIGTERM/SIGUSR1) before the step. Out: some rank of the
+  // data-parallel group was (voted in the step's loss all-reduce), so every rank stops after the
+  // same step.
+  bool stop = false;
   int amax_collectives = 0;
   int grad_buckets = 0;
   double amax_reduce_ms = 0;

@@ -286,7 +286,9 @@ Status Gpt<Ops, T>::Setup() {
   FP8RT_RETURN_IF_ERROR(Alloc(&working_, work_total));
   FP8RT_RETURN_IF_ERROR(Alloc(&tokens_, M_));
   FP8RT_RETURN_IF_ERROR(Alloc(&targets_, M_));
-  staging_ = static_cast<int32_t*>(ops_->AllocHost(sizeof(int32_t) * 2 * M_ * o_.grad_accum));
+  // (+1: the step's stop vote, a float)
+  staging_ =
+      static_cast<int32_t*>(ops_->AllocHost(sizeof(int32_t) * (2 * M_ * o_.grad_accum + 1)));
   if (staging_ == nullptr) return Status(StatusCode::kResourceExhausted, "pinned host memory");
   FP8RT_RETURN_IF_ERROR(Alloc(&encoded_, M_ * C));
 
@@ -342,8 +344,10 @@ Status Gpt<Ops, T>::Setup() {
   FP8RT_RETURN_IF_ERROR(Alloc(&lnf_rstd_, M_));
   FP8RT_RETURN_IF_ERROR(Alloc(&logits_, M_ * Vp));
   FP8RT_RETURN_IF_ERROR(Alloc(&losses_, M_));
-  FP8RT_RETURN_IF_ERROR(Alloc(&step_losses_, o_.grad_accum + 1));
-  norm_sq_ = step_losses_ + o_.grad_accum;  // one download brings losses and the norm
+  // [losses (grad_accum), stop vote, squared norm]: one all-reduce sums the losses and the votes,
+  // one download brings everything.
+  FP8RT_RETURN_IF_ERROR(Alloc(&step_losses_, o_.grad_accum + 2));
+  norm_sq_ = step_losses_ + o_.grad_accum + 1;
   FP8RT_RETURN_IF_ERROR(Alloc(&ones_, M_));
   FP8RT_RETURN_IF_ERROR(Alloc(&dres_, M_ * C));
   FP8RT_RETURN_IF_ERROR(Alloc(&dc1_, M_ * C));
@@ -705,6 +709,10 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
   const int64_t n = M_ * o_.grad_accum;
   std::memcpy(staging_, x, n * sizeof(int32_t));
   std::memcpy(staging_ + n, y, n * sizeof(int32_t));
+  const float vote = out->stop ? 1.0f : 0.0f;
+  std::memcpy(staging_ + 2 * n, &vote, sizeof vote);
+  FP8RT_RETURN_IF_ERROR(
+      ops_->UploadAsync(step_losses_ + o_.grad_accum, staging_ + 2 * n, sizeof(float)));
   amax_collectives_ = 0;
   grad_scale_ = Dp() ? 1.0f / static_cast<float>(o_.dp->size()) : 1.0f;
   const Status s = MicroBatches();
@@ -715,7 +723,7 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
   FP8RT_RETURN_IF_ERROR(UpdateScales());
   if (Zero()) FP8RT_RETURN_IF_ERROR(GatherWeights());
   // The one host synchronisation of the step: the numbers the metrics need.
-  std::vector<float> stats(static_cast<size_t>(o_.grad_accum + 1));
+  std::vector<float> stats(static_cast<size_t>(o_.grad_accum + 2));
   ops_->Mark("step sync");
   FP8RT_RETURN_IF_ERROR(ops_->Download(stats.data(), step_losses_, stats.size() * sizeof(float)));
   ops_->EndProfileStep();
@@ -724,7 +732,8 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
   // Under DP the losses were summed over the group: their mean is the global batch's loss.
   const int replicas = Dp() ? o_.dp->size() : 1;
   out->loss = static_cast<float>(loss / o_.grad_accum / replicas);
-  out->grad_norm = std::sqrt(stats[o_.grad_accum]);
+  out->grad_norm = std::sqrt(stats[o_.grad_accum + 1]);
+  out->stop = stats[o_.grad_accum] > 0.0f;
   out->weight_casts = weight_casts_;
   out->amax_collectives = amax_collectives_;
   out->grad_buckets = Dp() ? static_cast<int>(buckets_.size()) : 0;

@@ -40,7 +40,8 @@ Status Gpt<Ops, T>::ReduceBucket(int b) {
 // Under DP, after the gradient buckets: ONE MAX all-reduce of the amaxes of every FP8 tensor
 // (every layer, role and micro-batch max-accumulated in the one contiguous buffer; NaN mapped to
 // +Inf first, so a NaN on any rank is seen by all), and the micro-batch losses summed for the
-// metrics. The compute stream then waits for every collective of the step.
+// metrics together with the ranks' stop votes (so that all stop after the same step). The compute
+// stream then waits for every collective of the step.
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::ReduceAcrossRanks() {
   if (!Dp()) return Status::Ok();
@@ -57,8 +58,8 @@ Status Gpt<Ops, T>::ReduceAcrossRanks() {
   }
   void* stream = ops_->ForkComm();
   FP8RT_RETURN_IF_ERROR(o_.dp->AllReduce(
-      step_losses_, step_losses_, static_cast<size_t>(o_.grad_accum), comm::DataType::kFloat32,
-      comm::ReduceOp::kSum, stream, "loss all-reduce (metrics)"));
+      step_losses_, step_losses_, static_cast<size_t>(o_.grad_accum + 1), comm::DataType::kFloat32,
+      comm::ReduceOp::kSum, stream, "loss and stop-vote all-reduce"));
   return ops_->JoinComm();
 }
 

@@ -242,7 +242,9 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   const double flops_per_token = 6.0 * static_cast<double>(c.model.num_params()) +
                                  12.0 * c.model.n_layer * c.model.n_embd * c.train.seq_len;
   while (step < stop) {
-    if (o.stop_flag && o.stop_flag->load()) {
+    // Alone, a signal stops before the next step; with several ranks the ranks vote in the
+    // step (StepStats::stop) and all stop after the same one, so none waits on a stopped peer.
+    if (dp == 1 && o.stop_flag && o.stop_flag->load()) {
       result.stopped_by_signal = true;
       break;
     }
@@ -255,6 +257,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
     const float lr = LearningRate(c.train, step);
     const auto t0 = std::chrono::steady_clock::now();
     StepStats st;
+    st.stop = o.stop_flag != nullptr && o.stop_flag->load();
     {
       // A step that waits on a dead or hung peer ends the job at the collective timeout.
       comm::FailureMonitor::Scope scope(o.world != nullptr ? o.world->monitor() : nullptr,
@@ -331,6 +334,10 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                      {"saturated", r.saturated}});
       }
       *metrics << nlohmann::json({{"step", step}, {"fp8_telemetry", t}}).dump() << "\n";
+    }
+    if (dp > 1 && st.stop) {
+      result.stopped_by_signal = true;
+      break;
     }
     if ((lead || zero) && !o.checkpoint_dir.empty() && c.train.checkpoint_every > 0 &&
         step % c.train.checkpoint_every == 0 && step < stop) {

@@ -68,8 +68,9 @@ class Process {
   }
 
   // SIGKILLs the process itself (not its group), as a crash would end it.
-  void Kill() {
-    if (pid_ > 0) ::kill(pid_, SIGKILL);
+  void Kill() { Signal(SIGKILL); }
+  void Signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
   }
 
   // Waits until `deadline`; past it the process group is killed and timed_out set.

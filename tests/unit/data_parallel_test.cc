@@ -159,14 +159,14 @@ class DataParallel : public ::testing::Test {
   }
 
   // n ranks started with the FP8RT_* environment (what fp8d will do). `kill_rank` >= 0: that
-  // rank is SIGKILLed once rank 0 has logged step 2.
+  // rank gets `sig` once rank 0 has logged step 2. `extra`: one more fp8train flag.
   TrainRun Env(int n, const std::string& config, const std::string& tag, int steps,
-               int kill_rank = -1) {
+               int kill_rank = -1, int sig = SIGKILL, const std::string& extra = "") {
     const int port = test::FreePort();
     std::vector<test::Process> procs;
     for (int k = 0; k < n; ++k) {
       procs.emplace_back(
-          TrainArgs(config, tag, steps),
+          TrainArgs(config, tag, steps, extra),
           std::vector<std::string>{StrCat("FP8RT_RANK=", k), StrCat("FP8RT_WORLD_SIZE=", n),
                                    StrCat("FP8RT_LOCAL_RANK=", k), "FP8RT_MASTER_ADDR=127.0.0.1",
                                    StrCat("FP8RT_MASTER_PORT=", port), "FP8RT_JOB_ID=dp-test"},
@@ -178,7 +178,7 @@ class DataParallel : public ::testing::Test {
              std::chrono::steady_clock::now() < until) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
-      procs[static_cast<size_t>(kill_rank)].Kill();
+      procs[static_cast<size_t>(kill_rank)].Signal(sig);
     }
     TrainRun r;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
@@ -399,6 +399,25 @@ TEST_F(DataParallel, ZeroOneRefusesShapesThatDoNotSplit) {
   EXPECT_NE(r.ranks[0].code, 0);
   EXPECT_TRUE(Has(r.output, "parallel.zero: tensor")) << r.output;
   EXPECT_TRUE(Has(r.output, "do not split into 4 equal parts")) << r.output;
+}
+
+// Preemption reaches the ranks at different moments (here only rank 1 gets SIGTERM): the ranks
+// vote in each step's loss all-reduce, so all stop after the same step, the checkpoint is
+// written, every rank exits 3, and the job resumes from it.
+TEST_F(DataParallel, ASignalToOneRankStopsEveryRankAfterTheSameStepWithACheckpoint) {
+  const std::string config = Config("sig", 1, small_, "fp8");
+  const TrainRun r = Env(2, config, "sig", 100000, /*kill_rank=*/1, SIGTERM);
+  for (int k : {0, 1}) {
+    EXPECT_FALSE(r.ranks[k].timed_out) << r.output;
+    EXPECT_EQ(r.ranks[k].code, kExitPreempted) << r.ranks[k].output;
+  }
+  EXPECT_TRUE(Has(r.ranks[0].output, "(checkpoint written)")) << r.ranks[0].output;
+  auto last = LatestCheckpointStep(dir_.str() + "/sig.ckpt");
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  EXPECT_EQ(*last, static_cast<int64_t>(r.metrics.size())) << "the checkpoint is of the last step";
+  const TrainRun resumed = Env(2, config, "sig", static_cast<int>(*last) + 2, -1, 0, "--resume");
+  for (const auto& p : resumed.ranks) EXPECT_EQ(p.code, 0) << resumed.output;
+  EXPECT_EQ(resumed.metrics.size(), r.metrics.size() + 2) << resumed.output;
 }
 
 }  // namespace
