@@ -94,6 +94,10 @@ Status RunConfig::Validate() const {
   FP8RT_RETURN_IF_ERROR(Range("parallel.bucket_mb", parallel.bucket_mb, 0.001, 1 << 16));
   FP8RT_RETURN_IF_ERROR(Range("parallel.collective_timeout_s", parallel.collective_timeout_s, 1, 1e7));
   FP8RT_RETURN_IF_ERROR(Range("parallel.scale_check_every", parallel.scale_check_every, 0, 1e9));
+  if (parallel.grad_reduce_dtype != "fp32" && parallel.grad_reduce_dtype != "bf16") {
+    return Status::InvalidArgument(StrCat("parallel.grad_reduce_dtype: '",
+                                          parallel.grad_reduce_dtype, "' is not one of: fp32, bf16"));
+  }
   if (parallel.cpu_backend != "auto" && parallel.cpu_backend != "mpi" &&
       parallel.cpu_backend != "gloo") {
     return Status::InvalidArgument(StrCat("parallel.cpu_backend: '", parallel.cpu_backend,
@@ -163,6 +167,7 @@ Result<RunConfig> ParseRunConfig(const std::string& yaml_text) {
                                                      {"lm_head", Bool(&f.lm_head)}})}})},
                   {"parallel", fields({{"dp", Integer(&par.dp)},
                                        {"zero", Bool(&par.zero)},
+                                       {"grad_reduce_dtype", String(&par.grad_reduce_dtype)},
                                        {"bucket_mb", Number(&par.bucket_mb)},
                                        {"collective_timeout_s", Integer(&par.collective_timeout_s)},
                                        {"cpu_backend", String(&par.cpu_backend)},

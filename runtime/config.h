@@ -71,6 +71,9 @@ struct ParallelConfig {
   // ZeRO-1: each data-parallel rank keeps 1/dp of the FP32 master weights and AdamW moments,
   // gradients are reduce-scattered and the FP8 (and BF16) weights all-gathered. Default: false
   bool zero = false;
+  // The dtype gradients travel in between ranks: fp32, or bf16 (half the bytes; each bucket is
+  // rounded to BF16 before the sum and the sum back to FP32 after it). Default: fp32
+  std::string grad_reduce_dtype = "fp32";
   // Gradients are reduced in buckets of about this many MiB (whole layers). Default: 25
   double bucket_mb = 25;
   // A collective (or a step waiting on one) taking longer ends the job naming it. Default: 600

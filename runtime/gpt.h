@@ -37,6 +37,8 @@ struct ModelOptions {
   // ZeRO-1 over `dp` (runtime/gpt_parallel.h). ExportState and ImportState stay whole-model
   // (layout order); under ZeRO every rank must call ExportState (it all-gathers).
   bool zero = false;
+  // Gradients travel between ranks in BF16 (rounded before the sum, widened after it).
+  bool grad_reduce_bf16 = false;
   int64_t grad_bucket_bytes = int64_t{25} << 20;
 };
 

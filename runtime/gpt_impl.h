@@ -217,6 +217,10 @@ class Gpt final : public GptModel {
   int64_t shard_offset_[kNumParams] = {};
   int64_t shard_total_ = 0;
   float* gshard_ = nullptr;             // this rank's part of the reduced gradients
+  // parallel.grad_reduce_dtype bf16: the gradients in BF16 (full layout) and, under ZeRO-1,
+  // this rank's part of their sum (shard layout).
+  bf16* g16_ = nullptr;
+  bf16* g16shard_ = nullptr;
   const float* cast_src_ = nullptr;     // the FP32 weights the forward casts to FP8
   std::vector<float> pending_master_;   // ZeRO: the full master for the next full cast
   std::vector<GradBucket> buckets_;
@@ -277,6 +281,10 @@ Status Gpt<Ops, T>::Setup() {
   FP8RT_RETURN_IF_ERROR(Alloc(&m_, owned));
   FP8RT_RETURN_IF_ERROR(Alloc(&v_, owned));
   if (Zero()) FP8RT_RETURN_IF_ERROR(Alloc(&gshard_, shard_total_));
+  if (Dp() && o_.grad_reduce_bf16) {
+    FP8RT_RETURN_IF_ERROR(Alloc(&g16_, P));
+    if (Zero()) FP8RT_RETURN_IF_ERROR(Alloc(&g16shard_, shard_total_));
+  }
   cast_src_ = master_;
   int64_t work_total = 0;
   for (int p = 0; p < kNumParams; ++p) {

@@ -10,26 +10,40 @@ namespace fp8rt::gpt_detail {
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::ReduceBucket(int b) {
   const GradBucket& k = buckets_[b];
+  const bool b16 = g16_ != nullptr;
+  if (b16) {  // rounded to BF16 on the compute stream, before the collectives read it
+    ops_->Mark("grad pack bf16");
+    for (const auto& [off, n] : k.ranges) {
+      FP8RT_RETURN_IF_ERROR(ops_->FloatToBf16(g16_ + off, grads_ + off, n));
+    }
+  }
   ops_->Mark("grad reduce (launch)");
   void* stream = ops_->ForkComm();
   ops_->CommTimerStart(kGradTimer);
+  const comm::DataType dt = b16 ? comm::DataType::kBFloat16 : comm::DataType::kFloat32;
+  auto full = [&](int64_t off) -> void* {
+    return b16 ? static_cast<void*>(g16_ + off) : static_cast<void*>(grads_ + off);
+  };
+  auto part = [&](int64_t off) -> void* {
+    return b16 ? static_cast<void*>(g16shard_ + off) : static_cast<void*>(gshard_ + off);
+  };
   FP8RT_RETURN_IF_ERROR(o_.dp->GroupStart());
   for (size_t i = 0; i < k.ranges.size(); ++i) {
     const auto [off, n] = k.ranges[i];
     if (!Zero()) {
-      FP8RT_RETURN_IF_ERROR(o_.dp->AllReduce(grads_ + off, grads_ + off, static_cast<size_t>(n),
-                                             comm::DataType::kFloat32, comm::ReduceOp::kSum, stream,
+      FP8RT_RETURN_IF_ERROR(o_.dp->AllReduce(full(off), full(off), static_cast<size_t>(n), dt,
+                                             comm::ReduceOp::kSum, stream,
                                              bucket_names_[b].c_str()));
       continue;
     }
-    // ZeRO-1: each layer's tensor is reduce-scattered; this rank keeps its part in gshard_.
+    // ZeRO-1: each layer's tensor is reduce-scattered; this rank keeps its part.
     const int p = k.range_param[i];
     const int first = k.first_layer < 0 ? 0 : k.first_layer;
     const int last = k.first_layer < 0 ? 0 : k.last_layer;
     for (int l = first; l <= last; ++l) {
       FP8RT_RETURN_IF_ERROR(o_.dp->ReduceScatter(
-          grads_ + FullOff(p, l), gshard_ + ShardOff(p, l), static_cast<size_t>(SliceOf(p)),
-          comm::DataType::kFloat32, comm::ReduceOp::kSum, stream, bucket_names_[b].c_str()));
+          full(FullOff(p, l)), part(ShardOff(p, l)), static_cast<size_t>(SliceOf(p)), dt,
+          comm::ReduceOp::kSum, stream, bucket_names_[b].c_str()));
     }
   }
   FP8RT_RETURN_IF_ERROR(o_.dp->GroupEnd(bucket_names_[b].c_str()));
@@ -60,7 +74,17 @@ Status Gpt<Ops, T>::ReduceAcrossRanks() {
   FP8RT_RETURN_IF_ERROR(o_.dp->AllReduce(
       step_losses_, step_losses_, static_cast<size_t>(o_.grad_accum + 1), comm::DataType::kFloat32,
       comm::ReduceOp::kSum, stream, "loss and stop-vote all-reduce"));
-  return ops_->JoinComm();
+  FP8RT_RETURN_IF_ERROR(ops_->JoinComm());
+  if (g16_ != nullptr) {  // the BF16 sums back to FP32, where the optimizer reads them
+    ops_->Mark("grad unpack bf16");
+    if (Zero()) return ops_->Bf16ToFloat(gshard_, g16shard_, shard_total_);
+    for (const GradBucket& k : buckets_) {
+      for (const auto& [off, n] : k.ranges) {
+        FP8RT_RETURN_IF_ERROR(ops_->Bf16ToFloat(grads_ + off, g16_ + off, n));
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 // The shard layout, and the shapes ZeRO-1 can split: every tensor's per-layer size and every FP8

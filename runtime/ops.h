@@ -9,6 +9,7 @@
 
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
+#include "kernels/convert.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
 #include "kernels/gelu.h"
@@ -143,6 +144,8 @@ class CpuOps {
   Status TransposeFp8(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols) {
     return cpu::TransposeFp8(out, in, rows, cols);
   }
+  Status FloatToBf16(bf16* out, const float* in, int64_t n) { return cpu::FloatToBf16(out, in, n); }
+  Status Bf16ToFloat(float* out, const bf16* in, int64_t n) { return cpu::Bf16ToFloat(out, in, n); }
   Status NormSquared(float* out, const float* g, int64_t n) {
     return cpu::GlobalNormSquared(out, g, n);
   }

@@ -316,6 +316,12 @@ class CudaOps {
   Status TransposeFp8(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols) {
     return cuda::TransposeFp8(out, in, rows, cols, stream_);
   }
+  Status FloatToBf16(bf16* out, const float* in, int64_t n) {
+    return cuda::FloatToBf16(out, in, n, stream_);
+  }
+  Status Bf16ToFloat(float* out, const bf16* in, int64_t n) {
+    return cuda::Bf16ToFloat(out, in, n, stream_);
+  }
 
   // Collectives across ranks run on a second stream, so that gradient reductions overlap the
   // rest of the backward pass: ForkComm makes the communication stream wait for the work

@@ -215,6 +215,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   mo.dp = o.world != nullptr && ranks > 1 ? &o.world->comm() : nullptr;
   mo.grad_bucket_bytes = static_cast<int64_t>(c.parallel.bucket_mb * 1048576.0);
   mo.zero = c.parallel.zero;
+  mo.grad_reduce_bf16 = c.parallel.grad_reduce_dtype == "bf16";
   std::unique_ptr<GptModel> model;
   if (device.is_cpu) {
     FP8RT_ASSIGN_OR_RETURN(model, CreateCpuGpt(mo));
