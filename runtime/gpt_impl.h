@@ -367,11 +367,6 @@ Status Gpt<Ops, T>::Setup() {
     FP8RT_RETURN_IF_ERROR(ops_->Upload(ones_, ones.data(), ones.size() * sizeof(T)));
   }
 
-  if (o_.zero && !Dp()) {
-    return Status::InvalidArgument(
-        "parallel.zero needs data parallelism over more than one rank (ZeRO-1 shards the "
-        "optimizer state across the data-parallel ranks)");
-  }
   if (Dp()) {
     if (o_.dp->device_buffers() != Ops::kDevice) {
       return Status::InvalidArgument(StrCat("the data-parallel group (", o_.dp->backend(),

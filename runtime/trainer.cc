@@ -202,6 +202,10 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                 << ", collectives on " << o.world->comm().backend();
     }
     *progress << "\n";
+    if (c.parallel.zero && dp == 1) {
+      *progress << "parallel.zero: a single rank has no peers to shard the optimizer state with; "
+                   "running without ZeRO-1\n";
+    }
   }
 
   ModelOptions mo;
