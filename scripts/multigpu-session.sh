@@ -83,7 +83,7 @@ for f in sorted(glob.glob(f"{out}/eq[24]_*.jsonl")):
     p = f.rsplit("_", 1)[1].split(".")[0]
     a, b = losses(f"{out}/eq1_{p}.jsonl"), losses(f)
     d = max((abs(x - y) / abs(x) for x, y in zip(a, b)), default=float("nan"))
-    amax = sorted({json.loads(l).get("amax_collectives") for l in open(f) if '"loss"' in l})
+    amax = sorted({json.loads(l).get("amax_collectives", -1) for l in open(f) if '"loss"' in l})
     print(f"| {os.path.basename(f)[:-6]} | {d:.2e} | {amax} |")
 PY
 fi
