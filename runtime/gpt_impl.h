@@ -712,10 +712,12 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
   const int64_t n = M_ * o_.grad_accum;
   std::memcpy(staging_, x, n * sizeof(int32_t));
   std::memcpy(staging_ + n, y, n * sizeof(int32_t));
-  const float vote = out->stop ? 1.0f : 0.0f;
-  std::memcpy(staging_ + 2 * n, &vote, sizeof vote);
-  FP8RT_RETURN_IF_ERROR(
-      ops_->UploadAsync(step_losses_ + o_.grad_accum, staging_ + 2 * n, sizeof(float)));
+  if (Dp()) {  // the stop vote travels in the loss all-reduce (alone, out->stop stays as given)
+    const float vote = out->stop ? 1.0f : 0.0f;
+    std::memcpy(staging_ + 2 * n, &vote, sizeof vote);
+    FP8RT_RETURN_IF_ERROR(
+        ops_->UploadAsync(step_losses_ + o_.grad_accum, staging_ + 2 * n, sizeof(float)));
+  }
   amax_collectives_ = 0;
   grad_scale_ = Dp() ? 1.0f / static_cast<float>(o_.dp->size()) : 1.0f;
   const Status s = MicroBatches();
@@ -736,7 +738,7 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
   const int replicas = Dp() ? o_.dp->size() : 1;
   out->loss = static_cast<float>(loss / o_.grad_accum / replicas);
   out->grad_norm = std::sqrt(stats[o_.grad_accum + 1]);
-  out->stop = stats[o_.grad_accum] > 0.0f;
+  if (Dp()) out->stop = stats[o_.grad_accum] > 0.0f;
   out->weight_casts = weight_casts_;
   out->amax_collectives = amax_collectives_;
   out->grad_buckets = Dp() ? static_cast<int>(buckets_.size()) : 0;

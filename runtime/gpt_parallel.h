@@ -142,37 +142,28 @@ Status Gpt<Ops, T>::PrepareWeightCasts(bool* cast) {
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::GatherWeights() {
   const int64_t D = o_.dp->size(), r = o_.dp->rank();
-  struct Fp8Weight {
-    int l, kind;
-    int64_t N, K;
-  };
-  std::vector<Fp8Weight> fp8_weights;
+  ops_->Mark("fp8 cast w (ZeRO part)");
   FP8RT_RETURN_IF_ERROR(fp8_.ForEachLinear([&](int l, int kind) -> Status {
     int64_t N, K;
     LinearShape(kind, &N, &K);
-    fp8_weights.push_back({l, kind, N, K});
-    return Status::Ok();
-  }));
-  ops_->Mark("fp8 cast w (ZeRO part)");
-  for (const Fp8Weight& w : fp8_weights) {
-    const int64_t rows = w.N / D;
-    uint8_t* mine = fp8_.w8[fp8_.Slot(w.l, w.kind)] + r * rows * w.K;
-    const Fp8Tensor t = fp8_.Of(w.l, w.kind, kRoleW, mine, nullptr, rows, w.K);
-    const int p = WeightOf(w.kind);
-    FP8RT_RETURN_IF_ERROR(fp8_.Cast(master_ + ShardOff(p, w.kind == kLmHead ? 0 : w.l), t,
-                                    fp8_.SaturatedOf(w.l, w.kind, kRoleW)));
+    const int64_t rows = N / D;
+    uint8_t* mine = fp8_.w8[fp8_.Slot(l, kind)] + r * rows * K;
+    const Fp8Tensor t = fp8_.Of(l, kind, kRoleW, mine, nullptr, rows, K);
     ++weight_casts_;
-  }
+    return fp8_.Cast(master_ + ShardOff(WeightOf(kind), kind == kLmHead ? 0 : l), t,
+                     fp8_.SaturatedOf(l, kind, kRoleW));
+  }));
   ops_->Mark("weight all-gather (launch)");
   void* stream = ops_->ForkComm();
   FP8RT_RETURN_IF_ERROR(o_.dp->GroupStart());
-  for (const Fp8Weight& w : fp8_weights) {
-    uint8_t* all = fp8_.w8[fp8_.Slot(w.l, w.kind)];
-    const int64_t part = w.N / D * w.K;
-    FP8RT_RETURN_IF_ERROR(o_.dp->AllGather(all + r * part, all, static_cast<size_t>(part),
-                                           comm::DataType::kUint8, stream,
-                                           "FP8 weight all-gather (ZeRO-1)"));
-  }
+  FP8RT_RETURN_IF_ERROR(fp8_.ForEachLinear([&](int l, int kind) -> Status {
+    int64_t N, K;
+    LinearShape(kind, &N, &K);
+    uint8_t* all = fp8_.w8[fp8_.Slot(l, kind)];
+    const int64_t part = N / D * K;
+    return o_.dp->AllGather(all + r * part, all, static_cast<size_t>(part), comm::DataType::kUint8,
+                            stream, "FP8 weight all-gather (ZeRO-1)");
+  }));
   const comm::DataType tt =
       kT == DType::kBFloat16 ? comm::DataType::kBFloat16 : comm::DataType::kFloat32;
   for (int p = 0; p < kNumParams; ++p) {
@@ -187,11 +178,12 @@ Status Gpt<Ops, T>::GatherWeights() {
   FP8RT_RETURN_IF_ERROR(o_.dp->GroupEnd("weight all-gather (ZeRO-1)"));
   FP8RT_RETURN_IF_ERROR(ops_->JoinComm());
   ops_->Mark("fp8 transpose w");
-  for (const Fp8Weight& w : fp8_weights) {
-    const int s = fp8_.Slot(w.l, w.kind);
-    FP8RT_RETURN_IF_ERROR(ops_->TransposeFp8(fp8_.w8t[s], fp8_.w8[s], w.N, w.K));
-  }
-  return Status::Ok();
+  return fp8_.ForEachLinear([&](int l, int kind) -> Status {
+    int64_t N, K;
+    LinearShape(kind, &N, &K);
+    const int s = fp8_.Slot(l, kind);
+    return ops_->TransposeFp8(fp8_.w8t[s], fp8_.w8[s], N, K);
+  });
 }
 
 // The full (layout-order) tensor from every rank's part (through grads_, which no step is using

@@ -8,6 +8,7 @@
 #include <iomanip>
 #include <nlohmann/json.hpp>
 
+#include "common/crc32c.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data.h"
 #include "runtime/gpt.h"
@@ -131,23 +132,19 @@ Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, Dat
   return ck.step;
 }
 
-// FNV-1a over every record's name, ring position, scale, scale_inv and history, bit for bit. Not
-// the amax being accumulated for the next update: under ZeRO-1 each rank has cast only its rows
-// of the weights when the check runs, and the next amax reduction makes those agree.
-uint64_t HashScaleRecords(const std::vector<TensorScaleRecord>& recs) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](const void* p, size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  };
+// CRC-32C over every record's name, ring position, scale, scale_inv and history, bit for bit.
+// Not the amax being accumulated for the next update: under ZeRO-1 each rank has cast only its
+// rows of the weights when the check runs, and the next amax reduction makes those agree.
+uint32_t HashScaleRecords(const std::vector<TensorScaleRecord>& recs) {
+  uint32_t crc = 0;
   for (const auto& r : recs) {
-    mix(r.name.data(), r.name.size());
-    mix(&r.pos, sizeof r.pos);
-    mix(&r.scale, sizeof r.scale);
-    mix(&r.scale_inv, sizeof r.scale_inv);
-    mix(r.amax_history.data(), r.amax_history.size() * sizeof(float));
+    crc = Crc32c(r.name.data(), r.name.size(), crc);
+    crc = Crc32c(&r.pos, sizeof r.pos, crc);
+    crc = Crc32c(&r.scale, sizeof r.scale, crc);
+    crc = Crc32c(&r.scale_inv, sizeof r.scale_inv, crc);
+    crc = Crc32c(r.amax_history.data(), r.amax_history.size() * sizeof(float), crc);
   }
-  return h;
+  return crc;
 }
 
 }  // namespace
@@ -167,8 +164,13 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   const PrecisionDecision pd = DecidePrecision(o.precision.value_or(c.precision), device);
   result.precision = pd.precision;
   result.fallback_reason = pd.fallback_reason;
-  if (!pd.fallback_reason.empty() && o.progress && (o.world == nullptr || o.world->rank() == 0)) {
-    *o.progress << "warning: " << pd.fallback_reason << "\n";
+  const int ranks = o.world != nullptr ? o.world->size() : 1;
+  const int rank = o.world != nullptr ? o.world->rank() : 0;
+  const bool lead = rank == 0;  // writes metrics, progress and checkpoints
+  std::ostream* const progress = lead ? o.progress : nullptr;
+  std::ostream* const metrics = lead ? o.metrics : nullptr;
+  if (!pd.fallback_reason.empty() && progress) {
+    *progress << "warning: " << pd.fallback_reason << "\n";
   }
 
   FP8RT_ASSIGN_OR_RETURN(TokenDataset data, TokenDataset::Load(c.data.train_path, c.data.format));
@@ -177,8 +179,6 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                                           data.max_token(), " >= model.vocab_size ",
                                           c.model.vocab_size));
   }
-  const int ranks = o.world != nullptr ? o.world->size() : 1;
-  const int rank = o.world != nullptr ? o.world->rank() : 0;
   const int dp = c.parallel.dp == 0 ? ranks : c.parallel.dp;
   if (dp != ranks) {
     return Status::InvalidArgument(
@@ -186,10 +186,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                " rank(s); without tensor parallelism dp must equal the number of ranks (or be 0)"));
   }
   result.dp = dp;
-  const bool lead = rank == 0;  // writes metrics, progress and checkpoints
   const bool zero = c.parallel.zero && dp > 1;  // every rank takes part in a checkpoint
-  std::ostream* const progress = lead ? o.progress : nullptr;
-  std::ostream* const metrics = lead ? o.metrics : nullptr;
   DataLoader loader(&data, c.train.batch_size, c.train.seq_len, c.train.seed, rank, dp);
   FP8RT_RETURN_IF_ERROR(loader.Init());
   if (progress) {
