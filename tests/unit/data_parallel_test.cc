@@ -165,11 +165,18 @@ class DataParallel : public ::testing::Test {
   // rank gets `sig` once rank 0 has logged step 2. `extra`: one more fp8train flag.
   TrainRun Env(int n, const std::string& config, const std::string& tag, int steps,
                int kill_rank = -1, int sig = SIGKILL, const std::string& extra = "") {
+    return EnvRanks(std::vector<std::string>(static_cast<size_t>(n), config), tag, steps, kill_rank,
+                    sig, extra);
+  }
+  // As Env, rank k reading configs[k].
+  TrainRun EnvRanks(const std::vector<std::string>& configs, const std::string& tag, int steps,
+                    int kill_rank = -1, int sig = SIGKILL, const std::string& extra = "") {
+    const int n = static_cast<int>(configs.size());
     const int port = test::FreePort();
     std::vector<test::Process> procs;
     for (int k = 0; k < n; ++k) {
       procs.emplace_back(
-          TrainArgs(config, tag, steps, extra),
+          TrainArgs(configs[static_cast<size_t>(k)], tag, steps, extra),
           std::vector<std::string>{StrCat("FP8RT_RANK=", k), StrCat("FP8RT_WORLD_SIZE=", n),
                                    StrCat("FP8RT_LOCAL_RANK=", k), "FP8RT_MASTER_ADDR=127.0.0.1",
                                    StrCat("FP8RT_MASTER_PORT=", port), "FP8RT_JOB_ID=dp-test"},
@@ -291,8 +298,8 @@ TEST_F(DataParallel, OneAmaxCollectivePerStepAt2And12LayersAndGradAccum1And4) {
       ASSERT_EQ(dp.metrics.size(), 3u) << dp.output;
       for (const auto& j : dp.metrics) {
         EXPECT_EQ(j["amax_collectives"], 1) << tag;
-        EXPECT_GE(j["amax_reduce_ms"].get<double>(), 0.0);
-        EXPECT_GE(j["grad_reduce_ms"].get<double>(), 0.0);
+        EXPECT_GT(j["amax_reduce_ms"].get<double>(), 0.0);  // measured, not a placeholder
+        EXPECT_GT(j["grad_reduce_ms"].get<double>(), 0.0);
       }
     }
   }
@@ -449,6 +456,31 @@ TEST(ParallelConfig, GradReduceDtypeIsFp32OrBf16) {
   ASSERT_TRUE(good.ok()) << good.status().ToString();
   EXPECT_EQ(good->parallel.grad_reduce_dtype, "bf16");
   EXPECT_TRUE(good->parallel.zero);
+}
+
+// The cross-rank scale check fires: rank 1 computes its scales with another fp8.margin, so after
+// step 1 its scales differ from rank 0's (the amaxes are the same after the reduction) and every
+// rank stops with an error naming rank 1, instead of training replicas that drifted apart.
+TEST_F(DataParallel, ScalesThatDifferAcrossRanksStopTheJobNamingTheRank) {
+  const std::string same = Config("drift0", 1, small_, "fp8");
+  const std::string other = dir_.str() + "/drift1.yaml";
+  {
+    std::ifstream in(same);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    const std::string from = "fp8: {history_len: 4,";
+    ASSERT_NE(text.find(from), std::string::npos) << text;
+    text.replace(text.find(from), from.size(), "fp8: {history_len: 4, margin: 2,");
+    std::ofstream(other) << text;
+  }
+  const TrainRun r = EnvRanks({same, other}, "drift", 5);
+  for (int k : {0, 1}) {
+    EXPECT_FALSE(r.ranks[k].timed_out) << r.output;
+    EXPECT_NE(r.ranks[k].code, 0) << r.ranks[k].output;
+  }
+  EXPECT_TRUE(Has(r.ranks[0].output,
+                  "after step 1 the FP8 scales and amax histories of rank(s) 1 "
+                  "differ from rank 0's"))
+      << r.ranks[0].output;
 }
 
 }  // namespace
