@@ -1,0 +1,149 @@
+// The linear layers of the GPT model: forward (bias, GELU and the residual in the GEMM's
+// epilogue where cuBLASLt takes them) and backward, in FP8 (the weights' cached casts, the
+// inputs' saved transposed copies, dy cast with its bias gradient and the GELU backward) or in T.
+// Member functions of Gpt<Ops, T>, included at the end of runtime/gpt_impl.h.
+#pragma once
+
+namespace fp8rt::gpt_detail {
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::AddBias(T* y, const T* b, int64_t M, int64_t N) {
+  // y (M, N) += ones (M, 1) b (1, N): a rank-1 GEMM, for the one case the GEMM epilogue cannot
+  // take the bias (FP8 inputs with FP32 output, i.e. emulated FP8 on the CPU).
+  GemmArgs g;
+  g.M = M, g.N = N, g.K = 1;
+  g.a = {ones_, kT};
+  g.b = {b, kT};
+  g.d = y, g.d_dtype = kT, g.beta = 1.0f;
+  ops_->Mark("gemm add bias");
+  return ops_->Gemm(g);
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b, bool cast_w,
+                                  T* gelu_out, bool* gelu_done, const T* residual) {
+  int64_t N, K;
+  LinearShape(kind, &N, &K);
+  const Param wp = WeightOf(kind);
+  if (gelu_done != nullptr) *gelu_done = false;
+  // Runs g, with GELU fused into its bias epilogue when asked and possible: the epilogue writes
+  // GELU(y) to gelu_out and y itself (the backward's input) to aux.
+  auto run = [&](GemmArgs g) -> Status {
+    if (residual != nullptr) g.c = residual, g.beta = 1.0f;
+    if (gelu_out == nullptr || g.epilogue != Epilogue::kBias || N % 8 != 0) return ops_->Gemm(g);
+    GemmArgs fused = g;
+    fused.epilogue = Epilogue::kBiasGeluAux;
+    fused.d = gelu_out;
+    fused.aux = y;
+    return GemmTryFused(fused, g, &gelu_epilogue_ok_, gelu_done);
+  };
+  if (!Fp8On(kind)) {
+    ops_->Mark(kFpropNames[kind]);
+    const T* w = W(wp) + l * N * K;
+    GemmArgs g;
+    g.M = M_, g.N = N, g.K = K;
+    g.a = {x, kT};
+    g.b = {w, kT, /*trans=*/true};
+    g.d = y, g.d_dtype = kT;
+    g.bias = b;
+    g.epilogue = b ? Epilogue::kBias : Epilogue::kNone;
+    return run(g);
+  }
+  const int slot = fp8_.Slot(l, kind);
+  const Fp8Tensor xq = fp8_.Of(l, kind, kRoleX, fp8_.x8, fp8_.x8t[slot], M_, K);
+  ops_->Mark("fp8 cast x (+T)");
+  FP8RT_RETURN_IF_ERROR(fp8_.Cast(x, xq, fp8_.SaturatedOf(l, kind, kRoleX)));
+  const Fp8Tensor wq = fp8_.Of(l, kind, kRoleW, fp8_.w8[slot], fp8_.w8t[slot], N, K);
+  if (cast_w) {  // from the FP32 master weights
+    ops_->Mark("fp8 cast w (+T)");
+    const float* w = cast_src_ + layout_.offset[wp] + l * N * K;
+    FP8RT_RETURN_IF_ERROR(fp8_.Cast(w, wq, fp8_.SaturatedOf(l, kind, kRoleW)));
+    ++weight_casts_;
+  }
+  FP8RT_ASSIGN_OR_RETURN(GemmArgs probe, Fp8Fprop(xq, wq, y, kT, nullptr, true));
+  const bool fused_bias = b != nullptr && GemmBiasDType(probe) == kT;
+  FP8RT_ASSIGN_OR_RETURN(GemmArgs g, Fp8Fprop(xq, wq, y, kT, fused_bias ? b : nullptr, true));
+  ops_->Mark(kFpropNames[kind]);
+  FP8RT_RETURN_IF_ERROR(run(g));
+  if (b != nullptr && !fused_bias) FP8RT_RETURN_IF_ERROR(AddBias(y, b, M_, N));
+  return Status::Ok();
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db, const T* dy,
+                                   const T* x, const T* dgelu_aux, bool* dgelu_done,
+                                   const T* dy_gelu_pre) {
+  if (dy_gelu_pre != nullptr && (db == nullptr || !FusesGeluIntoDyCast(kind))) {
+    return Status::Internal(StrCat("LinearBackward: layer kind ", kind,
+                                   " cannot apply the GELU backward in its dy cast"));
+  }
+  int64_t N, K;
+  LinearShape(kind, &N, &K);
+  if (dgelu_done != nullptr) *dgelu_done = false;
+  // Runs the dgrad GEMM, with the GELU backward in its epilogue when asked and possible. BF16/FP32
+  // layers only: cuBLASLt 13.1 takes DGELU with FP8 inputs, but its kernel made the fc_proj dgrad
+  // 7x slower on H200 (0.7 -> 4.8 ms per step at gpt2-124m); FP8 layers apply the GELU backward in
+  // the next layer's dY cast instead (FusesGeluIntoDyCast).
+  auto run_dgrad = [&](const GemmArgs& gd) -> Status {
+    if (dgelu_aux == nullptr || K % 8 != 0 || Fp8On(kind)) return ops_->Gemm(gd);
+    GemmArgs fused = gd;
+    fused.epilogue = Epilogue::kDGelu;
+    fused.aux = const_cast<T*>(dgelu_aux);  // read only
+    return GemmTryFused(fused, gd, &dgelu_epilogue_ok_, dgelu_done);
+  };
+  // FP8 layers get db from the cast of dY (QuantizeDbias), the rest from a GEMM.
+  if (db != nullptr && !Fp8On(kind)) {  // db (1, N) += ones (1, M) dY (M, N)
+    ops_->Mark("gemm bias grad");
+    GemmArgs g;
+    g.M = 1, g.N = N, g.K = M_;
+    g.a = {ones_, kT};
+    g.b = {dy, kT};
+    g.d = db, g.d_dtype = DType::kFloat32, g.beta = 1.0f;
+    FP8RT_RETURN_IF_ERROR(ops_->Gemm(g));
+  }
+  if (!Fp8On(kind)) {
+    const T* w = W(WeightOf(kind)) + l * N * K;
+    GemmArgs gd;  // dX (M, K) = dY (M, N) W (N, K)
+    gd.M = M_, gd.N = K, gd.K = N;
+    gd.a = {dy, kT};
+    gd.b = {w, kT};
+    gd.d = dx, gd.d_dtype = kT;
+    ops_->Mark(kDgradNames[kind]);
+    FP8RT_RETURN_IF_ERROR(run_dgrad(gd));
+    GemmArgs gw;  // dW (N, K) += dY^T (N, M) X (M, K)
+    gw.M = N, gw.N = K, gw.K = M_;
+    gw.a = {dy, kT, /*trans=*/true};
+    gw.b = {x, kT};
+    gw.d = dw, gw.d_dtype = DType::kFloat32, gw.beta = wgrad_overwrites_ ? 0.0f : 1.0f;
+    ops_->Mark(kWgradNames[kind]);
+    return ops_->Gemm(gw);
+  }
+  const int slot = fp8_.Slot(l, kind);
+  const Fp8Tensor dyq = fp8_.Of(l, kind, kRoleDy, fp8_.dy8, fp8_.dy8t, M_, N);
+  typename Ops::Counter* const dy_saturated = fp8_.SaturatedOf(l, kind, kRoleDy);
+  if (dy_gelu_pre != nullptr) {  // never while calibrating (FusesGeluIntoDyCast)
+    ops_->Mark("fp8 cast dy (+T, +dbias, +gelu bwd)");
+    FP8RT_RETURN_IF_ERROR(ops_->QuantizeDbiasGeluGrad(dy, dy_gelu_pre, dyq, db, dy_saturated));
+  } else if (db != nullptr) {
+    if (fp8_.calibrate_now) {  // the first step: this tensor's scale from its own amax, cast again
+                               // below
+      ops_->Mark("fp8 calibrate dy");
+      FP8RT_RETURN_IF_ERROR(fp8_.Cast(dy, dyq, nullptr));
+    }
+    ops_->Mark("fp8 cast dy (+T, +dbias)");
+    FP8RT_RETURN_IF_ERROR(ops_->QuantizeDbias(dy, dyq, db, dy_saturated));
+  } else {
+    ops_->Mark("fp8 cast dy (+T)");
+    FP8RT_RETURN_IF_ERROR(fp8_.Cast(dy, dyq, dy_saturated));
+  }
+  const Fp8Tensor wq = fp8_.Of(l, kind, kRoleW, fp8_.w8[slot], fp8_.w8t[slot], N, K);
+  const Fp8Tensor xq = fp8_.Of(l, kind, kRoleX, nullptr, fp8_.x8t[slot], M_, K);
+  FP8RT_ASSIGN_OR_RETURN(GemmArgs gd, Fp8Dgrad(dyq, wq, dx, kT));
+  ops_->Mark(kDgradNames[kind]);
+  FP8RT_RETURN_IF_ERROR(run_dgrad(gd));
+  FP8RT_ASSIGN_OR_RETURN(GemmArgs gw, Fp8Wgrad(dyq, xq, dw, /*accumulate=*/!wgrad_overwrites_));
+  ops_->Mark(kWgradNames[kind]);
+  return ops_->Gemm(gw);
+}
+
+}  // namespace fp8rt::gpt_detail
