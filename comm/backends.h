@@ -41,7 +41,4 @@ Result<std::unique_ptr<Communicator>> NewNcclCommunicator(int rank, int size,
                                                           const std::string& name,
                                                           ShareBytes share,
                                                           FailureMonitor* monitor);
-// True when this build has NCCL.
-bool HaveNccl();
-
 }  // namespace fp8rt::comm

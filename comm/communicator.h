@@ -14,7 +14,6 @@ namespace fp8rt::comm {
 
 enum class DataType { kFloat32, kBFloat16, kUint8, kInt32, kUint64 };
 size_t SizeOf(DataType t);
-const char* DataTypeName(DataType t);
 
 enum class ReduceOp { kSum, kMax, kMin };
 const char* ReduceOpName(ReduceOp op);

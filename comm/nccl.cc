@@ -158,8 +158,6 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
-bool HaveNccl() { return true; }
-
 Result<std::unique_ptr<Communicator>> NewNcclCommunicator(int rank, int size,
                                                           const std::string& name,
                                                           ShareBytes share,

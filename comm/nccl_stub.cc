@@ -3,8 +3,6 @@
 
 namespace fp8rt::comm {
 
-bool HaveNccl() { return false; }
-
 Result<std::unique_ptr<Communicator>> NewNcclCommunicator(int, int, const std::string& name,
                                                           ShareBytes, FailureMonitor*) {
   return Status::Unavailable(StrCat("nccl: this build has no CUDA, so no NCCL (group ", name, ")"));

@@ -24,22 +24,6 @@ size_t SizeOf(DataType t) {
   return 1;
 }
 
-const char* DataTypeName(DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-      return "float32";
-    case DataType::kBFloat16:
-      return "bfloat16";
-    case DataType::kUint8:
-      return "uint8";
-    case DataType::kInt32:
-      return "int32";
-    case DataType::kUint64:
-      return "uint64";
-  }
-  return "?";
-}
-
 const char* ReduceOpName(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:

@@ -185,7 +185,6 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
         StrCat("parallel.dp is ", dp, " but the launcher started ", ranks,
                " rank(s); without tensor parallelism dp must equal the number of ranks (or be 0)"));
   }
-  result.dp = dp;
   const bool zero = c.parallel.zero && dp > 1;  // every rank takes part in a checkpoint
   DataLoader loader(&data, c.train.batch_size, c.train.seq_len, c.train.seed, rank, dp);
   FP8RT_RETURN_IF_ERROR(loader.Init());
@@ -271,7 +270,6 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
     result.losses.push_back(st.loss);
     result.grad_norms.push_back(st.grad_norm);
     result.weight_casts.push_back(st.weight_casts);
-    result.amax_collectives.push_back(st.amax_collectives);
     if (!std::isfinite(st.loss)) {
       return Status::Internal(StrCat("loss is ", st.loss, " at step ", step));
     }
@@ -294,7 +292,6 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                    " differ from rank 0's (a missed amax reduction or a rank that skipped a step); "
                    "stopping rather than training replicas that have drifted apart"));
       }
-      ++result.scale_checks;
     }
     if (metrics && (step % c.train.log_every == 0 || step == stop)) {
       nlohmann::json j = {{"step", step},

@@ -43,9 +43,6 @@ struct TrainResult {
   std::vector<float> losses;       // one per step run
   std::vector<float> grad_norms;   // one per step run, before clipping
   std::vector<int64_t> weight_casts;
-  std::vector<int> amax_collectives;  // one per step run
-  int dp = 1;                         // data-parallel replicas
-  int scale_checks = 0;               // cross-rank scale-state comparisons that passed
   int fp8_weights = 0;
   std::string attention_kernel;    // which kernels the attention ran on
   std::vector<OpTime> op_profile;  // with profile_ops: mean ms per step of each op
