@@ -5,6 +5,8 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -112,10 +114,25 @@ class NcclCommunicator final : public Communicator {
                                               const std::string& name) override {
     ncclConfig_t config = NonBlocking();
     ncclComm_t sub = nullptr;
-    const ncclResult_t r = Settle(comm_, ncclCommSplit(comm_, color, key, &sub, &config));
-    if (r != ncclSuccess || sub == nullptr) {
-      return Status::Unavailable(
-          StrCat("nccl: splitting group ", name_, " into ", name, ": ", ncclGetErrorString(r)));
+    const ncclResult_t r = ncclCommSplit(comm_, color, key, &sub, &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      return Status::Unavailable(StrCat("nccl: splitting group ", name_, " into ", name, ": ",
+                                        ncclGetErrorString(r), " (", ncclGetLastError(comm_), ")"));
+    }
+    // The split runs as an asynchronous job of the parent: NCCL (2.28) leaves the new handle NULL
+    // until the child is fully initialised and writes it from the job's thread, so wait for the
+    // handle itself and watch the parent for an error. A peer lost meanwhile ends the process
+    // through the failure monitor.
+    std::atomic_ref<ncclComm_t> published(sub);
+    while (published.load(std::memory_order_acquire) == nullptr) {
+      ncclResult_t state = ncclInProgress;
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) state = ncclSystemError;
+      if (state != ncclSuccess && state != ncclInProgress) {
+        return Status::Unavailable(StrCat("nccl: splitting group ", name_, " into ", name, ": ",
+                                          ncclGetErrorString(state), " (", ncclGetLastError(comm_),
+                                          ")"));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
     FP8RT_RETURN_IF_ERROR(Wait(sub, StrCat("nccl: initialising group ", name)));
     int rank = 0, size = 0;
