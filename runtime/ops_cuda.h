@@ -403,9 +403,15 @@ class CudaOps {
 
   cudaStream_t stream_ = nullptr;
   // The communication stream and its events, created on first use (a world of one never does).
+  // The stream has the device's highest priority, so the collectives' blocks are scheduled as
+  // soon as SMs free up instead of queueing behind the backward's GEMM blocks (which would push
+  // the gradient reduction to the end of the step).
   bool EnsureCommStream() {
     if (comm_stream_ != nullptr) return true;
-    if (cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking) != cudaSuccess)
+    int least = 0, greatest = 0;
+    if (cudaDeviceGetStreamPriorityRange(&least, &greatest) != cudaSuccess) return false;
+    if (cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, greatest) !=
+        cudaSuccess)
       return false;
     cudaEventCreateWithFlags(&forked_, cudaEventDisableTiming);
     cudaEventCreateWithFlags(&joined_, cudaEventDisableTiming);
