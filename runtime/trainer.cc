@@ -274,8 +274,10 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
       return Status::Internal(StrCat("loss is ", st.loss, " at step ", step));
     }
     const double tok_s = static_cast<double>(M * c.train.grad_accum * dp) / sec;
-    const double mfu =
-        device.bf16_peak_flops > 0 ? tok_s * flops_per_token / device.bf16_peak_flops : 0.0;
+    // tokens_per_s is the job's (every replica's tokens); MFU is per GPU.
+    const double mfu = device.bf16_peak_flops > 0
+                           ? tok_s / dp * flops_per_token / device.bf16_peak_flops
+                           : 0.0;
     // Every rank's scales and histories must be bit-identical: compare a hash of them.
     const int every = c.parallel.scale_check_every;
     if (dp > 1 && pd.precision == Precision::kFp8 && every > 0 &&
