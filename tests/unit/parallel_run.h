@@ -1,0 +1,184 @@
+// The fixture of the parallel-training tests (data_parallel_test.cc, tensor_parallel_test.cc):
+// real fp8train processes on the CPU, alone, under mpirun, or started by the FP8RT_* environment,
+// their metrics and checkpoints, and comparisons between runs.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/checkpoint.h"
+#include "tests/common/corpus.h"
+#include "tests/common/subprocess.h"
+#include "tests/common/temp_dir.h"
+
+namespace fp8rt {
+
+using test::ProcessResult;
+
+struct TrainRun {
+  std::vector<ProcessResult> ranks;     // rank order (mpirun: one entry, the launcher)
+  std::vector<nlohmann::json> metrics;  // rank 0's step lines
+  std::string output;                   // everything printed
+};
+
+class ParallelRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    corpus_ = test::EnglishCorpus(dir_.str() + "/corpus.txt");
+    ASSERT_FALSE(corpus_.empty());
+  }
+
+  // A run config: the model (YAML flow map), precision, micro-batch and the parallel settings
+  // (`parallel` adds keys to parallel:, e.g. ", tp: 2").
+  std::string Config(const std::string& name, int batch, const std::string& model,
+                     const std::string& precision, int grad_accum = 1,
+                     bool first_step_current = false, bool zero = false,
+                     const std::string& reduce_dtype = "fp32", const std::string& parallel = "") {
+    const std::string path = dir_.str() + "/" + name + ".yaml";
+    std::ofstream(path) << "name: " << name << "\nmodel: " << model
+                        << "\ndata: {train: corpus.txt}\n"
+                        << "train: {batch_size: " << batch
+                        << ", seq_len: 32, grad_accum: " << grad_accum
+                        << ", total_steps: 20, lr: 0.003, warmup_steps: 2}\n"
+                        << "precision: " << precision
+                        << "\nfp8: {history_len: 4, first_step_current: "
+                        << (first_step_current ? "true" : "false") << "}\n"
+                        << "parallel: {scale_check_every: 1, collective_timeout_s: 60, "
+                           "bucket_mb: 0.02, zero: "
+                        << (zero ? "true" : "false") << ", grad_reduce_dtype: " << reduce_dtype
+                        << parallel << "}\n";
+    return path;
+  }
+
+  static std::vector<nlohmann::json> Metrics(const std::string& path) {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.contains("loss")) out.push_back(j);
+    }
+    return out;
+  }
+
+  std::vector<std::string> TrainArgs(const std::string& config, const std::string& tag, int steps,
+                                     const std::string& extra = "") {
+    std::vector<std::string> a = {FP8TRAIN_PATH,
+                                  "--config",
+                                  config,
+                                  "--device",
+                                  "cpu",
+                                  "--steps",
+                                  std::to_string(steps),
+                                  "--metrics",
+                                  dir_.str() + "/" + tag + ".jsonl",
+                                  "--checkpoint-dir",
+                                  dir_.str() + "/" + tag + ".ckpt"};
+    if (!extra.empty()) a.push_back(extra);
+    return a;
+  }
+
+  TrainRun Single(const std::string& config, const std::string& tag, int steps,
+                  const std::string& extra = "") {
+    TrainRun r;
+    r.ranks.push_back(test::RunProcess(TrainArgs(config, tag, steps, extra), {},
+                                       dir_.str() + "/" + tag + ".log", std::chrono::seconds(300)));
+    r.output = r.ranks[0].output;
+    r.metrics = Metrics(dir_.str() + "/" + tag + ".jsonl");
+    return r;
+  }
+
+  TrainRun Mpirun(int n, const std::string& config, const std::string& tag, int steps,
+                  const std::string& extra = "") {
+    TrainRun r;
+    auto argv = test::MpirunArgs(n);
+    const auto train = TrainArgs(config, tag, steps, extra);
+    argv.insert(argv.end(), train.begin(), train.end());
+    r.ranks.push_back(
+        test::RunProcess(argv, {}, dir_.str() + "/" + tag + ".log", std::chrono::seconds(300)));
+    r.output = r.ranks[0].output;
+    r.metrics = Metrics(dir_.str() + "/" + tag + ".jsonl");
+    return r;
+  }
+
+  // n ranks started with the FP8RT_* environment (what fp8d will do). `kill_rank` >= 0: that
+  // rank gets `sig` once rank 0 has logged step 2. `extra`: one more fp8train flag.
+  TrainRun Env(int n, const std::string& config, const std::string& tag, int steps,
+               int kill_rank = -1, int sig = SIGKILL, const std::string& extra = "") {
+    return EnvRanks(std::vector<std::string>(static_cast<size_t>(n), config), tag, steps, kill_rank,
+                    sig, extra);
+  }
+  // As Env, rank k reading configs[k].
+  TrainRun EnvRanks(const std::vector<std::string>& configs, const std::string& tag, int steps,
+                    int kill_rank = -1, int sig = SIGKILL, const std::string& extra = "") {
+    const int n = static_cast<int>(configs.size());
+    const int port = test::FreePort();
+    std::vector<test::Process> procs;
+    for (int k = 0; k < n; ++k) {
+      procs.emplace_back(
+          TrainArgs(configs[static_cast<size_t>(k)], tag, steps, extra),
+          std::vector<std::string>{StrCat("FP8RT_RANK=", k), StrCat("FP8RT_WORLD_SIZE=", n),
+                                   StrCat("FP8RT_LOCAL_RANK=", k), "FP8RT_MASTER_ADDR=127.0.0.1",
+                                   StrCat("FP8RT_MASTER_PORT=", port), "FP8RT_JOB_ID=dp-test"},
+          dir_.str() + "/" + tag + ".rank" + std::to_string(k) + ".log");
+    }
+    if (kill_rank >= 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+      while (Metrics(dir_.str() + "/" + tag + ".jsonl").size() < 2 &&
+             std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      procs[static_cast<size_t>(kill_rank)].Signal(sig);
+    }
+    TrainRun r;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+    for (auto& p : procs) {
+      r.ranks.push_back(p.Wait(deadline));
+      r.output += r.ranks.back().output;
+    }
+    r.metrics = Metrics(dir_.str() + "/" + tag + ".jsonl");
+    return r;
+  }
+
+  std::vector<float> Master(const std::string& tag) {
+    auto ck = ReadCheckpoint(dir_.str() + "/" + tag + ".ckpt", -1, {});
+    EXPECT_TRUE(ck.ok()) << ck.status().ToString();
+    if (!ck.ok()) return {};
+    const CheckpointBlob* b = ck->Find("master.bin");
+    std::vector<float> v(b->bytes.size() / 4);
+    std::memcpy(v.data(), b->bytes.data(), b->bytes.size());
+    return v;
+  }
+
+  // Losses step by step within rel_tol; master weights within abs_tol.
+  void ExpectSame(const TrainRun& a, const std::string& atag, const TrainRun& b,
+                  const std::string& btag, double rel_tol, double abs_tol) {
+    ASSERT_EQ(a.metrics.size(), b.metrics.size()) << a.output << b.output;
+    for (size_t i = 0; i < a.metrics.size(); ++i) {
+      const double la = a.metrics[i]["loss"], lb = b.metrics[i]["loss"];
+      EXPECT_NEAR(la, lb, rel_tol * std::abs(la)) << "step " << i + 1;
+    }
+    const auto wa = Master(atag), wb = Master(btag);
+    ASSERT_EQ(wa.size(), wb.size());
+    double worst = 0;
+    for (size_t i = 0; i < wa.size(); ++i) worst = std::max(worst, double{std::abs(wa[i] - wb[i])});
+    EXPECT_LE(worst, abs_tol) << "largest weight difference";
+    std::cout << atag << " vs " << btag << ": largest weight difference " << worst << "\n";
+  }
+
+  test::TempDir dir_;
+  std::string corpus_;
+  const std::string small_ = "{n_layer: 2, n_embd: 32, n_head: 2, block_size: 32}";
+};
+
+}  // namespace fp8rt
