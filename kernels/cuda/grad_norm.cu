@@ -59,11 +59,12 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(1024)
-    SumPartialsKernel(float* __restrict__ out, const float* __restrict__ partials, int G) {
+    SumPartialsKernel(float* __restrict__ out, const float* __restrict__ partials, int G,
+                      bool accumulate) {
   float s = 0.0f;
   for (int i = threadIdx.x; i < G; i += blockDim.x) s += partials[i];
   s = BlockSum(s);
-  if (threadIdx.x == 0) *out = s;
+  if (threadIdx.x == 0) *out = accumulate ? *out + s : s;
 }
 
 }  // namespace
@@ -75,7 +76,7 @@ size_t GlobalNormSquaredScratchBytes(int64_t n) {
 }
 
 Status GlobalNormSquared(float* out, const float* grad, int64_t n, void* scratch,
-                         size_t scratch_bytes, cudaStream_t stream) {
+                         size_t scratch_bytes, cudaStream_t stream, bool accumulate) {
   if (n < 0) return Status::InvalidArgument(StrCat("GlobalNormSquared: n=", n, " must be >= 0"));
   if (!out || (n > 0 && !grad)) {
     return Status::InvalidArgument("GlobalNormSquared: out and grad must be non-null");
@@ -93,7 +94,7 @@ Status GlobalNormSquared(float* out, const float* grad, int64_t n, void* scratch
   } else {
     SumSquaresKernel<false><<<G, kThreads, 0, stream>>>(partials, grad, n);
   }
-  SumPartialsKernel<<<1, 1024, 0, stream>>>(out, partials, G);
+  SumPartialsKernel<<<1, 1024, 0, stream>>>(out, partials, G, accumulate);
   FP8RT_CUDA_TRY_LAUNCH("GlobalNormSquared");
   return Status::Ok();
 }

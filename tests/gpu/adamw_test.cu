@@ -216,6 +216,29 @@ TEST_F(OptimizerGpuEdge, LargeNormUsesManyBlocks) {
                              ToleranceFor(OpKind::kOptimizer, DType::kFloat32), "norm^2"));
 }
 
+// Accumulating two awkward ranges (one misaligned) onto a value already there gives the
+// reference's sum of all three.
+TEST_F(OptimizerGpuEdge, AccumulateAddsTheRangeToWhatIsThere) {
+  const std::vector<float> g = test::RandomNormal(70001, 547);
+  const int64_t n1 = 33333, n2 = 70001 - 33333 - 1;
+  float a = 0, b = 0, want = 0;
+  ASSERT_TRUE(cpu::GlobalNormSquared(&a, g.data(), n1).ok());
+  ASSERT_TRUE(cpu::GlobalNormSquared(&b, g.data() + n1 + 1, n2).ok());
+  want = 2.5f;
+  ASSERT_TRUE(cpu::GlobalNormSquared(&want, g.data(), n1, true).ok());
+  ASSERT_TRUE(cpu::GlobalNormSquared(&want, g.data() + n1 + 1, n2, true).ok());
+  EXPECT_EQ(want, 2.5f + a + b);
+  DeviceBuffer<float> d_g(g), d_out(std::vector<float>{2.5f});
+  const size_t bytes = cuda::GlobalNormSquaredScratchBytes(n2);
+  DeviceBuffer<char> scratch(bytes);
+  FP8RT_CHECK_OK(
+      cuda::GlobalNormSquared(d_out.get(), d_g.get(), n1, scratch.get(), bytes, nullptr, true));
+  FP8RT_CHECK_OK(cuda::GlobalNormSquared(d_out.get(), d_g.get() + n1 + 1, n2, scratch.get(),
+                                         bytes, nullptr, true));
+  EXPECT_TRUE(test::AllClose(d_out.Download(), {want},
+                             ToleranceFor(OpKind::kOptimizer, DType::kFloat32), "norm^2"));
+}
+
 TEST_F(OptimizerGpuEdge, RejectsBadArguments) {
   DeviceBuffer<float> buf(8);
   AdamWConfig cfg;

@@ -140,5 +140,14 @@ TEST(GradNormReference, SumOfSquares) {
   EXPECT_EQ(out, static_cast<float>(want));
 }
 
+TEST(GradNormReference, AccumulateAddsToWhatIsThere) {
+  const std::vector<float> g = {3, -4};
+  float out = 7;
+  ASSERT_TRUE(cpu::GlobalNormSquared(&out, g.data(), 2, /*accumulate=*/true).ok());
+  EXPECT_EQ(out, 32.f);
+  ASSERT_TRUE(cpu::GlobalNormSquared(&out, g.data(), 1, /*accumulate=*/true).ok());
+  EXPECT_EQ(out, 41.f);
+}
+
 }  // namespace
 }  // namespace fp8rt
