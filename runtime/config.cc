@@ -91,6 +91,12 @@ Status RunConfig::Validate() const {
   FP8RT_RETURN_IF_ERROR(Range("fp8.margin", fp8.scaling.margin, 0, 32));
   FP8RT_RETURN_IF_ERROR(Range("fp8.telemetry_every", fp8.telemetry_every, 0, 1e9));
   FP8RT_RETURN_IF_ERROR(Range("parallel.dp", parallel.dp, 0, 1 << 20));
+  FP8RT_RETURN_IF_ERROR(Range("parallel.tp", parallel.tp, 1, 1024));
+  if (model.n_head % parallel.tp != 0) {
+    return Status::InvalidArgument(StrCat("parallel.tp = ", parallel.tp,
+                                          " does not divide model.n_head = ", model.n_head,
+                                          " (tensor parallelism splits the attention heads)"));
+  }
   FP8RT_RETURN_IF_ERROR(Range("parallel.bucket_mb", parallel.bucket_mb, 0.001, 1 << 16));
   FP8RT_RETURN_IF_ERROR(Range("parallel.collective_timeout_s", parallel.collective_timeout_s, 1, 1e7));
   FP8RT_RETURN_IF_ERROR(Range("parallel.scale_check_every", parallel.scale_check_every, 0, 1e9));
@@ -166,6 +172,7 @@ Result<RunConfig> ParseRunConfig(const std::string& yaml_text) {
                                                      {"fc_proj", Bool(&f.fc_proj)},
                                                      {"lm_head", Bool(&f.lm_head)}})}})},
                   {"parallel", fields({{"dp", Integer(&par.dp)},
+                                       {"tp", Integer(&par.tp)},
                                        {"zero", Bool(&par.zero)},
                                        {"grad_reduce_dtype", String(&par.grad_reduce_dtype)},
                                        {"bucket_mb", Number(&par.bucket_mb)},

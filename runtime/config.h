@@ -65,9 +65,12 @@ struct TrainConfig {
 
 // parallel.*: how this run spreads over the ranks its launcher started (comm/README.md).
 struct ParallelConfig {
-  // Data-parallel replicas; 0: the world size. Must equal the world size (tensor parallelism is
-  // not here yet). Default: 0
+  // Data-parallel replicas; 0: the world size / tp. dp x tp must equal the world size. Default: 0
   int dp = 0;
+  // Tensor-parallel ranks per replica (Megatron-style: heads and FC columns split; must divide
+  // model.n_head). Ranks r..r+tp-1 with r a multiple of tp form one replica: keep them on one
+  // node. Default: 1
+  int tp = 1;
   // ZeRO-1: each data-parallel rank keeps 1/dp of the FP32 master weights and AdamW moments,
   // gradients are reduce-scattered and the FP8 (and BF16) weights all-gathered. Default: false
   bool zero = false;

@@ -29,13 +29,24 @@ struct ModelOptions {
   // CUDA only: the attention kernels, "auto" (cuDNN's fused flash attention where it loads and
   // takes the shape, else fp8rt's flash kernels, else GEMMs), "cudnn", "flash" or "gemm".
   std::string attention = "auto";
-  // Data parallelism: the group of ranks that hold replicas of this model and split the batch
-  // (null or a group of one: none). Not owned. Gradients are averaged over it in buckets of
-  // about grad_bucket_bytes, each launched as soon as the last micro-batch's backward has made
-  // its gradients final; the amaxes of every FP8 tensor are MAX-reduced over it once per step.
+  // Data parallelism: the group of ranks that hold replicas of this model (of this TP rank's
+  // part under TP) and split the batch (null or a group of one: none). Not owned. Gradients are
+  // averaged over it in buckets of about grad_bucket_bytes, each launched as soon as the last
+  // micro-batch's backward has made its gradients final.
   comm::Communicator* dp = nullptr;
+  // Tensor parallelism (runtime/gpt_layout.h says what is split): the group of ranks that split
+  // each layer's heads and FC columns (null or a group of one: none). Not owned. Two all-reduces
+  // per block in the forward (after the attention projection and FC2) and two in the backward
+  // (the input gradients of QKV and FC), on the compute stream.
+  comm::Communicator* tp = nullptr;
+  // Every rank of the job (dp x tp), for what all ranks reduce together: the one FP8 amax
+  // all-reduce, the losses and stop votes, the cross-rank scale check. Null: `dp`.
+  comm::Communicator* world = nullptr;
+  int tp_size() const { return tp != nullptr ? tp->size() : 1; }
+  int tp_rank() const { return tp != nullptr ? tp->rank() : 0; }
   // ZeRO-1 over `dp` (runtime/gpt_parallel.h). ExportState and ImportState stay whole-model
-  // (layout order); under ZeRO every rank must call ExportState (it all-gathers).
+  // (layout order, as with one rank); under ZeRO or TP every rank must call ExportState (it
+  // all-gathers).
   bool zero = false;
   // Gradients travel between ranks in BF16 (rounded before the sum, widened after it).
   bool grad_reduce_bf16 = false;
@@ -101,7 +112,9 @@ class GptModel {
   // last cast: lets tests prove micro-batches 2..M use this step's cast, not last step's.
   virtual Result<std::vector<uint8_t>> CachedFp8Weight(const std::string& name) = 0;
 
-  virtual int64_t num_params() const = 0;  // including the vocabulary padding
+  // The whole model's parameters, including the vocabulary padding (under TP too: the size of
+  // ExportState's arrays).
+  virtual int64_t num_params() const = 0;
   virtual int num_fp8_weights() const = 0;
   // Peak device (or host, on the CPU) bytes allocated by the model.
   virtual size_t allocated_bytes() const = 0;
@@ -110,10 +123,10 @@ class GptModel {
   // --profile-ops: time per op of each Step (see runtime/op_profile.h), mean ms per step.
   virtual void EnableOpProfile(bool on) = 0;
   virtual std::vector<OpTime> OpProfile() const = 0;
-  // Every data-parallel replica's `value`, in rank order (ModelOptions::dp; just `value` without
-  // one): an all-gather through the model's buffers, for cross-rank checks.
+  // Every rank's `value`, in rank order (ModelOptions::world, else dp; just `value` alone): an
+  // all-gather through the model's buffers, for cross-rank checks.
   virtual Result<std::vector<uint64_t>> GatherAcrossReplicas(uint64_t value) = 0;
-  // Names and sizes of the parameter tensors, in order.
+  // Names and (whole-model) sizes of the parameter tensors, in order.
   virtual std::vector<std::pair<std::string, int64_t>> ParamTensors() const = 0;
 };
 

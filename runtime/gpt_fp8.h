@@ -59,7 +59,7 @@ class Fp8State {
       const int kind = s == slots - 1 ? kLmHead : s % kNumLinear;
       if (!On(kind)) continue;
       int64_t N, K;
-      LinearShape(o_.model, kind, &N, &K);
+      LinearShape(o_.model, kind, &N, &K, o_.tp_size());
       max_n = std::max(max_n, N), max_k = std::max(max_k, K);
       FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8[s]), N * K));
       FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8t[s]), N * K));
@@ -178,7 +178,7 @@ Result<std::vector<uint8_t>> Fp8State<Ops>::CachedWeight(const std::string& name
   FP8RT_RETURN_IF_ERROR(ForEachLinear([&](int l, int kind) -> Status {
     if (Name(l, kind, kRoleW) != name) return Status::Ok();
     int64_t N, K;
-    LinearShape(o_.model, kind, &N, &K);
+    LinearShape(o_.model, kind, &N, &K, o_.tp_size());
     bytes.resize(static_cast<size_t>(N * K));
     return ops_->Download(bytes.data(), w8[Slot(l, kind)], bytes.size());
   }));

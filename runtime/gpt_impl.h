@@ -21,7 +21,7 @@ template <typename Ops, typename T>
 class Gpt final : public GptModel {
  public:
   Gpt(const ModelOptions& o, std::unique_ptr<Ops> ops)
-      : o_(o), ops_(std::move(ops)), layout_(o.model), fp8_(o_, ops_.get()) {}
+      : o_(o), ops_(std::move(ops)), layout_(o.model, o.tp_size()), fp8_(o_, ops_.get()) {}
   ~Gpt() override {
     for (void* p : allocations_) ops_->Free(p);
     if (staging_) ops_->FreeHost(staging_);
@@ -48,30 +48,28 @@ class Gpt final : public GptModel {
   Result<std::vector<uint8_t>> CachedFp8Weight(const std::string& name) override {
     return fp8_.CachedWeight(name);
   }
-  int64_t num_params() const override { return layout_.total; }
+  int64_t num_params() const override { return Layout(o_.model).total; }
   int num_fp8_weights() const override { return fp8_.num_weights; }
   size_t allocated_bytes() const override { return allocated_bytes_; }
-  std::string attention_kernel() const override {
-    const ModelConfig& m = o_.model;
-    return ops_->AttentionKernel({o_.B, o_.T, m.n_head, m.n_embd / m.n_head}, kT);
-  }
+  std::string attention_kernel() const override { return ops_->AttentionKernel(Att(), kT); }
   void EnableOpProfile(bool on) override { ops_->EnableProfile(on); }
   std::vector<OpTime> OpProfile() const override { return ops_->ProfileReport(); }
   Result<std::vector<uint64_t>> GatherAcrossReplicas(uint64_t value) override {
-    if (!Dp()) return std::vector<uint64_t>{value};
-    const size_t n = static_cast<size_t>(o_.dp->size());
+    if (!Multi()) return std::vector<uint64_t>{value};
+    comm::Communicator* w = World();
+    const size_t n = static_cast<size_t>(w->size());
     std::vector<uint64_t> all(n);
-    FP8RT_RETURN_IF_ERROR(ops_->Upload(gather_ + o_.dp->rank(), &value, sizeof value));
-    FP8RT_RETURN_IF_ERROR(o_.dp->AllGather(gather_ + o_.dp->rank(), gather_, 1,
-                                           comm::DataType::kUint64, ops_->ForkComm(),
-                                           "scale-state hash all-gather"));
+    FP8RT_RETURN_IF_ERROR(ops_->Upload(gather_ + w->rank(), &value, sizeof value));
+    FP8RT_RETURN_IF_ERROR(w->AllGather(gather_ + w->rank(), gather_, 1, comm::DataType::kUint64,
+                                       ops_->ForkComm(), "scale-state hash all-gather"));
     FP8RT_RETURN_IF_ERROR(ops_->JoinComm());
     FP8RT_RETURN_IF_ERROR(ops_->Download(all.data(), gather_, n * sizeof(uint64_t)));
     return all;
   }
   std::vector<std::pair<std::string, int64_t>> ParamTensors() const override {
+    const Layout whole(o_.model);
     std::vector<std::pair<std::string, int64_t>> out;
-    for (int i = 0; i < kNumParams; ++i) out.emplace_back(kParamNames[i], layout_.size[i]);
+    for (int i = 0; i < kNumParams; ++i) out.emplace_back(kParamNames[i], whole.size[i]);
     return out;
   }
 
@@ -95,12 +93,20 @@ class Gpt final : public GptModel {
 
   bool Fp8On(int kind) const { return fp8_.On(kind); }
   void LinearShape(int kind, int64_t* N, int64_t* K) const {
-    gpt_detail::LinearShape(o_.model, kind, N, K);
+    gpt_detail::LinearShape(o_.model, kind, N, K, o_.tp_size());
+  }
+  // This rank's attention: all heads, or its n_head / tp of them under TP.
+  AttentionShape Att() const {
+    const ModelConfig& m = o_.model;
+    return {o_.B, o_.T, m.n_head / o_.tp_size(), m.n_embd / m.n_head};
   }
   // The working copy of a parameter in T; null for the weights of FP8 linear layers, which are
   // cast to FP8 straight from the FP32 master weights and need no T copy.
   T* W(Param p) const { return work_offset_[p] < 0 ? nullptr : working_ + work_offset_[p]; }
   float* G(Param p) const { return grads_ + layout_.offset[p]; }
+  // Layer l's slice of a per-layer tensor (this rank's part under TP).
+  T* Wl(Param p, int64_t l) const { return W(p) + l * PerLayer(p); }
+  float* Gl(Param p, int64_t l) const { return G(p) + l * PerLayer(p); }
   // Whether p keeps a T working copy: everything except an FP8 linear layer's weight (the tied
   // LM head / token embedding always keeps one: the embedding reads it).
   bool HasWorking(int p) const {
@@ -152,6 +158,15 @@ class Gpt final : public GptModel {
   Status UpdateScales();
   // Writes the T working copies from the full FP32 master (downloaded when `full` is null).
   Status RefreshWorkingCopy(const std::vector<float>* full = nullptr);
+  // Tensor parallelism: the sum over the TP group of a (M_, C) activation or gradient that each
+  // rank holds a part of, in place, on the compute stream.
+  bool Tp() const { return o_.tp != nullptr && o_.tp->size() > 1; }
+  Status TpAllReduce(T* x, const char* what);
+  // The whole-model array (Layout(model) order) from every TP rank's part; every rank gets it.
+  Status TpGather(const std::vector<float>& part, std::vector<float>* whole);
+  // Every rank of the job, and whether there is more than one.
+  comm::Communicator* World() const { return o_.world != nullptr ? o_.world : o_.dp; }
+  bool Multi() const { return World() != nullptr && World()->size() > 1; }
 
   ModelOptions o_;
   std::unique_ptr<Ops> ops_;
@@ -274,6 +289,19 @@ Status Gpt<Ops, T>::Setup() {
           StrCat("fp8: model.n_embd = ", C, " is not a multiple of 16, which FP8 GEMMs need"));
     }
   }
+  if (Tp()) {
+    const int tp = o_.tp->size();
+    if (m.n_head % tp != 0) {
+      return Status::InvalidArgument(StrCat("parallel.tp = ", tp, " does not divide model.n_head = ",
+                                            m.n_head, " (tensor parallelism splits the heads)"));
+    }
+    if (fp8 && (C / tp) % 16 != 0) {
+      return Status::InvalidArgument(
+          StrCat("fp8: model.n_embd / parallel.tp = ", C / tp,
+                 " (the attention projection's inner dimension) is not a multiple of 16, which "
+                 "FP8 GEMMs need"));
+    }
+  }
   if (Zero()) FP8RT_RETURN_IF_ERROR(SetupZero());
   const int64_t owned = Zero() ? shard_total_ : P;  // master weights and moments kept here
   FP8RT_RETURN_IF_ERROR(Alloc(&master_, owned));
@@ -321,20 +349,21 @@ Status Gpt<Ops, T>::Setup() {
   // The per-layer activations, declared once: (buffer, elements per token, shared by all
   // layers). In FP8 layers the backward reads the saved FP8 copy of a linear layer's input, so
   // that input can be one buffer for every layer.
-  const AttentionShape as{B, Tn, m.n_head, C / m.n_head};
+  const AttentionShape as = Att();
+  const int64_t Ct = C / o_.tp_size();  // this rank's width of the attention and FC (/ 4)
   const struct {
     std::vector<T*>* v;
     int64_t per_token;
     bool shared;
   } activations[] = {
       {&ln1_, C, Fp8On(kQkv)},
-      {&qkv_, 3 * C, false},
+      {&qkv_, 3 * Ct, false},
       // The attention output is the projection's input, and the flash backward reads it too.
-      {&atty_, C, Fp8On(kAttProj) && !ops_->AttentionReadsOutput(as, kT)},
+      {&atty_, Ct, Fp8On(kAttProj) && !ops_->AttentionReadsOutput(as, kT)},
       {&res2_, C, false},
       {&ln2_, C, Fp8On(kFc)},
-      {&fch_, 4 * C, false},
-      {&fch_gelu_, 4 * C, Fp8On(kFcProj)},
+      {&fch_, 4 * Ct, false},
+      {&fch_gelu_, 4 * Ct, Fp8On(kFcProj)},
       {&res3_, C, false},
   };
   for (const auto& a : activations)
@@ -360,22 +389,24 @@ Status Gpt<Ops, T>::Setup() {
   FP8RT_RETURN_IF_ERROR(Alloc(&dres_, M_ * C));
   FP8RT_RETURN_IF_ERROR(Alloc(&dc1_, M_ * C));
   FP8RT_RETURN_IF_ERROR(Alloc(&dc2_, M_ * C));
-  FP8RT_RETURN_IF_ERROR(Alloc(&dqkv_, M_ * 3 * C));
-  FP8RT_RETURN_IF_ERROR(Alloc(&d4c_, M_ * 4 * C));
+  FP8RT_RETURN_IF_ERROR(Alloc(&dqkv_, M_ * 3 * Ct));
+  FP8RT_RETURN_IF_ERROR(Alloc(&d4c_, M_ * 4 * Ct));
   {
     std::vector<T> ones(static_cast<size_t>(M_), T(1.0f));
     FP8RT_RETURN_IF_ERROR(ops_->Upload(ones_, ones.data(), ones.size() * sizeof(T)));
   }
 
-  if (Dp()) {
-    if (o_.dp->device_buffers() != Ops::kDevice) {
-      return Status::InvalidArgument(StrCat("the data-parallel group (", o_.dp->backend(),
-                                            ") works on ", o_.dp->device_buffers() ? "GPU" : "host",
+  for (comm::Communicator* g : {o_.dp, o_.tp, o_.world}) {
+    if (g != nullptr && g->size() > 1 && g->device_buffers() != Ops::kDevice) {
+      return Status::InvalidArgument(StrCat("the group of ranks (", g->backend(), ") works on ",
+                                            g->device_buffers() ? "GPU" : "host",
                                             " buffers, the model's are on the ",
                                             Ops::kDevice ? "GPU" : "host"));
     }
+  }
+  if (Multi()) FP8RT_RETURN_IF_ERROR(Alloc(&gather_, World()->size()));
+  if (Dp()) {
     buckets_ = PlanGradBuckets(m, layout_, o_.grad_bucket_bytes);
-    FP8RT_RETURN_IF_ERROR(Alloc(&gather_, o_.dp->size()));
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const GradBucket& k = buckets_[b];
       bucket_names_.push_back(
@@ -424,12 +455,14 @@ template <typename Ops, typename T>
 Status Gpt<Ops, T>::InitRandom(uint64_t seed) {
   const ModelConfig& m = o_.model;
   const int64_t C = m.n_embd;
-  std::vector<float> host(static_cast<size_t>(layout_.total), 0.0f);
+  // The whole model, drawn the same whatever the parallelism (ImportState takes this rank's part).
+  const Layout whole(m);
+  std::vector<float> host(static_cast<size_t>(whole.total), 0.0f);
   SplitMix64 rng(seed);
   const float proj_std = 0.02f / std::sqrt(2.0f * m.n_layer);
   for (int p = 0; p < kNumParams; ++p) {
-    float* t = host.data() + layout_.offset[p];
-    const int64_t n = layout_.size[p];
+    float* t = host.data() + whole.offset[p];
+    const int64_t n = whole.size[p];
     switch (p) {
       case kWte:  // rows of the vocabulary padding stay zero
         for (int64_t i = 0; i < int64_t{m.vocab_size} * C; ++i) t[i] = 0.02f * rng.Normal();
@@ -462,7 +495,10 @@ Status Gpt<Ops, T>::ForwardPass(const int32_t* x_host, const int32_t* y_host, bo
                                 bool compute_grad, int micro) {
   const ModelConfig& m = o_.model;
   const int64_t C = m.n_embd, Vp = m.padded_vocab(), V = m.vocab_size;
-  const AttentionShape as{o_.B, o_.T, m.n_head, C / m.n_head};
+  const AttentionShape as = Att();
+  // Under TP the projections' partial sums are added over the group; TP rank 0 alone adds the
+  // bias and the residual first.
+  const bool lead = o_.tp_rank() == 0;
   // x_host, y_host point into staging_, which stays untouched until the step's one Download.
   FP8RT_RETURN_IF_ERROR(ops_->UploadAsync(tokens_, x_host, M_ * sizeof(int32_t)));
   FP8RT_RETURN_IF_ERROR(ops_->UploadAsync(targets_, y_host, M_ * sizeof(int32_t)));
@@ -473,26 +509,28 @@ Status Gpt<Ops, T>::ForwardPass(const int32_t* x_host, const int32_t* y_host, bo
   for (int l = 0; l < m.n_layer; ++l) {
     ops_->Mark("layernorm fwd");
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln1_[l], ln1_mean_[l], ln1_rstd_[l], res,
-                                                 W(kLn1W) + l * C, W(kLn1B) + l * C, M_, C));
-    FP8RT_RETURN_IF_ERROR(
-        LinearForward(l, kQkv, qkv_[l], ln1_[l], W(kQkvB) + l * 3 * C, cast_weights));
+                                                 Wl(kLn1W, l), Wl(kLn1B, l), M_, C));
+    FP8RT_RETURN_IF_ERROR(LinearForward(l, kQkv, qkv_[l], ln1_[l], Wl(kQkvB, l), cast_weights));
     ops_->Mark("attention fwd");
     FP8RT_RETURN_IF_ERROR(ops_->Attention(atty_[l], att_[l], qkv_[l], as));
-    FP8RT_RETURN_IF_ERROR(LinearForward(l, kAttProj, res2_[l], atty_[l], W(kAttProjB) + l * C,
-                                        cast_weights, nullptr, nullptr, /*residual=*/res));
+    FP8RT_RETURN_IF_ERROR(LinearForward(l, kAttProj, res2_[l], atty_[l],
+                                        lead ? Wl(kAttProjB, l) : nullptr, cast_weights, nullptr,
+                                        nullptr, /*residual=*/lead ? res : nullptr));
+    FP8RT_RETURN_IF_ERROR(TpAllReduce(res2_[l], "attention projection all-reduce (TP)"));
     ops_->Mark("layernorm fwd");
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln2_[l], ln2_mean_[l], ln2_rstd_[l], res2_[l],
-                                                 W(kLn2W) + l * C, W(kLn2B) + l * C, M_, C));
+                                                 Wl(kLn2W, l), Wl(kLn2B, l), M_, C));
     bool gelu_done = false;
-    FP8RT_RETURN_IF_ERROR(LinearForward(l, kFc, fch_[l], ln2_[l], W(kFcB) + l * 4 * C, cast_weights,
+    FP8RT_RETURN_IF_ERROR(LinearForward(l, kFc, fch_[l], ln2_[l], Wl(kFcB, l), cast_weights,
                                         fch_gelu_[l], &gelu_done));
     if (!gelu_done) {
       ops_->Mark("gelu fwd");
-      FP8RT_RETURN_IF_ERROR(ops_->Gelu(fch_gelu_[l], fch_[l], M_ * 4 * C));
+      FP8RT_RETURN_IF_ERROR(ops_->Gelu(fch_gelu_[l], fch_[l], M_ * PerLayer(kFcB)));
     }
-    FP8RT_RETURN_IF_ERROR(LinearForward(l, kFcProj, res3_[l], fch_gelu_[l], W(kFcProjB) + l * C,
-                                        cast_weights, nullptr, nullptr,
-                                        /*residual=*/res2_[l]));
+    FP8RT_RETURN_IF_ERROR(LinearForward(l, kFcProj, res3_[l], fch_gelu_[l],
+                                        lead ? Wl(kFcProjB, l) : nullptr, cast_weights, nullptr,
+                                        nullptr, /*residual=*/lead ? res2_[l] : nullptr));
+    FP8RT_RETURN_IF_ERROR(TpAllReduce(res3_[l], "FC2 all-reduce (TP)"));
     res = res3_[l];
   }
   ops_->Mark("layernorm fwd");
@@ -510,7 +548,7 @@ template <typename Ops, typename T>
 Status Gpt<Ops, T>::BackwardPass() {
   const ModelConfig& m = o_.model;
   const int64_t C = m.n_embd, L = m.n_layer;
-  const AttentionShape as{o_.B, o_.T, m.n_head, C / m.n_head};
+  const AttentionShape as = Att();
   // logits_ holds dlogits now.
   FP8RT_RETURN_IF_ERROR(LinearBackward(0, kLmHead, dc1_, G(kWte), nullptr, logits_, lnf_));
   ops_->Mark("layernorm bwd");
@@ -520,34 +558,34 @@ Status Gpt<Ops, T>::BackwardPass() {
     const T* res_in = l == 0 ? encoded_ : res3_[l - 1];
     // dres_ is the gradient of this block's output (res3).
     bool dgelu_done = false;
-    FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFcProj, d4c_, G(kFcProjW) + l * 4 * C * C,
-                                         G(kFcProjB) + l * C, dres_, fch_gelu_[l], fch_[l],
-                                         &dgelu_done));
+    FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFcProj, d4c_, Gl(kFcProjW, l), Gl(kFcProjB, l),
+                                         dres_, fch_gelu_[l], fch_[l], &dgelu_done));
     // The GELU backward: in fc_proj's dgrad epilogue (BF16), else in fc's FP8 cast of its output
     // gradient, else a kernel of its own.
     const bool gelu_in_cast = !dgelu_done && FusesGeluIntoDyCast(kFc);
     if (!dgelu_done && !gelu_in_cast) {
       ops_->Mark("gelu bwd");
-      FP8RT_RETURN_IF_ERROR(ops_->GeluBackward(d4c_, fch_[l], d4c_, M_ * 4 * C));
+      FP8RT_RETURN_IF_ERROR(ops_->GeluBackward(d4c_, fch_[l], d4c_, M_ * PerLayer(kFcB)));
     }
-    FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFc, dc1_, G(kFcW) + l * 4 * C * C, G(kFcB) + l * 4 * C,
-                                         d4c_, ln2_[l], nullptr, nullptr,
-                                         gelu_in_cast ? fch_[l] : nullptr));
+    FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFc, dc1_, Gl(kFcW, l), Gl(kFcB, l), d4c_, ln2_[l],
+                                         nullptr, nullptr, gelu_in_cast ? fch_[l] : nullptr));
+    FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "FC input-gradient all-reduce (TP)"));
     ops_->Mark("layernorm bwd");
-    FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, G(kLn2W) + l * C, G(kLn2B) + l * C, dc1_,
-                                                  res2_[l], W(kLn2W) + l * C, ln2_mean_[l],
+    FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, Gl(kLn2W, l), Gl(kLn2B, l), dc1_,
+                                                  res2_[l], Wl(kLn2W, l), ln2_mean_[l],
                                                   ln2_rstd_[l], M_, C, true));
     // dres_ is now the gradient of res2.
-    FP8RT_RETURN_IF_ERROR(LinearBackward(l, kAttProj, dc2_, G(kAttProjW) + l * C * C,
-                                         G(kAttProjB) + l * C, dres_, atty_[l]));
+    FP8RT_RETURN_IF_ERROR(LinearBackward(l, kAttProj, dc2_, Gl(kAttProjW, l), Gl(kAttProjB, l),
+                                         dres_, atty_[l]));
     ops_->Mark("attention bwd");
     FP8RT_RETURN_IF_ERROR(ops_->AttentionBackward(dqkv_, dc2_, qkv_[l], atty_[l], att_[l], as));
-    FP8RT_RETURN_IF_ERROR(LinearBackward(l, kQkv, dc1_, G(kQkvW) + l * 3 * C * C,
-                                         G(kQkvB) + l * 3 * C, dqkv_, ln1_[l]));
+    FP8RT_RETURN_IF_ERROR(
+        LinearBackward(l, kQkv, dc1_, Gl(kQkvW, l), Gl(kQkvB, l), dqkv_, ln1_[l]));
+    FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "QKV input-gradient all-reduce (TP)"));
     ops_->Mark("layernorm bwd");
-    FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, G(kLn1W) + l * C, G(kLn1B) + l * C, dc1_,
-                                                  res_in, W(kLn1W) + l * C, ln1_mean_[l],
-                                                  ln1_rstd_[l], M_, C, true));
+    FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, Gl(kLn1W, l), Gl(kLn1B, l), dc1_, res_in,
+                                                  Wl(kLn1W, l), ln1_mean_[l], ln1_rstd_[l], M_,
+                                                  C, true));
     // Layer l's gradients are final: launch the bucket that ends with it.
     if (reduce_grads_now_ && next_bucket_ < static_cast<int>(buckets_.size()) &&
         buckets_[next_bucket_].first_layer == l) {
@@ -572,7 +610,7 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
   const int64_t n = M_ * o_.grad_accum;
   std::memcpy(staging_, x, n * sizeof(int32_t));
   std::memcpy(staging_ + n, y, n * sizeof(int32_t));
-  if (Dp()) {  // the stop vote travels in the loss all-reduce (alone, out->stop stays as given)
+  if (Multi()) {  // the stop vote travels in the loss all-reduce (alone, out->stop stays as given)
     const float vote = out->stop ? 1.0f : 0.0f;
     std::memcpy(staging_ + 2 * n, &vote, sizeof vote);
     FP8RT_RETURN_IF_ERROR(
@@ -594,11 +632,12 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
   ops_->EndProfileStep();
   double loss = 0;
   for (int i = 0; i < o_.grad_accum; ++i) loss += stats[i];
-  // Under DP the losses were summed over the group: their mean is the global batch's loss.
-  const int replicas = Dp() ? o_.dp->size() : 1;
-  out->loss = static_cast<float>(loss / o_.grad_accum / replicas);
+  // With several ranks the losses were summed over all of them (the TP ranks of a replica each
+  // hold its loss): their mean is the global batch's loss.
+  const int ranks = Multi() ? World()->size() : 1;
+  out->loss = static_cast<float>(loss / o_.grad_accum / ranks);
   out->grad_norm = std::sqrt(stats[o_.grad_accum + 1]);
-  if (Dp()) out->stop = stats[o_.grad_accum] > 0.0f;
+  if (Multi()) out->stop = stats[o_.grad_accum] > 0.0f;
   out->weight_casts = weight_casts_;
   out->amax_collectives = amax_collectives_;
   out->grad_buckets = Dp() ? static_cast<int>(buckets_.size()) : 0;
@@ -644,7 +683,25 @@ Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
   cfg.lr = lr, cfg.beta1 = o_.beta1, cfg.beta2 = o_.beta2, cfg.eps = o_.eps;
   cfg.weight_decay = o_.weight_decay;
   ops_->Mark("grad norm");
-  if (Zero()) {
+  if (Tp()) {
+    // Each TP rank holds its part of the split tensors and all of the others, the same on every
+    // TP rank: the split parts add up over the group, the others count once (TP rank 0's). Under
+    // ZeRO-1 the parts are also split over the data-parallel group: add up over every rank.
+    FP8RT_RETURN_IF_ERROR(ops_->Zero(norm_sq_, sizeof(float)));
+    for (int p = 0; p < kNumParams; ++p) {
+      if (!TpSplit(p) && o_.tp->rank() != 0) continue;
+      FP8RT_RETURN_IF_ERROR(
+          Zero() ? ops_->NormSquared(norm_sq_, gshard_ + shard_offset_[p], Layers(p) * SliceOf(p),
+                                     true)
+                 : ops_->NormSquared(norm_sq_, G(static_cast<Param>(p)), layout_.size[p], true));
+    }
+    void* stream = ops_->ForkComm();
+    FP8RT_RETURN_IF_ERROR((Zero() ? World() : o_.tp)
+                              ->AllReduce(norm_sq_, norm_sq_, 1, comm::DataType::kFloat32,
+                                          comm::ReduceOp::kSum, stream,
+                                          "gradient norm all-reduce (TP)"));
+    FP8RT_RETURN_IF_ERROR(ops_->JoinComm());
+  } else if (Zero()) {
     // Each rank holds its part of the reduced gradients: the squared norms add up over ranks.
     FP8RT_RETURN_IF_ERROR(ops_->NormSquared(norm_sq_, gshard_, shard_total_));
     void* stream = ops_->ForkComm();
@@ -652,6 +709,10 @@ Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
                                            comm::ReduceOp::kSum, stream,
                                            "gradient norm all-reduce (ZeRO-1)"));
     FP8RT_RETURN_IF_ERROR(ops_->JoinComm());
+  } else {
+    FP8RT_RETURN_IF_ERROR(ops_->NormSquared(norm_sq_, grads_, layout_.total));
+  }
+  if (Zero()) {
     ops_->Mark("adamw");
     const int64_t r = o_.dp->rank();
     for (int p = 0; p < kNumParams; ++p) {
@@ -665,7 +726,6 @@ Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
     }
     return Status::Ok();
   }
-  FP8RT_RETURN_IF_ERROR(ops_->NormSquared(norm_sq_, grads_, layout_.total));
   ops_->Mark("adamw");
   for (int p = 0; p < kNumParams; ++p) {
     const int64_t off = layout_.offset[p];
@@ -742,25 +802,47 @@ template <typename Ops, typename T>
 Status Gpt<Ops, T>::ExportState(std::vector<float>* master, std::vector<float>* m,
                                 std::vector<float>* v) {
   const size_t n = static_cast<size_t>(layout_.total);
+  std::vector<float> a, b, c;  // this rank's parts (the whole model without TP)
   if (Zero()) {  // every rank must call it: the shards are all-gathered
-    FP8RT_RETURN_IF_ERROR(GatherState(master_, master));
-    FP8RT_RETURN_IF_ERROR(GatherState(m_, m));
-    return GatherState(v_, v);
+    FP8RT_RETURN_IF_ERROR(GatherState(master_, &a));
+    FP8RT_RETURN_IF_ERROR(GatherState(m_, &b));
+    FP8RT_RETURN_IF_ERROR(GatherState(v_, &c));
+  } else {
+    a.resize(n), b.resize(n), c.resize(n);
+    FP8RT_RETURN_IF_ERROR(ops_->Download(a.data(), master_, n * sizeof(float)));
+    FP8RT_RETURN_IF_ERROR(ops_->Download(b.data(), m_, n * sizeof(float)));
+    FP8RT_RETURN_IF_ERROR(ops_->Download(c.data(), v_, n * sizeof(float)));
   }
-  master->resize(n), m->resize(n), v->resize(n);
-  FP8RT_RETURN_IF_ERROR(ops_->Download(master->data(), master_, n * sizeof(float)));
-  FP8RT_RETURN_IF_ERROR(ops_->Download(m->data(), m_, n * sizeof(float)));
-  return ops_->Download(v->data(), v_, n * sizeof(float));
+  if (!Tp()) {
+    *master = std::move(a), *m = std::move(b), *v = std::move(c);
+    return Status::Ok();
+  }
+  FP8RT_RETURN_IF_ERROR(TpGather(a, master));
+  FP8RT_RETURN_IF_ERROR(TpGather(b, m));
+  return TpGather(c, v);
 }
 
 template <typename Ops, typename T>
-Status Gpt<Ops, T>::ImportState(const std::vector<float>& master, const std::vector<float>& m,
-                                const std::vector<float>& v) {
-  const size_t n = static_cast<size_t>(layout_.total);
-  if (master.size() != n || m.size() != n || v.size() != n) {
-    return Status::InvalidArgument(StrCat("state has ", master.size(), "/", m.size(), "/", v.size(),
-                                          " values, the model has ", n));
+Status Gpt<Ops, T>::ImportState(const std::vector<float>& whole_master,
+                                const std::vector<float>& whole_m,
+                                const std::vector<float>& whole_v) {
+  const size_t whole = static_cast<size_t>(Layout(o_.model).total);
+  if (whole_master.size() != whole || whole_m.size() != whole || whole_v.size() != whole) {
+    return Status::InvalidArgument(StrCat("state has ", whole_master.size(), "/", whole_m.size(),
+                                          "/", whole_v.size(), " values, the model has ", whole));
   }
+  const size_t n = static_cast<size_t>(layout_.total);
+  // Under TP, this rank's part of each (the whole model otherwise).
+  std::vector<float> parts[3];
+  const std::vector<float>* in[3] = {&whole_master, &whole_m, &whole_v};
+  if (Tp()) {
+    for (int i = 0; i < 3; ++i) {
+      parts[i].resize(n);
+      TpExtract(o_.model, o_.tp->size(), o_.tp->rank(), in[i]->data(), parts[i].data());
+      in[i] = &parts[i];
+    }
+  }
+  const std::vector<float>&master = *in[0], &m = *in[1], &v = *in[2];
   if (Zero()) {
     // This rank's parts; the full master waits for the next step's FP8 casts.
     FP8RT_RETURN_IF_ERROR(ScatterState(master, master_));

@@ -4,6 +4,7 @@
 // here and nowhere else.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -63,25 +64,38 @@ inline const char* kDgradNames[] = {"gemm dgrad qkv", "gemm dgrad attn_proj", "g
 inline const char* kWgradNames[] = {"gemm wgrad qkv", "gemm wgrad attn_proj", "gemm wgrad fc",
                                     "gemm wgrad fc_proj", "gemm wgrad lm_head"};
 
+// Per-layer tensors ((L, ...) in the layout) and the others (embeddings, final LayerNorm).
+inline bool IsLayerParam(int p) { return p >= kLn1W && p <= kFcProjB; }
+
+// Tensor parallelism (Megatron-style, over `tp` ranks): QKV and FC are column-parallel (rank r
+// keeps its heads' rows of Q, K and V, and rows r of FC), the attention projection and FC2 are
+// row-parallel (rank r keeps columns r of their weights); their biases follow (QKV's and FC's are
+// split, the projections' are whole and added by TP rank 0 only, before the sum over the group).
+// Embeddings, LayerNorms and the LM head are whole on every rank. A Layout with tp > 1 is rank r's
+// part; every rank's parts have the same sizes.
+inline bool TpSplit(int p) {
+  return p == kQkvW || p == kQkvB || p == kAttProjW || p == kFcW || p == kFcB || p == kFcProjW;
+}
+
 struct Layout {
   int64_t size[kNumParams];
   int64_t offset[kNumParams];
   int64_t total = 0;
-  explicit Layout(const ModelConfig& m) {
-    const int64_t C = m.n_embd, L = m.n_layer, Vp = m.padded_vocab();
+  explicit Layout(const ModelConfig& m, int tp = 1) {
+    const int64_t C = m.n_embd, L = m.n_layer, Vp = m.padded_vocab(), t = tp;
     const int64_t s[kNumParams] = {Vp * C,
                                    int64_t{m.block_size} * C,
                                    L * C,
                                    L * C,
-                                   L * 3 * C * C,
-                                   L * 3 * C,
-                                   L * C * C,
+                                   L * 3 * C * C / t,
+                                   L * 3 * C / t,
+                                   L * C * C / t,
                                    L * C,
                                    L * C,
                                    L * C,
-                                   L * 4 * C * C,
-                                   L * 4 * C,
-                                   L * 4 * C * C,
+                                   L * 4 * C * C / t,
+                                   L * 4 * C / t,
+                                   L * 4 * C * C / t,
                                    L * C,
                                    C,
                                    C};
@@ -94,26 +108,90 @@ struct Layout {
   }
 };
 
-// (N, K) of each linear layer: y (M, N) = x (M, K) W^T.
-inline void LinearShape(const ModelConfig& m, int kind, int64_t* N, int64_t* K) {
-  const int64_t C = m.n_embd;
+// (N, K) of each linear layer on one of `tp` ranks: y (M, N) = x (M, K) W^T.
+inline void LinearShape(const ModelConfig& m, int kind, int64_t* N, int64_t* K, int tp = 1) {
+  const int64_t C = m.n_embd, t = tp;
   switch (kind) {
     case kQkv:
-      *N = 3 * C, *K = C;
+      *N = 3 * C / t, *K = C;
       return;
     case kAttProj:
-      *N = C, *K = C;
+      *N = C, *K = C / t;
       return;
     case kFc:
-      *N = 4 * C, *K = C;
+      *N = 4 * C / t, *K = C;
       return;
     case kFcProj:
-      *N = C, *K = 4 * C;
+      *N = C, *K = 4 * C / t;
       return;
     default:
       *N = m.padded_vocab(), *K = C;
       return;
   }
+}
+
+// Where TP rank r's part of one layer's tensor p comes from in the whole tensor: runs of
+// (offset in the whole layer tensor, offset in the part, length). A tensor that is not split is
+// one run over all of it.
+struct TpRun {
+  int64_t whole, part, n;
+};
+inline std::vector<TpRun> TpRuns(const ModelConfig& m, int tp, int r, int p) {
+  const int64_t C = m.n_embd, t = tp;
+  std::vector<TpRun> runs;
+  auto rows = [&](int64_t blocks, int64_t rows_per_block, int64_t cols) {
+    // Rank r's rows of each of `blocks` row blocks (Q, K, V; or FC's one block).
+    const int64_t mine = rows_per_block / t;
+    for (int64_t b = 0; b < blocks; ++b) {
+      runs.push_back({(b * rows_per_block + r * mine) * cols, b * mine * cols, mine * cols});
+    }
+  };
+  auto cols = [&](int64_t nrows, int64_t ncols) {  // rank r's columns of every row
+    const int64_t mine = ncols / t;
+    for (int64_t i = 0; i < nrows; ++i) runs.push_back({i * ncols + r * mine, i * mine, mine});
+  };
+  switch (p) {
+    case kQkvW: rows(3, C, C); break;
+    case kQkvB: rows(3, C, 1); break;
+    case kFcW: rows(1, 4 * C, C); break;
+    case kFcB: rows(1, 4 * C, 1); break;
+    case kAttProjW: cols(C, C); break;
+    case kFcProjW: cols(C, 4 * C); break;
+    default: {
+      const Layout whole(m);
+      const int64_t n = IsLayerParam(p) ? whole.size[p] / m.n_layer : whole.size[p];
+      runs.push_back({0, 0, n});
+    }
+  }
+  return runs;
+}
+
+// Copies between a whole-model array (Layout(m) order) and TP rank r's part of it (Layout(m, tp)
+// order): Extract takes rank r's part out of the whole, Insert puts it back.
+template <bool kExtract>
+void TpCopy(const ModelConfig& m, int tp, int r, const float* from, float* to) {
+  const Layout whole(m), part(m, tp);
+  for (int p = 0; p < kNumParams; ++p) {
+    const int layers = IsLayerParam(p) ? m.n_layer : 1;
+    const int64_t wl = whole.size[p] / layers, pl = part.size[p] / layers;
+    const std::vector<TpRun> runs = TpRuns(m, tp, r, p);
+    for (int l = 0; l < layers; ++l) {
+      const int64_t wo = whole.offset[p] + l * wl, po = part.offset[p] + l * pl;
+      for (const TpRun& u : runs) {
+        if (kExtract) {
+          std::copy_n(from + wo + u.whole, u.n, to + po + u.part);
+        } else {
+          std::copy_n(from + po + u.part, u.n, to + wo + u.whole);
+        }
+      }
+    }
+  }
+}
+inline void TpExtract(const ModelConfig& m, int tp, int r, const float* whole, float* part) {
+  TpCopy<true>(m, tp, r, whole, part);
+}
+inline void TpInsert(const ModelConfig& m, int tp, int r, const float* part, float* whole) {
+  TpCopy<false>(m, tp, r, part, whole);
 }
 
 // The weight tensor of linear `kind` (the LM head is tied to the token embedding).
@@ -145,8 +223,6 @@ struct GradBucket {
   int64_t elements = 0;
 };
 
-// Per-layer tensors ((L, ...) in the layout) and the others (embeddings, final LayerNorm).
-inline bool IsLayerParam(int p) { return p >= kLn1W && p <= kFcProjB; }
 
 // Buckets of at least `bucket_bytes` of FP32 gradients (whole layers; the last block bucket may
 // be smaller), in launch order. Every element of every tensor is in exactly one bucket.

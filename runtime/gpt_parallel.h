@@ -1,6 +1,6 @@
-// Data parallelism and ZeRO-1 for the GPT model: the member functions of Gpt<Ops, T> that talk
-// to other ranks (included at the end of runtime/gpt_impl.h). Without a data-parallel group
-// none of this runs.
+// Data parallelism, ZeRO-1 and tensor parallelism for the GPT model: the member functions of
+// Gpt<Ops, T> that talk to other ranks (included at the end of runtime/gpt_impl.h). A world of
+// one runs none of this.
 #pragma once
 
 namespace fp8rt::gpt_detail {
@@ -51,27 +51,29 @@ Status Gpt<Ops, T>::ReduceBucket(int b) {
   return Status::Ok();
 }
 
-// Under DP, after the gradient buckets: ONE MAX all-reduce of the amaxes of every FP8 tensor
+// With several ranks, after the gradient buckets: ONE MAX all-reduce over every rank (DP x TP) of
+// the amaxes of every FP8 tensor
 // (every layer, role and micro-batch max-accumulated in the one contiguous buffer; NaN mapped to
 // +Inf first, so a NaN on any rank is seen by all), and the micro-batch losses summed for the
 // metrics together with the ranks' stop votes (so that all stop after the same step). The compute
 // stream then waits for every collective of the step.
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::ReduceAcrossRanks() {
-  if (!Dp()) return Status::Ok();
+  if (!Multi()) return Status::Ok();
+  comm::Communicator* const world = World();
   if (fp8_.num_tensors > 0) {
     ops_->Mark("amax reduce");
     FP8RT_RETURN_IF_ERROR(ops_->AmaxNanToInf(fp8_.scaling.amax, fp8_.num_tensors));
     void* stream = ops_->ForkComm();
     ops_->CommTimerStart(kAmaxTimer);
-    FP8RT_RETURN_IF_ERROR(o_.dp->AllReduce(
+    FP8RT_RETURN_IF_ERROR(world->AllReduce(
         fp8_.scaling.amax, fp8_.scaling.amax, static_cast<size_t>(fp8_.num_tensors),
         comm::DataType::kFloat32, comm::ReduceOp::kMax, stream, "FP8 amax all-reduce"));
     ops_->CommTimerStop(kAmaxTimer);
     ++amax_collectives_;
   }
   void* stream = ops_->ForkComm();
-  FP8RT_RETURN_IF_ERROR(o_.dp->AllReduce(
+  FP8RT_RETURN_IF_ERROR(world->AllReduce(
       step_losses_, step_losses_, static_cast<size_t>(o_.grad_accum + 1), comm::DataType::kFloat32,
       comm::ReduceOp::kSum, stream, "loss and stop-vote all-reduce"));
   FP8RT_RETURN_IF_ERROR(ops_->JoinComm());
@@ -218,6 +220,43 @@ Status Gpt<Ops, T>::ScatterState(const std::vector<float>& full, float* shard) {
     }
   }
   return ops_->Upload(shard, mine.data(), mine.size() * sizeof(float));
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::TpAllReduce(T* x, const char* what) {
+  if (!Tp()) return Status::Ok();
+  ops_->Mark("tp all-reduce");
+  const comm::DataType dt =
+      kT == DType::kBFloat16 ? comm::DataType::kBFloat16 : comm::DataType::kFloat32;
+  return o_.tp->AllReduce(x, x, static_cast<size_t>(M_ * o_.model.n_embd), dt,
+                          comm::ReduceOp::kSum, ops_->ComputeStream(), what);
+}
+
+// Every TP rank's part through a temporary device buffer (TP x this rank's state), then put
+// together on the host.
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::TpGather(const std::vector<float>& part, std::vector<float>* whole) {
+  const int tp = o_.tp->size(), r = o_.tp->rank();
+  const size_t n = part.size();
+  float* buf = static_cast<float*>(ops_->Alloc(n * tp * sizeof(float)));
+  if (buf == nullptr) {
+    return Status(StatusCode::kResourceExhausted,
+                  StrCat("out of memory gathering the tensor-parallel parts of the state (",
+                         n * tp * sizeof(float), " bytes)"));
+  }
+  std::vector<float> all(n * tp);
+  const Status s = [&]() -> Status {
+    FP8RT_RETURN_IF_ERROR(ops_->Upload(buf + r * n, part.data(), n * sizeof(float)));
+    FP8RT_RETURN_IF_ERROR(o_.tp->AllGather(buf + r * n, buf, n, comm::DataType::kFloat32,
+                                           ops_->ForkComm(), "state all-gather (TP checkpoint)"));
+    FP8RT_RETURN_IF_ERROR(ops_->JoinComm());
+    return ops_->Download(all.data(), buf, all.size() * sizeof(float));
+  }();
+  ops_->Free(buf);
+  FP8RT_RETURN_IF_ERROR(s);
+  whole->assign(static_cast<size_t>(Layout(o_.model).total), 0.0f);
+  for (int k = 0; k < tp; ++k) TpInsert(o_.model, tp, k, all.data() + k * n, whole->data());
+  return Status::Ok();
 }
 
 }  // namespace fp8rt::gpt_detail

@@ -146,14 +146,15 @@ class CpuOps {
   }
   Status FloatToBf16(bf16* out, const float* in, int64_t n) { return cpu::FloatToBf16(out, in, n); }
   Status Bf16ToFloat(float* out, const bf16* in, int64_t n) { return cpu::Bf16ToFloat(out, in, n); }
-  Status NormSquared(float* out, const float* g, int64_t n) {
-    return cpu::GlobalNormSquared(out, g, n);
+  Status NormSquared(float* out, const float* g, int64_t n, bool accumulate = false) {
+    return cpu::GlobalNormSquared(out, g, n, accumulate);
   }
 
   // Collectives across ranks. On the CPU they run synchronously when called: ForkComm and
   // JoinComm order nothing, CommStream is null (comm::Communicator's host-buffer streams) and a
   // timer sums the host time between its Start and Stop calls.
   void* ForkComm() { return nullptr; }
+  void* ComputeStream() { return nullptr; }
   Status JoinComm() { return Status::Ok(); }
   void CommTimerStart(int k) { timer_start_[k] = std::chrono::steady_clock::now(); }
   void CommTimerStop(int k) {

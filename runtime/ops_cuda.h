@@ -328,6 +328,9 @@ class CudaOps {
   // enqueued so far and returns it; JoinComm makes the compute stream wait for every collective
   // enqueued so far. Timers are event pairs on the communication stream (start of the first
   // Start to the end of the last Stop of a step), read after the step's synchronisation.
+  // The compute stream, for collectives that the computation waits on in order (tensor
+  // parallelism's all-reduces).
+  void* ComputeStream() { return stream_; }
   void* ForkComm() {
     if (!EnsureCommStream()) return nullptr;
     cudaEventRecord(forked_, stream_);
@@ -358,8 +361,8 @@ class CudaOps {
     }
     return ms;
   }
-  Status NormSquared(float* out, const float* g, int64_t n) {
-    return cuda::GlobalNormSquared(out, g, n, scratch_, scratch_bytes_, stream_);
+  Status NormSquared(float* out, const float* g, int64_t n, bool accumulate = false) {
+    return cuda::GlobalNormSquared(out, g, n, scratch_, scratch_bytes_, stream_, accumulate);
   }
   template <typename T>
   Status AdamW(float* master, float* m, float* v, const float* g, T* working, int64_t n, int step,

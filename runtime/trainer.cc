@@ -59,7 +59,9 @@ Result<std::vector<float>> Floats(const Checkpoint& ck, const char* name) {
   return v;
 }
 
-// Every rank calls it under ZeRO-1 (ExportState all-gathers the shards); only `write` writes.
+// Every rank calls it under ZeRO-1 or TP (ExportState all-gathers the parts); only `write`
+// writes. The checkpoint is the whole model whatever the parallelism, so a run resumes with
+// another dp or tp.
 Status SaveCheckpoint(const TrainOptions& o, Precision p, GptModel& model, int64_t step,
                       const DataCursor& cursor, bool write = true) {
   Checkpoint ck;
@@ -179,16 +181,32 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                                           data.max_token(), " >= model.vocab_size ",
                                           c.model.vocab_size));
   }
-  const int dp = c.parallel.dp == 0 ? ranks : c.parallel.dp;
-  if (dp != ranks) {
-    return Status::InvalidArgument(
-        StrCat("parallel.dp is ", dp, " but the launcher started ", ranks,
-               " rank(s); without tensor parallelism dp must equal the number of ranks (or be 0)"));
+  const int tp = c.parallel.tp;
+  if (ranks % tp != 0) {
+    return Status::InvalidArgument(StrCat("parallel.tp is ", tp, " but the launcher started ",
+                                          ranks, " rank(s), not a multiple of it"));
   }
-  const bool zero = c.parallel.zero && dp > 1;  // every rank takes part in a checkpoint
-  DataLoader loader(&data, c.train.batch_size, c.train.seq_len, c.train.seed, rank, dp);
+  const int dp = c.parallel.dp == 0 ? ranks / tp : c.parallel.dp;
+  if (dp * tp != ranks) {
+    return Status::InvalidArgument(StrCat("parallel.dp is ", dp, " but the launcher started ",
+                                          ranks, " rank(s); dp x tp (tp = ", tp,
+                                          ") must equal the number of ranks (or leave dp at 0)"));
+  }
+  // The grid: rank = dp_rank * tp + tp_rank, so a replica's TP ranks are neighbours (one node).
+  const int dp_rank = rank / tp;
+  const bool zero = c.parallel.zero && dp > 1;
+  const bool all_save = zero || tp > 1;  // every rank takes part in a checkpoint (all-gathers)
+  std::unique_ptr<comm::Communicator> dp_group, tp_group;
+  if (tp > 1) {
+    FP8RT_ASSIGN_OR_RETURN(tp_group, o.world->comm().Split(dp_rank, rank, "tp"));
+    if (dp > 1) {
+      FP8RT_ASSIGN_OR_RETURN(dp_group, o.world->comm().Split(rank % tp, rank, "dp"));
+    }
+  }
+  DataLoader loader(&data, c.train.batch_size, c.train.seq_len, c.train.seed, dp_rank, dp);
   FP8RT_RETURN_IF_ERROR(loader.Init());
   if (progress) {
+    if (tp > 1) *progress << "tensor parallel: " << tp << " ranks per replica\n";
     *progress << "global batch: " << dp << " (dp) x " << c.train.batch_size << " (batch_size) x "
               << c.train.grad_accum
               << " (grad_accum) = " << int64_t{dp} * c.train.batch_size * c.train.grad_accum
@@ -212,7 +230,9 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   mo.grad_clip = c.train.grad_clip, mo.weight_decay = c.train.weight_decay;
   mo.beta1 = c.train.beta1, mo.beta2 = c.train.beta2, mo.eps = c.train.eps;
   mo.attention = o.attention;
-  mo.dp = o.world != nullptr && ranks > 1 ? &o.world->comm() : nullptr;
+  mo.world = o.world != nullptr && ranks > 1 ? &o.world->comm() : nullptr;
+  mo.dp = dp == 1 ? nullptr : tp > 1 ? dp_group.get() : mo.world;
+  mo.tp = tp_group.get();
   mo.grad_bucket_bytes = static_cast<int64_t>(c.parallel.bucket_mb * 1048576.0);
   mo.zero = c.parallel.zero;
   mo.grad_reduce_bf16 = c.parallel.grad_reduce_dtype == "bf16";
@@ -245,7 +265,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   while (step < stop) {
     // Alone, a signal stops before the next step; with several ranks the ranks vote in the
     // step (StepStats::stop) and all stop after the same one, so none waits on a stopped peer.
-    if (dp == 1 && o.stop_flag && o.stop_flag->load()) {
+    if (ranks == 1 && o.stop_flag && o.stop_flag->load()) {
       result.stopped_by_signal = true;
       break;
     }
@@ -274,13 +294,13 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
       return Status::Internal(StrCat("loss is ", st.loss, " at step ", step));
     }
     const double tok_s = static_cast<double>(M * c.train.grad_accum * dp) / sec;
-    // tokens_per_s is the job's (every replica's tokens); MFU is per GPU.
+    // tokens_per_s is the job's (every replica's tokens); MFU is per GPU (rank).
     const double mfu = device.bf16_peak_flops > 0
-                           ? tok_s / dp * flops_per_token / device.bf16_peak_flops
+                           ? tok_s / ranks * flops_per_token / device.bf16_peak_flops
                            : 0.0;
     // Every rank's scales and histories must be bit-identical: compare a hash of them.
     const int every = c.parallel.scale_check_every;
-    if (dp > 1 && pd.precision == Precision::kFp8 && every > 0 &&
+    if (ranks > 1 && pd.precision == Precision::kFp8 && every > 0 &&
         (step % every == 0 || step == stop)) {
       FP8RT_ASSIGN_OR_RETURN(auto recs, model->ExportScales());
       FP8RT_ASSIGN_OR_RETURN(auto hashes, model->GatherAcrossReplicas(HashScaleRecords(recs)));
@@ -307,8 +327,9 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                           {"fp8_weight_casts", st.weight_casts},
                           {"fp8_weights", model->num_fp8_weights()},
                           {"model_gib", model->allocated_bytes() / 1073741824.0}};
-      if (dp > 1) {
+      if (ranks > 1) {
         j["dp"] = dp;
+        j["tp"] = tp;
         j["amax_collectives"] = st.amax_collectives;
         j["amax_reduce_ms"] = st.amax_reduce_ms;
         j["grad_reduce_ms"] = st.grad_reduce_ms;
@@ -336,17 +357,17 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
       }
       *metrics << nlohmann::json({{"step", step}, {"fp8_telemetry", t}}).dump() << "\n";
     }
-    if (dp > 1 && st.stop) {
+    if (ranks > 1 && st.stop) {
       result.stopped_by_signal = true;
       break;
     }
-    if ((lead || zero) && !o.checkpoint_dir.empty() && c.train.checkpoint_every > 0 &&
+    if ((lead || all_save) && !o.checkpoint_dir.empty() && c.train.checkpoint_every > 0 &&
         step % c.train.checkpoint_every == 0 && step < stop) {
       FP8RT_RETURN_IF_ERROR(SaveCheckpoint(o, pd.precision, *model, step, loader.cursor(), lead));
     }
   }
   if (o.profile_ops) result.op_profile = model->OpProfile();
-  if ((lead || zero) && !o.checkpoint_dir.empty() && result.last_step >= result.first_step) {
+  if ((lead || all_save) && !o.checkpoint_dir.empty() && result.last_step >= result.first_step) {
     FP8RT_RETURN_IF_ERROR(
         SaveCheckpoint(o, pd.precision, *model, result.last_step, loader.cursor(), lead));
   }
