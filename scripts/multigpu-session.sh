@@ -2,8 +2,8 @@
 # One call on a multi-GPU node (issue [9 of 9]), from the repository root with bundle/ and data/
 # carried: collectives, data-parallel equivalence, ZeRO-1, a killed rank, and scaling, with every
 # log under $OUT. NVLink multicast stays off (NCCL_NVLS_ENABLE=0, as the device's KINDS.md asks).
-# Usage: scripts/multigpu-session.sh [comm] [equiv] [fault] [scaling] [overlap]
-#        (default: the first four; overlap compares gradient-reduction settings at dp 2)
+# Usage: scripts/multigpu-session.sh [comm] [equiv] [fault] [scaling] [overlap] [tpequiv] [tpscale]
+#        (default: all but overlap, which compares gradient-reduction settings at dp 2)
 # Environment: NGPU (default: nvidia-smi's count), STEPS (scaling steps, default 12), FP8RT_BIN
 # (the binaries, default bundle/bin). Exits 1 when a check fails, 77 (skipped) with fewer than 2 GPUs;
 # ctest runs its equiv and fault parts as the multigpu label (tests/CMakeLists.txt).
@@ -12,7 +12,7 @@ set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 B=${FP8RT_BIN:-bundle/bin}
-parts=${*:-comm equiv fault scaling}
+parts=${*:-comm equiv fault scaling tpequiv tpscale}
 NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 if [ "$NGPU" -lt 2 ]; then
   echo "multigpu-session: needs 2 or more GPUs, found $NGPU: skipped"; exit 77
@@ -191,6 +191,63 @@ if [[ $parts == *overlap* ]]; then
     gpt13 ov1_$prec 1 "zero: false" $prec
     gpt13 ov2_$prec 2 "zero: false" $prec
     gpt13 ov2_zero_$prec 2 "zero: true" $prec
+  done
+fi
+if [[ $parts == *tpequiv* ]]; then
+  echo "== tensor parallelism: tp 2 (and dp 2 x tp 2 on 4 GPUs) against tp 1"
+  for p in bf16 fp8; do
+    small_config "tp1_$p" 1 false $p
+    timeout 200 $B/fp8train --config "$OUT/tp1_$p.yaml" --steps 10 --metrics "$OUT/tp1_$p.jsonl" \
+      > "$OUT/tp1_$p.log" 2>&1
+    echo "tp 1 $p exit $?"
+    grids=("2 1"); [ "$NGPU" -ge 4 ] && grids+=("4 2")
+    for g in "${grids[@]}"; do
+      set -- $g; n=$1; d=$2
+      tag=tp2_${n}_$p
+      small_config "$tag" "$d" false $p
+      sed -i 's/^parallel: {/parallel: {tp: 2, /' "$OUT/$tag.yaml"
+      timeout 300 "${MPI[@]}" -np "$n" $B/fp8train --config "$OUT/$tag.yaml" --steps 10 \
+        --metrics "$OUT/$tag.jsonl" > "$OUT/$tag.log" 2>&1
+      echo "tp 2 on $n GPUs $p exit $?"
+    done
+  done
+  # Tolerance: 1e-3 relative on the losses of 10 steps (bf16 rounds the partial sums before the
+  # TP all-reduce); one amax all-reduce per step in fp8.
+  python3 - "$OUT" <<'PY' | tee "$OUT/tp_equivalence.md"
+import glob, json, os, sys
+out, bad = sys.argv[1], []
+def rows(f):
+    return [json.loads(l) for l in open(f) if '"loss"' in l] if os.path.exists(f) else []
+print("| run | against | largest relative loss difference, 10 steps | tolerance | amax collectives/step |")
+print("|---|---|---:|---:|---|")
+for f in sorted(glob.glob(f"{out}/tp2_*.jsonl")):
+    tag = os.path.basename(f)[:-6]
+    p = tag.rsplit("_", 1)[1]
+    a, b = rows(f"{out}/tp1_{p}.jsonl"), rows(f)
+    d = max((abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b)), default=float("inf"))
+    d = d if len(a) == len(b) == 10 else float("inf")
+    amax = sorted({r.get("amax_collectives", -1) for r in b})
+    ok = d <= 1e-3 and (p != "fp8" or amax == [1])
+    bad += [] if ok else [tag]
+    print(f"| {tag} | tp1_{p} | {d:.2e} | 1e-3 | {amax} |" + ("" if ok else " FAIL"))
+print("\nfailed: " + (", ".join(bad) if bad else "none"))
+sys.exit(1 if bad else 0)
+PY
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+
+if [[ $parts == *tpscale* ]]; then
+  echo "== tensor parallelism: gpt-1.3b at tp 1 and tp 2 (one replica on 2 GPUs)"
+  for p in ${TP_PRECISIONS:-fp8 bf16}; do
+    sed "s/^parallel:.*//" configs/gpt-1.3b.yaml > "$OUT/tp13.yaml"
+    echo "parallel: {tp: 2}" >> "$OUT/tp13.yaml"
+    sed -i "s|\.\./data/|$(pwd)/data/|" "$OUT/tp13.yaml"
+    sed "s/^parallel:.*//" configs/gpt-1.3b.yaml | sed "s|\.\./data/|$(pwd)/data/|" > "$OUT/tp13_1.yaml"
+    timeout 300 $B/fp8train --config "$OUT/tp13_1.yaml" --precision $p --steps "$STEPS" \
+      --metrics "$OUT/tp13_1_$p.jsonl" > "$OUT/tp13_1_$p.log" 2>&1
+    timeout 300 "${MPI[@]}" -np 2 $B/fp8train --config "$OUT/tp13.yaml" --precision $p \
+      --steps "$STEPS" --metrics "$OUT/tp13_2_$p.jsonl" > "$OUT/tp13_2_$p.log" 2>&1
+    echo "| gpt-1.3b $p | tp 1: $(median_tps "$OUT/tp13_1_$p.jsonl") tok/s, $(median_tps "$OUT/tp13_1_$p.jsonl" step_ms) ms | tp 2 (2 GPUs, one replica): $(median_tps "$OUT/tp13_2_$p.jsonl") tok/s, $(median_tps "$OUT/tp13_2_$p.jsonl" step_ms) ms | memory $(median_tps "$OUT/tp13_1_$p.jsonl" device_used_gib) -> $(median_tps "$OUT/tp13_2_$p.jsonl" device_used_gib) GiB |" | tee -a "$OUT/tp.md"
   done
 fi
 exit $rc
