@@ -86,27 +86,50 @@ Status WriteFileAtomic(const std::string& path, const void* bytes, size_t n) {
   return FsyncPath(fs::path(path).parent_path().string(), true);
 }
 
-Status CheckpointWriter::Write(const Checkpoint& ckpt) const {
+std::string CheckpointWriter::StagingDir(int64_t step) const {
+  return CheckpointStepDir(dir_, step) + ".staging";
+}
+
+Status CheckpointWriter::PrepareStaging(int64_t step) const {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) return Status::IOError(StrCat("cannot create checkpoint dir '", dir_, "': ", ec.message()));
-  const std::string final_dir = CheckpointStepDir(dir_, ckpt.step);
-  const std::string staging = final_dir + ".staging";
+  const std::string staging = StagingDir(step);
   fs::remove_all(staging, ec);
   fs::create_directories(staging, ec);
   if (ec) return Status::IOError(StrCat("cannot create '", staging, "': ", ec.message()));
+  return Status::Ok();
+}
 
+Result<CheckpointFile> CheckpointWriter::StageFile(int64_t step, const std::string& name,
+                                                   const void* bytes, size_t n) const {
+  FP8RT_RETURN_IF_ERROR(WriteFileSynced((fs::path(StagingDir(step)) / name).string(), bytes, n));
+  return CheckpointFile{name, n, Crc32c(bytes, n)};
+}
+
+Status CheckpointWriter::Commit(const Checkpoint& ckpt,
+                                const std::vector<CheckpointFile>& staged) const {
+  std::error_code ec;
+  const std::string final_dir = CheckpointStepDir(dir_, ckpt.step);
+  const std::string staging = StagingDir(ckpt.step);
   nlohmann::json manifest;
   manifest["format_version"] = kFormatVersion;
   manifest["step"] = ckpt.step;
   manifest["fingerprint"] = ckpt.fingerprint;
   manifest["state"] = ckpt.state;
   manifest["files"] = nlohmann::json::object();
+  for (const CheckpointFile& f : staged) {
+    const std::string path = (fs::path(staging) / f.name).string();
+    if (!fs::exists(path) || fs::file_size(path, ec) != f.bytes) {
+      return Status::IOError(StrCat("staged checkpoint file '", path, "' is missing or is not ",
+                                    f.bytes, " bytes"));
+    }
+    manifest["files"][f.name] = {{"bytes", f.bytes}, {"crc32c", Hex32(f.crc32c)}};
+  }
   for (const auto& b : ckpt.blobs) {
-    FP8RT_RETURN_IF_ERROR(
-        WriteFileSynced((fs::path(staging) / b.name).string(), b.bytes.data(), b.bytes.size()));
-    manifest["files"][b.name] = {{"bytes", b.bytes.size()},
-                                 {"crc32c", Hex32(Crc32c(b.bytes.data(), b.bytes.size()))}};
+    FP8RT_ASSIGN_OR_RETURN(CheckpointFile f,
+                           StageFile(ckpt.step, b.name, b.bytes.data(), b.bytes.size()));
+    manifest["files"][b.name] = {{"bytes", f.bytes}, {"crc32c", Hex32(f.crc32c)}};
   }
   const std::string mtext = manifest.dump(2);
   FP8RT_RETURN_IF_ERROR(
@@ -128,6 +151,11 @@ Status CheckpointWriter::Write(const Checkpoint& ckpt) const {
   FP8RT_RETURN_IF_ERROR(FsyncPath(dir_, true));
   const std::string latest = fs::path(final_dir).filename().string() + "\n";
   return WriteFileAtomic((fs::path(dir_) / "LATEST").string(), latest.data(), latest.size());
+}
+
+Status CheckpointWriter::Write(const Checkpoint& ckpt) const {
+  FP8RT_RETURN_IF_ERROR(PrepareStaging(ckpt.step));
+  return Commit(ckpt, {});
 }
 
 Result<int64_t> LatestCheckpointStep(const std::string& dir) {

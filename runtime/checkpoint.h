@@ -28,13 +28,32 @@ struct Checkpoint {
   const CheckpointBlob* Find(const std::string& name) const;
 };
 
+// A file already written into a checkpoint's staging directory.
+struct CheckpointFile {
+  std::string name;
+  uint64_t bytes = 0;
+  uint32_t crc32c = 0;
+};
+
 class CheckpointWriter {
  public:
   explicit CheckpointWriter(std::string dir) : dir_(std::move(dir)) {}
   // Writes step_<step>/ atomically and points LATEST at it.
   Status Write(const Checkpoint& ckpt) const;
 
+  // The same in three phases, for checkpoints that several processes write into one directory
+  // (each rank its shard; the directory must be on a filesystem they share): one process
+  // prepares an empty staging directory, then every writer stages its files (written and
+  // fsynced), then one process commits: writes ckpt's own blobs and the manifest (which lists
+  // the staged files too, with their sizes and checksums), renames the directory into place and
+  // points LATEST at it. Until the commit nothing a reader sees changes.
+  Status PrepareStaging(int64_t step) const;
+  Result<CheckpointFile> StageFile(int64_t step, const std::string& name, const void* bytes,
+                                   size_t n) const;
+  Status Commit(const Checkpoint& ckpt, const std::vector<CheckpointFile>& staged) const;
+
  private:
+  std::string StagingDir(int64_t step) const;
   std::string dir_;
 };
 

@@ -101,6 +101,11 @@ class GptModel {
                              std::vector<float>* v) = 0;
   virtual Status ImportState(const std::vector<float>& master, const std::vector<float>& m,
                              const std::vector<float>& v) = 0;
+  // What this rank keeps, without talking to other ranks (for sharded checkpoints): its ZeRO-1
+  // shard (gpt_detail::ZeroShards order) of its TP part under ZeRO, else its TP part
+  // (gpt_detail::Layout(model, tp) order; the whole model without TP).
+  virtual Status ExportOwnedState(std::vector<float>* master, std::vector<float>* m,
+                                  std::vector<float>* v) = 0;
   // FP8 scale state (empty when no FP8 tensors).
   virtual Result<std::vector<TensorScaleRecord>> ExportScales() = 0;
   virtual Status ImportScales(const std::vector<TensorScaleRecord>& records) = 0;

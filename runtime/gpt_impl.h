@@ -39,6 +39,14 @@ class Gpt final : public GptModel {
                      std::vector<float>* v) override;
   Status ImportState(const std::vector<float>& master, const std::vector<float>& m,
                      const std::vector<float>& v) override;
+  Status ExportOwnedState(std::vector<float>* master, std::vector<float>* m,
+                          std::vector<float>* v) override {
+    const size_t n = static_cast<size_t>(Zero() ? shard_total_ : layout_.total);
+    master->resize(n), m->resize(n), v->resize(n);
+    FP8RT_RETURN_IF_ERROR(ops_->Download(master->data(), master_, n * sizeof(float)));
+    FP8RT_RETURN_IF_ERROR(ops_->Download(m->data(), m_, n * sizeof(float)));
+    return ops_->Download(v->data(), v_, n * sizeof(float));
+  }
   Result<std::vector<TensorScaleRecord>> ExportScales() override { return fp8_.ExportScales(); }
   Status ImportScales(const std::vector<TensorScaleRecord>& records) override {
     return fp8_.ImportScales(records);

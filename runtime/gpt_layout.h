@@ -194,6 +194,52 @@ inline void TpInsert(const ModelConfig& m, int tp, int r, const float* part, flo
   TpCopy<false>(m, tp, r, part, whole);
 }
 
+// ZeRO-1 over `dp` ranks: every (param, layer) tensor of a (TP part's) layout is cut into dp equal
+// contiguous slices; rank d keeps slice d of each, in (param, layer) order, each param's slices
+// 64-element aligned. (Only for layouts whose per-layer sizes divide by dp: the model checks.)
+struct ZeroShards {
+  int64_t offset[kNumParams] = {};
+  int64_t slice[kNumParams] = {};  // elements of each (param, layer) slice
+  int64_t total = 0;
+  ZeroShards(const ModelConfig& m, const Layout& part, int dp) {
+    for (int p = 0; p < kNumParams; ++p) {
+      const int layers = IsLayerParam(p) ? m.n_layer : 1;
+      slice[p] = part.size[p] / layers / dp;
+      offset[p] = total;
+      total += (layers * slice[p] + 63) / 64 * 64;
+    }
+  }
+};
+
+// The whole model (Layout(m) order) from the arrays each rank owns: owned(d, t) is data-parallel
+// rank d's, tensor-parallel rank t's array: its ZeRO shard (ZeroShards order) of TP part t when
+// `zero`, else TP part t (Layout(m, tp) order; then only d = 0 is asked).
+template <typename Owned>
+void AssembleWhole(const ModelConfig& m, int dp, int tp, bool zero, Owned owned, float* whole) {
+  const Layout part(m, tp);
+  const ZeroShards shards(m, part, dp);
+  std::vector<float> mine(static_cast<size_t>(part.total));
+  for (int t = 0; t < tp; ++t) {
+    if (!zero) {
+      TpInsert(m, tp, t, owned(0, t), whole);
+      continue;
+    }
+    std::fill(mine.begin(), mine.end(), 0.0f);
+    for (int d = 0; d < dp; ++d) {
+      const float* o = owned(d, t);
+      for (int p = 0; p < kNumParams; ++p) {
+        const int layers = IsLayerParam(p) ? m.n_layer : 1;
+        const int64_t per_layer = part.size[p] / layers, n = shards.slice[p];
+        for (int l = 0; l < layers; ++l) {
+          std::copy_n(o + shards.offset[p] + l * n, n,
+                      mine.data() + part.offset[p] + l * per_layer + d * n);
+        }
+      }
+    }
+    TpInsert(m, tp, t, mine.data(), whole);
+  }
+}
+
 // The weight tensor of linear `kind` (the LM head is tied to the token embedding).
 inline Param WeightOf(int kind) {
   switch (kind) {

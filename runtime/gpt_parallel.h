@@ -94,7 +94,6 @@ Status Gpt<Ops, T>::ReduceAcrossRanks() {
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::SetupZero() {
   const int64_t D = o_.dp->size();
-  shard_total_ = 0;
   for (int p = 0; p < kNumParams; ++p) {
     if (PerLayer(p) % D != 0) {
       return Status::InvalidArgument(StrCat(
@@ -102,9 +101,10 @@ Status Gpt<Ops, T>::SetupZero() {
           " elements per layer, which do not split into ", D,
           " equal parts (ZeRO-1 needs model.n_embd to be a multiple of the data-parallel size)"));
     }
-    shard_offset_[p] = shard_total_;
-    shard_total_ += (Layers(p) * SliceOf(p) + 63) / 64 * 64;
   }
+  const ZeroShards shards(o_.model, layout_, static_cast<int>(D));
+  std::copy_n(shards.offset, kNumParams, shard_offset_);
+  shard_total_ = shards.total;
   for (int kind = 0; kind <= kNumLinear; ++kind) {
     int64_t N, K;
     LinearShape(kind, &N, &K);

@@ -8,148 +8,13 @@
 #include <iomanip>
 #include <nlohmann/json.hpp>
 
-#include "common/crc32c.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data.h"
 #include "runtime/gpt.h"
 #include "runtime/scale_store.h"
+#include "runtime/train_checkpoint.h"
 
 namespace fp8rt {
-namespace {
-
-std::string ScaleStorePath(const std::string& dir) {
-  return (std::filesystem::path(dir) / "scales").string();
-}
-
-std::map<std::string, std::string> Fingerprint(const RunConfig& c, Precision p) {
-  std::map<std::string, std::string> f = {
-      {"model.n_layer", std::to_string(c.model.n_layer)},
-      {"model.n_embd", std::to_string(c.model.n_embd)},
-      {"model.n_head", std::to_string(c.model.n_head)},
-      {"model.block_size", std::to_string(c.model.block_size)},
-      {"model.vocab_size", std::to_string(c.model.vocab_size)},
-      {"train.batch_size", std::to_string(c.train.batch_size)},
-      {"train.seq_len", std::to_string(c.train.seq_len)},
-      {"train.grad_accum", std::to_string(c.train.grad_accum)},
-      {"train.seed", std::to_string(c.train.seed)},
-  };
-  if (p == Precision::kFp8) {
-    f["fp8.recipe"] = Fp8RecipeName(c.fp8.scaling.recipe);
-    f["fp8.history_len"] = std::to_string(c.fp8.scaling.history_len);
-    f["fp8.amax_algo"] = AmaxAlgoName(c.fp8.scaling.algo);
-    f["fp8.margin"] = std::to_string(c.fp8.scaling.margin);
-    f["fp8.layers"] = StrCat(c.fp8.qkv, c.fp8.attn_proj, c.fp8.fc, c.fp8.fc_proj, c.fp8.lm_head);
-  }
-  return f;
-}
-
-std::vector<uint8_t> Bytes(const std::vector<float>& v) {
-  std::vector<uint8_t> b(v.size() * sizeof(float));
-  std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
-
-Result<std::vector<float>> Floats(const Checkpoint& ck, const char* name) {
-  const CheckpointBlob* b = ck.Find(name);
-  if (b == nullptr || b->bytes.size() % 4 != 0) {
-    return Status::Corruption(StrCat("checkpoint step ", ck.step, " lacks a valid ", name));
-  }
-  std::vector<float> v(b->bytes.size() / 4);
-  std::memcpy(v.data(), b->bytes.data(), b->bytes.size());
-  return v;
-}
-
-// Every rank calls it under ZeRO-1 or TP (ExportState all-gathers the parts); only `write`
-// writes. The checkpoint is the whole model whatever the parallelism, so a run resumes with
-// another dp or tp.
-Status SaveCheckpoint(const TrainOptions& o, Precision p, GptModel& model, int64_t step,
-                      const DataCursor& cursor, bool write = true) {
-  Checkpoint ck;
-  ck.step = step;
-  ck.fingerprint = Fingerprint(o.config, p);
-  ck.state = {{"step", std::to_string(step)},
-              {"data.epoch", std::to_string(cursor.epoch)},
-              {"data.index", std::to_string(cursor.index)},
-              {"precision", PrecisionName(p)}};
-  std::vector<float> master, m, v;
-  FP8RT_RETURN_IF_ERROR(model.ExportState(&master, &m, &v));
-  if (!write) return Status::Ok();
-  ck.blobs.push_back({"master.bin", Bytes(master)});
-  ck.blobs.push_back({"adam_m.bin", Bytes(m)});
-  ck.blobs.push_back({"adam_v.bin", Bytes(v)});
-  if (p == Precision::kFp8) {
-    // Scales first: a checkpoint that LATEST names always has its scale state.
-    std::filesystem::create_directories(o.checkpoint_dir);
-    FP8RT_ASSIGN_OR_RETURN(auto store, ScaleStore::Open(ScaleStorePath(o.checkpoint_dir), true));
-    FP8RT_ASSIGN_OR_RETURN(auto scales, model.ExportScales());
-    FP8RT_RETURN_IF_ERROR(store->Put(step, scales));
-  }
-  return CheckpointWriter(o.checkpoint_dir).Write(ck);
-}
-
-// Restores weights, moments, data cursor and FP8 scale state; returns the checkpoint's step.
-Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, DataLoader& loader) {
-  auto fp = Fingerprint(o.config, p);
-  if (o.reset_fp8_history) {
-    for (auto it = fp.begin(); it != fp.end();) {
-      it = it->first.rfind("fp8.", 0) == 0 ? fp.erase(it) : std::next(it);
-    }
-  }
-  FP8RT_ASSIGN_OR_RETURN(Checkpoint ck, ReadCheckpoint(o.checkpoint_dir, -1, fp));
-  FP8RT_ASSIGN_OR_RETURN(auto master, Floats(ck, "master.bin"));
-  FP8RT_ASSIGN_OR_RETURN(auto m, Floats(ck, "adam_m.bin"));
-  FP8RT_ASSIGN_OR_RETURN(auto v, Floats(ck, "adam_v.bin"));
-  if (static_cast<int64_t>(master.size()) != model.num_params()) {
-    return Status::FailedPrecondition(StrCat("checkpoint step ", ck.step, " holds ", master.size(),
-                                             " parameters, this model has ", model.num_params()));
-  }
-  DataCursor cursor;
-  try {
-    cursor.epoch = std::stoull(ck.state.at("data.epoch"));
-    cursor.index = std::stoull(ck.state.at("data.index"));
-  } catch (...) {
-    return Status::Corruption(StrCat("checkpoint step ", ck.step, ": data cursor missing"));
-  }
-  const bool ckpt_fp8 = ck.state.count("precision") && ck.state.at("precision") == "fp8";
-  std::vector<TensorScaleRecord> scales;
-  if (p == Precision::kFp8 && ckpt_fp8 && !o.reset_fp8_history) {
-    auto store = ScaleStore::OpenReadOnly(ScaleStorePath(o.checkpoint_dir));
-    if (!store.ok()) {
-      return Status::Corruption(StrCat("checkpoint step ", ck.step, ": ", store.status().message(),
-                                       " (use --reset-fp8-history to recalibrate)"));
-    }
-    auto got = (*store)->Get(ck.step);
-    if (!got.ok()) {
-      return Status(got.status().code(),
-                    StrCat(got.status().message(), " in ", ScaleStorePath(o.checkpoint_dir),
-                           " (use --reset-fp8-history to recalibrate)"));
-    }
-    scales = std::move(*got);
-  }
-  // Everything is read and checked; only now is the model touched.
-  FP8RT_RETURN_IF_ERROR(model.ImportState(master, m, v));
-  if (!scales.empty()) FP8RT_RETURN_IF_ERROR(model.ImportScales(scales));
-  if (o.reset_fp8_history) FP8RT_RETURN_IF_ERROR(model.ResetFp8History());
-  loader.set_cursor(cursor);
-  return ck.step;
-}
-
-// CRC-32C over every record's name, ring position, scale, scale_inv and history, bit for bit.
-// Not the amax being accumulated for the next update: under ZeRO-1 each rank has cast only its
-// rows of the weights when the check runs, and the next amax reduction makes those agree.
-uint32_t HashScaleRecords(const std::vector<TensorScaleRecord>& recs) {
-  uint32_t crc = 0;
-  for (const auto& r : recs) {
-    crc = Crc32c(r.name.data(), r.name.size(), crc);
-    crc = Crc32c(&r.pos, sizeof r.pos, crc);
-    crc = Crc32c(&r.scale, sizeof r.scale, crc);
-    crc = Crc32c(&r.scale_inv, sizeof r.scale_inv, crc);
-    crc = Crc32c(r.amax_history.data(), r.amax_history.size() * sizeof(float), crc);
-  }
-  return crc;
-}
-
-}  // namespace
 
 float LearningRate(const TrainConfig& t, int64_t step) {
   if (t.warmup_steps > 0 && step <= t.warmup_steps) {
@@ -195,7 +60,10 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   // The grid: rank = dp_rank * tp + tp_rank, so a replica's TP ranks are neighbours (one node).
   const int dp_rank = rank / tp;
   const bool zero = c.parallel.zero && dp > 1;
-  const bool all_save = zero || tp > 1;  // every rank takes part in a checkpoint (all-gathers)
+  const bool all_save = zero || tp > 1;  // every rank writes its shard of a checkpoint
+  RankPlace place;
+  place.dp = dp, place.tp = tp, place.dp_rank = dp_rank, place.tp_rank = rank % tp;
+  place.zero = zero, place.lead = lead;
   std::unique_ptr<comm::Communicator> dp_group, tp_group;
   if (tp > 1) {
     FP8RT_ASSIGN_OR_RETURN(tp_group, o.world->comm().Split(dp_rank, rank, "tp"));
@@ -363,13 +231,13 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
     }
     if ((lead || all_save) && !o.checkpoint_dir.empty() && c.train.checkpoint_every > 0 &&
         step % c.train.checkpoint_every == 0 && step < stop) {
-      FP8RT_RETURN_IF_ERROR(SaveCheckpoint(o, pd.precision, *model, step, loader.cursor(), lead));
+      FP8RT_RETURN_IF_ERROR(SaveCheckpoint(o, pd.precision, *model, step, loader.cursor(), place));
     }
   }
   if (o.profile_ops) result.op_profile = model->OpProfile();
   if ((lead || all_save) && !o.checkpoint_dir.empty() && result.last_step >= result.first_step) {
     FP8RT_RETURN_IF_ERROR(
-        SaveCheckpoint(o, pd.precision, *model, result.last_step, loader.cursor(), lead));
+        SaveCheckpoint(o, pd.precision, *model, result.last_step, loader.cursor(), place));
   }
   return result;
 }

@@ -18,6 +18,7 @@
 
 #include "common/status.h"
 #include "runtime/checkpoint.h"
+#include "runtime/train_checkpoint.h"
 #include "tests/common/corpus.h"
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
@@ -154,10 +155,9 @@ class ParallelRun : public ::testing::Test {
     auto ck = ReadCheckpoint(dir_.str() + "/" + tag + ".ckpt", -1, {});
     EXPECT_TRUE(ck.ok()) << ck.status().ToString();
     if (!ck.ok()) return {};
-    const CheckpointBlob* b = ck->Find("master.bin");
-    std::vector<float> v(b->bytes.size() / 4);
-    std::memcpy(v.data(), b->bytes.data(), b->bytes.size());
-    return v;
+    auto v = CheckpointArray(*ck, "master");  // whole-model or sharded, put together
+    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    return v.ok() ? *v : std::vector<float>{};
   }
 
   // Losses step by step within rel_tol; master weights within abs_tol.

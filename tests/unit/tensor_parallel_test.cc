@@ -7,9 +7,11 @@
 
 #include <filesystem>
 #include <numeric>
+#include <set>
 
 #include "runtime/config.h"
 #include "runtime/gpt_layout.h"
+#include "runtime/train_checkpoint.h"
 #include "tests/unit/parallel_run.h"
 
 namespace fp8rt {
@@ -186,6 +188,59 @@ TEST_F(TensorParallel, ResumeIsExactAndTheCheckpointResumesAtAnotherTp) {
     const double w = whole.metrics[i]["loss"];
     EXPECT_NEAR(at1.metrics[i]["loss"].get<double>(), w, 1e-5 * w) << "step " << i + 1;
   }
+}
+
+// Sharded checkpoints: under TP or ZeRO-1 every rank writes the part it owns (without ZeRO only
+// replica 0's TP ranks: the replicas are identical) and rank 0 one manifest listing them; put
+// together they are the whole model, and a run resumes from them at another dp and tp.
+TEST_F(TensorParallel, ShardedCheckpointsHoldEachRanksPartAndResumeAtAnotherGrid) {
+  namespace fs = std::filesystem;
+  const std::string zero = Config("sz", 2, model_, "fp8", 1, false, true, "fp32", ", tp: 2");
+  const std::string plain = Config("sp", 2, model_, "fp8", 1, false, false, "fp32", ", tp: 2");
+  ASSERT_EQ(Mpirun(4, zero, "sz", 3).ranks[0].code, 0);
+  ASSERT_EQ(Mpirun(4, plain, "sp", 3).ranks[0].code, 0);
+  auto files = [&](const std::string& tag) {
+    std::set<std::string> out;
+    for (const auto& e : fs::directory_iterator(CheckpointStepDir(dir_.str() + "/" + tag + ".ckpt", 3))) {
+      out.insert(e.path().filename().string());
+    }
+    return out;
+  };
+  std::set<std::string> want_zero = {"manifest.json"}, want_plain = {"manifest.json"};
+  for (const char* a : {"master", "adam_m", "adam_v"}) {
+    for (int t = 0; t < 2; ++t) {
+      want_plain.insert(ShardFileName(a, 0, t));
+      for (int d = 0; d < 2; ++d) want_zero.insert(ShardFileName(a, d, t));
+    }
+  }
+  EXPECT_EQ(files("sz"), want_zero);
+  EXPECT_EQ(files("sp"), want_plain);
+  const auto wz = Master("sz"), wp = Master("sp");
+  ASSERT_EQ(wz.size(), wp.size());
+  for (size_t i = 0; i < wz.size(); ++i) ASSERT_NEAR(wz[i], wp[i], 1e-5) << "element " << i;
+  // Both resume at 1 x 1 (and the ZeRO one at dp 2 x tp 1 with ZeRO): the same steps 4..5.
+  const std::string one = Config("s1", 2, model_, "fp8");
+  const TrainRun from_plain = Single(one, "sp", 5, "--resume");
+  const TrainRun from_zero = Single(one, "sz", 5, "--resume");
+  ASSERT_EQ(from_plain.ranks[0].code, 0) << from_plain.output;
+  ASSERT_EQ(from_zero.ranks[0].code, 0) << from_zero.output;
+  ASSERT_EQ(from_zero.metrics.size(), 5u);
+  for (size_t i = 3; i < 5; ++i) {
+    const double a = from_plain.metrics[i]["loss"], b = from_zero.metrics[i]["loss"];
+    EXPECT_NEAR(a, b, 1e-5 * a) << "step " << i + 1;
+  }
+}
+
+TEST_F(TensorParallel, AMissingOrDamagedShardIsRefusedNamingIt) {
+  namespace fs = std::filesystem;
+  const std::string zero = Config("bad", 2, model_, "fp32", 1, false, true, "fp32", ", tp: 2");
+  ASSERT_EQ(Mpirun(4, zero, "bad", 2).ranks[0].code, 0);
+  const std::string step = CheckpointStepDir(dir_.str() + "/bad.ckpt", 2);
+  fs::remove(step + "/" + ShardFileName("adam_v", 1, 1));
+  const TrainRun r = Mpirun(4, zero, "bad", 4, "--resume");
+  EXPECT_NE(r.ranks[0].code, 0);
+  EXPECT_TRUE(Has(r.output, ShardFileName("adam_v", 1, 1) + "' is missing")) << r.output;
+  EXPECT_TRUE(fs::exists(step + "/manifest.json")) << "nothing is overwritten";
 }
 
 TEST_F(TensorParallel, ShapesAndWorldsTpCannotSplitAreRefusedNamingWhy) {

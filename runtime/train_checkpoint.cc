@@ -1,0 +1,261 @@
+// fp8train's checkpoints (runtime/train_checkpoint.h).
+#include "runtime/train_checkpoint.h"
+
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "common/crc32c.h"
+#include "runtime/gpt_layout.h"
+
+namespace fp8rt {
+namespace {
+
+std::vector<uint8_t> Bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(float));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+Result<std::vector<float>> Floats(const Checkpoint& ck, const char* name) {
+  const CheckpointBlob* b = ck.Find(name);
+  if (b == nullptr || b->bytes.size() % 4 != 0) {
+    return Status::Corruption(StrCat("checkpoint step ", ck.step, " lacks a valid ", name));
+  }
+  std::vector<float> v(b->bytes.size() / 4);
+  std::memcpy(v.data(), b->bytes.data(), b->bytes.size());
+  return v;
+}
+
+}  // namespace
+
+std::string ScaleStorePath(const std::string& dir) {
+  return (std::filesystem::path(dir) / "scales").string();
+}
+
+std::map<std::string, std::string> Fingerprint(const RunConfig& c, Precision p) {
+  std::map<std::string, std::string> f = {
+      {"model.n_layer", std::to_string(c.model.n_layer)},
+      {"model.n_embd", std::to_string(c.model.n_embd)},
+      {"model.n_head", std::to_string(c.model.n_head)},
+      {"model.block_size", std::to_string(c.model.block_size)},
+      {"model.vocab_size", std::to_string(c.model.vocab_size)},
+      {"train.batch_size", std::to_string(c.train.batch_size)},
+      {"train.seq_len", std::to_string(c.train.seq_len)},
+      {"train.grad_accum", std::to_string(c.train.grad_accum)},
+      {"train.seed", std::to_string(c.train.seed)},
+  };
+  if (p == Precision::kFp8) {
+    f["fp8.recipe"] = Fp8RecipeName(c.fp8.scaling.recipe);
+    f["fp8.history_len"] = std::to_string(c.fp8.scaling.history_len);
+    f["fp8.amax_algo"] = AmaxAlgoName(c.fp8.scaling.algo);
+    f["fp8.margin"] = std::to_string(c.fp8.scaling.margin);
+    f["fp8.layers"] = StrCat(c.fp8.qkv, c.fp8.attn_proj, c.fp8.fc, c.fp8.fc_proj, c.fp8.lm_head);
+  }
+  return f;
+}
+
+// CRC-32C over every record's name, ring position, scale, scale_inv and history, bit for bit.
+// Not the amax being accumulated for the next update: under ZeRO-1 each rank has cast only its
+// rows of the weights when the check runs, and the next amax reduction makes those agree.
+uint32_t HashScaleRecords(const std::vector<TensorScaleRecord>& recs) {
+  uint32_t crc = 0;
+  for (const auto& r : recs) {
+    crc = Crc32c(r.name.data(), r.name.size(), crc);
+    crc = Crc32c(&r.pos, sizeof r.pos, crc);
+    crc = Crc32c(&r.scale, sizeof r.scale, crc);
+    crc = Crc32c(&r.scale_inv, sizeof r.scale_inv, crc);
+    crc = Crc32c(r.amax_history.data(), r.amax_history.size() * sizeof(float), crc);
+  }
+  return crc;
+}
+
+// The lead alone writes a checkpoint of a model that every rank holds whole (one rank, or plain
+// data parallelism); under TP or ZeRO-1 every rank writes the part it owns (its "shard") into the
+// same directory and the lead commits the manifest that lists them (CheckpointWriter's phases,
+// with a collective between phases so every rank agrees on the outcome). The scale state, the
+// same on every rank (checked every parallel.scale_check_every steps), is written once, by the
+// lead.
+Status SaveCheckpoint(const TrainOptions& o, Precision p, GptModel& model, int64_t step,
+                      const DataCursor& cursor, const RankPlace& place) {
+  Checkpoint ck;
+  ck.step = step;
+  ck.fingerprint = Fingerprint(o.config, p);
+  ck.state = {{"step", std::to_string(step)},
+              {"data.epoch", std::to_string(cursor.epoch)},
+              {"data.index", std::to_string(cursor.index)},
+              {"precision", PrecisionName(p)}};
+  const bool sharded = place.tp > 1 || place.zero;
+  const CheckpointWriter writer(o.checkpoint_dir);
+  auto put_scales = [&]() -> Status {
+    if (p != Precision::kFp8) return Status::Ok();
+    // Scales first: a checkpoint that LATEST names always has its scale state.
+    std::filesystem::create_directories(o.checkpoint_dir);
+    FP8RT_ASSIGN_OR_RETURN(auto store, ScaleStore::Open(ScaleStorePath(o.checkpoint_dir), true));
+    FP8RT_ASSIGN_OR_RETURN(auto scales, model.ExportScales());
+    return store->Put(step, scales);
+  };
+  if (!sharded) {
+    if (!place.lead) return Status::Ok();
+    std::vector<float> master, m, v;
+    FP8RT_RETURN_IF_ERROR(model.ExportState(&master, &m, &v));
+    ck.blobs.push_back({"master.bin", Bytes(master)});
+    ck.blobs.push_back({"adam_m.bin", Bytes(m)});
+    ck.blobs.push_back({"adam_v.bin", Bytes(v)});
+    FP8RT_RETURN_IF_ERROR(put_scales());
+    return writer.Write(ck);
+  }
+  ck.state["shards.dp"] = std::to_string(place.dp);
+  ck.state["shards.tp"] = std::to_string(place.tp);
+  ck.state["shards.zero"] = place.zero ? "1" : "0";
+  std::vector<float> arrays[3];
+  FP8RT_RETURN_IF_ERROR(model.ExportOwnedState(&arrays[0], &arrays[1], &arrays[2]));
+  // 1. The lead empties the staging directory; the others wait for it.
+  const Status prepared = place.lead ? writer.PrepareStaging(step) : Status::Ok();
+  FP8RT_ASSIGN_OR_RETURN(auto ready, model.GatherAcrossReplicas(prepared.ok() ? 1 : 0));
+  FP8RT_RETURN_IF_ERROR(prepared);
+  if (ready[0] != 1) {
+    return Status::IOError(StrCat("rank 0 could not prepare checkpoint step ", step, " in '",
+                                  o.checkpoint_dir, "'"));
+  }
+  // 2. Each rank that owns a shard writes it (without ZeRO, replica 0's TP ranks); each says
+  // how it went and the files' checksums (top bits: 1 written, 2 nothing to write, 0 failed).
+  const bool owner = place.zero || place.dp_rank == 0;
+  Status wrote = Status::Ok();
+  uint32_t crcs[3] = {};
+  for (int i = 0; owner && wrote.ok() && i < 3; ++i) {
+    const std::string name = ShardFileName(kArrayNames[i], place.dp_rank, place.tp_rank);
+    auto f = writer.StageFile(step, name, arrays[i].data(), arrays[i].size() * sizeof(float));
+    if (f.ok()) crcs[i] = f->crc32c;
+    wrote = f.status();
+  }
+  std::vector<uint64_t> told[3];
+  for (int i = 0; i < 3; ++i) {
+    const uint64_t v = !owner ? uint64_t{2} << 32 : wrote.ok() ? (uint64_t{1} << 32 | crcs[i]) : 0;
+    FP8RT_ASSIGN_OR_RETURN(told[i], model.GatherAcrossReplicas(v));
+  }
+  FP8RT_RETURN_IF_ERROR(wrote);
+  // 3. The lead commits; every rank learns whether it did.
+  Status committed = Status::Ok();
+  if (place.lead) {
+    std::vector<CheckpointFile> files;
+    for (size_t r = 0; r < told[0].size() && committed.ok(); ++r) {
+      const int d = static_cast<int>(r) / place.tp, t = static_cast<int>(r) % place.tp;
+      for (int i = 0; i < 3 && committed.ok(); ++i) {
+        const uint64_t v = told[i][r];
+        if (v >> 32 == 2) continue;
+        if (v >> 32 != 1) {
+          committed = Status::IOError(StrCat("rank ", r, " could not write its checkpoint shard"));
+          break;
+        }
+        files.push_back({ShardFileName(kArrayNames[i], d, t),
+                         static_cast<uint64_t>(arrays[i].size() * sizeof(float)),
+                         static_cast<uint32_t>(v & 0xffffffffu)});
+      }
+    }
+    if (committed.ok()) committed = put_scales();
+    if (committed.ok()) committed = writer.Commit(ck, files);
+  }
+  FP8RT_ASSIGN_OR_RETURN(auto done, model.GatherAcrossReplicas(committed.ok() ? 1 : 0));
+  FP8RT_RETURN_IF_ERROR(committed);
+  if (done[0] != 1) {
+    return Status::IOError(StrCat("rank 0 could not commit checkpoint step ", step, " in '",
+                                  o.checkpoint_dir, "'"));
+  }
+  return Status::Ok();
+}
+
+// Restores weights, moments, data cursor and FP8 scale state; returns the checkpoint's step.
+// Whatever dp, tp and ZeRO wrote the checkpoint, the whole model is put together first and the
+// model takes its part (so a run resumes at another dp or tp).
+Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, DataLoader& loader) {
+  auto fp = Fingerprint(o.config, p);
+  if (o.reset_fp8_history) {
+    for (auto it = fp.begin(); it != fp.end();) {
+      it = it->first.rfind("fp8.", 0) == 0 ? fp.erase(it) : std::next(it);
+    }
+  }
+  FP8RT_ASSIGN_OR_RETURN(Checkpoint ck, ReadCheckpoint(o.checkpoint_dir, -1, fp));
+  FP8RT_ASSIGN_OR_RETURN(auto master, CheckpointArray(ck, "master"));
+  FP8RT_ASSIGN_OR_RETURN(auto m, CheckpointArray(ck, "adam_m"));
+  FP8RT_ASSIGN_OR_RETURN(auto v, CheckpointArray(ck, "adam_v"));
+  if (static_cast<int64_t>(master.size()) != model.num_params()) {
+    return Status::FailedPrecondition(StrCat("checkpoint step ", ck.step, " holds ", master.size(),
+                                             " parameters, this model has ", model.num_params()));
+  }
+  DataCursor cursor;
+  try {
+    cursor.epoch = std::stoull(ck.state.at("data.epoch"));
+    cursor.index = std::stoull(ck.state.at("data.index"));
+  } catch (...) {
+    return Status::Corruption(StrCat("checkpoint step ", ck.step, ": data cursor missing"));
+  }
+  const bool ckpt_fp8 = ck.state.count("precision") && ck.state.at("precision") == "fp8";
+  std::vector<TensorScaleRecord> scales;
+  if (p == Precision::kFp8 && ckpt_fp8 && !o.reset_fp8_history) {
+    auto store = ScaleStore::OpenReadOnly(ScaleStorePath(o.checkpoint_dir));
+    if (!store.ok()) {
+      return Status::Corruption(StrCat("checkpoint step ", ck.step, ": ", store.status().message(),
+                                       " (use --reset-fp8-history to recalibrate)"));
+    }
+    auto got = (*store)->Get(ck.step);
+    if (!got.ok()) {
+      return Status(got.status().code(),
+                    StrCat(got.status().message(), " in ", ScaleStorePath(o.checkpoint_dir),
+                           " (use --reset-fp8-history to recalibrate)"));
+    }
+    scales = std::move(*got);
+  }
+  // Everything is read and checked; only now is the model touched.
+  FP8RT_RETURN_IF_ERROR(model.ImportState(master, m, v));
+  if (!scales.empty()) FP8RT_RETURN_IF_ERROR(model.ImportScales(scales));
+  if (o.reset_fp8_history) FP8RT_RETURN_IF_ERROR(model.ResetFp8History());
+  loader.set_cursor(cursor);
+  return ck.step;
+}
+
+Result<std::vector<float>> CheckpointArray(const Checkpoint& ck, const std::string& which) {
+  if (ck.state.count("shards.tp") == 0) return Floats(ck, (which + ".bin").c_str());
+  ModelConfig m;
+  int dp = 0, tp = 0;
+  bool zero = false;
+  try {
+    const auto& f = ck.fingerprint;
+    m.n_layer = std::stoi(f.at("model.n_layer"));
+    m.n_embd = std::stoi(f.at("model.n_embd"));
+    m.n_head = std::stoi(f.at("model.n_head"));
+    m.block_size = std::stoi(f.at("model.block_size"));
+    m.vocab_size = std::stoi(f.at("model.vocab_size"));
+    dp = std::stoi(ck.state.at("shards.dp"));
+    tp = std::stoi(ck.state.at("shards.tp"));
+    zero = ck.state.at("shards.zero") == "1";
+  } catch (...) {
+    return Status::Corruption(StrCat("checkpoint step ", ck.step,
+                                     ": the model shape or the shard layout is missing"));
+  }
+  if (dp < 1 || tp < 1 || m.n_layer < 1 || m.n_embd < 1 || m.n_head < 1 || m.n_head % tp != 0 ||
+      m.n_embd % m.n_head != 0) {
+    return Status::Corruption(StrCat("checkpoint step ", ck.step, ": shard layout dp ", dp,
+                                     " x tp ", tp, " does not fit the model"));
+  }
+  const gpt_detail::Layout part(m, tp);
+  const int64_t n = zero ? gpt_detail::ZeroShards(m, part, dp).total : part.total;
+  std::map<std::pair<int, int>, std::vector<float>> owned;
+  for (int t = 0; t < tp; ++t) {
+    for (int d = 0; d < (zero ? dp : 1); ++d) {
+      const std::string name = ShardFileName(which, d, t);
+      FP8RT_ASSIGN_OR_RETURN(auto v, Floats(ck, name.c_str()));
+      if (static_cast<int64_t>(v.size()) != n) {
+        return Status::Corruption(StrCat("checkpoint step ", ck.step, ": ", name, " holds ",
+                                         v.size(), " values, the shard layout needs ", n));
+      }
+      owned[{d, t}] = std::move(v);
+    }
+  }
+  std::vector<float> whole(static_cast<size_t>(gpt_detail::Layout(m).total), 0.0f);
+  gpt_detail::AssembleWhole(
+      m, dp, tp, zero, [&](int d, int t) { return owned.at({d, t}).data(); }, whole.data());
+  return whole;
+}
+
+}  // namespace fp8rt
