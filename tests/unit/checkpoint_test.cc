@@ -50,6 +50,41 @@ TEST(Checkpoint, WriteReadRoundTripAndLatest) {
   }
 }
 
+// The phases several ranks use: files staged by others are listed in the manifest with the size
+// and checksum they reported; nothing is visible before the commit, and a commit that names a
+// file the staging directory lacks (or of another size) is refused, leaving LATEST as it was.
+TEST(Checkpoint, StagedFilesFromSeveralWritersAreCommittedByOne) {
+  TempDir d;
+  const CheckpointWriter w(d.str());
+  ASSERT_TRUE(w.Write(Sample(1)).ok());
+  ASSERT_TRUE(w.PrepareStaging(2).ok());
+  const std::vector<uint8_t> a(300, 1), b(200, 2);
+  auto fa = w.StageFile(2, "part.0.bin", a.data(), a.size());
+  auto fb = w.StageFile(2, "part.1.bin", b.data(), b.size());
+  ASSERT_TRUE(fa.ok() && fb.ok());
+  EXPECT_EQ(*LatestCheckpointStep(d.str()), 1) << "staged files are not a checkpoint yet";
+  Checkpoint c = Sample(2);
+  CheckpointFile wrong = *fb;
+  wrong.bytes = 201;
+  const Status refused = w.Commit(c, {*fa, wrong});
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("part.1.bin"), std::string::npos) << refused.message();
+  EXPECT_EQ(*LatestCheckpointStep(d.str()), 1);
+  ASSERT_TRUE(w.Commit(c, {*fa, *fb}).ok());
+  auto r = ReadCheckpoint(d.str(), -1, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->step, 2);
+  ASSERT_NE(r->Find("part.1.bin"), nullptr);
+  EXPECT_EQ(r->Find("part.1.bin")->bytes, b);
+  ASSERT_NE(r->Find("params.bin"), nullptr);  // the committer's own blobs too
+  // A staged file whose bytes changed after it was reported fails the reader's checksum.
+  std::ofstream(CheckpointStepDir(d.str(), 2) + "/part.0.bin", std::ios::binary | std::ios::trunc)
+      << std::string(300, '\x09');
+  auto bad = ReadCheckpoint(d.str(), -1, {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("fails its checksum"), std::string::npos);
+}
+
 TEST(Checkpoint, RefusesMissingTruncatedCorruptedAndMismatched) {
   TempDir d;
   ASSERT_TRUE(CheckpointWriter(d.str()).Write(Sample(5)).ok());
