@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <csignal>
+
 #include "comm/backends.h"
 
 namespace fp8rt::comm {
@@ -38,6 +40,9 @@ Result<std::unique_ptr<World>> World::Init(const LaunchInfo& launch, const World
     return Status::InvalidArgument(
         StrCat("cpu backend '", o.cpu_backend, "' is not one of: auto, mpi, gloo"));
   }
+  // A peer that dies while this rank writes to its socket must be an error (EPIPE) that the
+  // failure monitor reports with the peer's name, not a SIGPIPE that kills this rank silently.
+  std::signal(SIGPIPE, SIG_IGN);
   FailureMonitor::Options mo;
   mo.rank = launch.rank;
   mo.timeout = o.timeout;
