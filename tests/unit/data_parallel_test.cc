@@ -118,6 +118,18 @@ TEST_F(DataParallel, EnvironmentLauncherTwoRanksOverGlooEqualsDpOne) {
   ExpectSame(one, "one", dp, "env", 1e-5, 1e-5);
 }
 
+// The srun contract (comm/README.md): ranks from SLURM_PROCID / SLURM_STEP_NUM_TASKS, rank 0 on
+// the step's first host, its port from the job and step ids, collectives over Gloo (no MPI).
+// Started with the variables srun sets; a real slurmctld/slurmd is the cluster test's.
+TEST_F(DataParallel, SrunEnvironmentTwoRanksEqualsDpOne) {
+  const TrainRun one = Single(Config("s1", 4, small_, "fp8"), "s1", 4);
+  ASSERT_EQ(one.ranks[0].code, 0) << one.output;
+  const TrainRun dp = SrunRanks(2, Config("s2", 2, small_, "fp8"), "s2", 4);
+  for (const auto& r : dp.ranks) ASSERT_EQ(r.code, 0) << dp.output;
+  EXPECT_TRUE(Has(dp.output, "via srun, collectives on gloo")) << dp.output;
+  ExpectSame(one, "s1", dp, "s2", 1e-5, 1e-5);
+}
+
 TEST_F(DataParallel, FirstStepCalibrationIsPerRankThenTheScalesAreShared) {
   const TrainRun one = Single(Config("cal1", 4, small_, "fp8", 1, true), "cal1", 4);
   ASSERT_EQ(one.ranks[0].code, 0) << one.output;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -124,14 +125,37 @@ class ParallelRun : public ::testing::Test {
                     int kill_rank = -1, int sig = SIGKILL, const std::string& extra = "") {
     const int n = static_cast<int>(configs.size());
     const int port = test::FreePort();
+    return Ranks(
+        configs, tag, steps,
+        [&](int k) {
+          return std::vector<std::string>{
+              StrCat("FP8RT_RANK=", k),          StrCat("FP8RT_WORLD_SIZE=", n),
+              StrCat("FP8RT_LOCAL_RANK=", k),    "FP8RT_MASTER_ADDR=127.0.0.1",
+              StrCat("FP8RT_MASTER_PORT=", port), "FP8RT_JOB_ID=dp-test"};
+        },
+        kill_rank, sig, extra);
+  }
+  // n ranks as `srun --ntasks n` on this host starts them: SLURM_PROCID, SLURM_STEP_NUM_TASKS,
+  // SLURM_LOCALID, the step's node list; rank 0's port from SLURM_JOB_ID and SLURM_STEP_ID.
+  TrainRun SrunRanks(int n, const std::string& config, const std::string& tag, int steps) {
+    const int job = 100000 + static_cast<int>(::getpid() % 50000);
+    return Ranks(std::vector<std::string>(static_cast<size_t>(n), config), tag, steps, [&](int k) {
+      return std::vector<std::string>{
+          StrCat("SLURM_PROCID=", k),     StrCat("SLURM_STEP_NUM_TASKS=", n),
+          StrCat("SLURM_NTASKS=", n),     StrCat("SLURM_LOCALID=", k),
+          "SLURM_STEP_NODELIST=localhost", StrCat("SLURM_JOB_ID=", job),
+          "SLURM_STEP_ID=0"};
+    });
+  }
+  // Rank k started with env(k) (on top of this process's environment), reading configs[k].
+  template <typename EnvOf>
+  TrainRun Ranks(const std::vector<std::string>& configs, const std::string& tag, int steps,
+                 EnvOf env, int kill_rank = -1, int sig = SIGKILL, const std::string& extra = "") {
+    const int n = static_cast<int>(configs.size());
     std::vector<test::Process> procs;
     for (int k = 0; k < n; ++k) {
-      procs.emplace_back(
-          TrainArgs(configs[static_cast<size_t>(k)], tag, steps, extra),
-          std::vector<std::string>{StrCat("FP8RT_RANK=", k), StrCat("FP8RT_WORLD_SIZE=", n),
-                                   StrCat("FP8RT_LOCAL_RANK=", k), "FP8RT_MASTER_ADDR=127.0.0.1",
-                                   StrCat("FP8RT_MASTER_PORT=", port), "FP8RT_JOB_ID=dp-test"},
-          dir_.str() + "/" + tag + ".rank" + std::to_string(k) + ".log");
+      procs.emplace_back(TrainArgs(configs[static_cast<size_t>(k)], tag, steps, extra), env(k),
+                         dir_.str() + "/" + tag + ".rank" + std::to_string(k) + ".log");
     }
     if (kill_rank >= 0) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
