@@ -12,9 +12,9 @@
 #include <fstream>
 #include <iostream>
 
+#include "net/http_server.h"
 #include "scheduler/api.h"
 #include "scheduler/auth.h"
-#include "scheduler/http_server.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/store.h"
 
@@ -23,6 +23,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace fp8rt::sched;
+using net::HttpServer;
+using net::HttpServerOptions;
 
 int64_t NowSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(

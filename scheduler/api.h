@@ -1,7 +1,7 @@
 // The scheduler's HTTP API as a transport-free handler: HttpRequest -> HttpResponse over an
 // injected JobStore, TokenAuth, clock and (optionally) Scheduler, so every route and error is
 // tested without sockets.
-// scheduler/http_server.h puts it on a Boost.Beast server; docs/API.md documents the routes.
+// net/http_server.h puts it on a Boost.Beast server; docs/API.md documents the routes.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "net/http.h"
 #include "scheduler/auth.h"
 #include "scheduler/store.h"
 
@@ -21,19 +22,8 @@ namespace fp8rt::sched {
 
 class Scheduler;
 
-struct HttpRequest {
-  std::string method;                          // "GET", "POST", ...
-  std::string target;                          // "/v1/jobs/3?x=y" (the query is ignored)
-  std::map<std::string, std::string> headers;  // names in lower case ("authorization")
-  std::string body;
-};
-
-struct HttpResponse {
-  int status = 200;
-  std::string content_type = "application/json";
-  std::string body;
-  std::map<std::string, std::string> headers;  // extra headers: Allow (405), Retry-After (429)
-};
+using HttpRequest = net::HttpRequest;
+using HttpResponse = net::HttpResponse;
 
 struct ApiOptions {
   size_t max_body_bytes = 1 << 20;  // larger request bodies get 413. Default: 1 MiB
@@ -55,7 +45,7 @@ struct ApiOptions {
 using ApiClock = std::function<double()>;
 double SystemClockSeconds();
 
-class Api {
+class Api final : public net::HttpHandler {
  public:
   // `store` (and `scheduler`, if given) must outlive the Api. Handle may be called from several
   // threads. With a scheduler, submissions and cancels go through it (so the scheduling loop
@@ -65,14 +55,14 @@ class Api {
       Scheduler* scheduler = nullptr);
 
   // Never throws; every error is a JSON body {"error": "..."} with its status code.
-  HttpResponse Handle(const HttpRequest& request);
-
+  HttpResponse Handle(const HttpRequest& request) override;
+  size_t max_body_bytes() const override { return options_.max_body_bytes; }
   // The 413 answer for a body the transport refused before reading it all (counted in /metrics
   // like any other answer).
-  HttpResponse BodyTooLarge();
+  HttpResponse BodyTooLarge() override;
   // An answer the transport gives on its own (414 URL too long, 431 headers too large), as a
   // JSON error counted in /metrics like any other.
-  HttpResponse TransportError(int status, const std::string& message);
+  HttpResponse TransportError(int status, const std::string& message) override;
 
   const ApiOptions& options() const { return options_; }
 

@@ -26,7 +26,7 @@
 
 #include "scheduler/api.h"
 #include "scheduler/auth.h"
-#include "scheduler/http_server.h"
+#include "net/http_server.h"
 #include "scheduler/node.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/store.h"
@@ -41,6 +41,8 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using json = nlohmann::json;
+using net::HttpServer;
+using net::HttpServerOptions;
 using test::kAdmin;
 using test::kAlice;
 using test::kBob;

@@ -20,7 +20,7 @@
 
 #include "scheduler/api.h"
 #include "scheduler/auth.h"
-#include "scheduler/http_server.h"
+#include "net/http_server.h"
 #include "scheduler/store.h"
 #include "tests/common/temp_dir.h"
 
@@ -33,6 +33,8 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using json = nlohmann::json;
+using net::HttpServer;
+using net::HttpServerOptions;
 
 constexpr char kAlice[] = "alice-token-1";
 constexpr char kBob[] = "bob-token-2";

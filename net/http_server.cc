@@ -1,7 +1,7 @@
 // Boost.Beast server: Listener accepts (up to the connection cap, backing off on errors), each
 // Session (plain TCP or TLS) reads a request (parser with body and header limits, timeout before
-// the read), hands it to Api::Handle and writes the answer; do_/on_ pairs.
-#include "scheduler/http_server.h"
+// the read), hands it to the handler and writes the answer; do_/on_ pairs.
+#include "net/http_server.h"
 
 #include <sys/resource.h>
 
@@ -26,7 +26,7 @@
 #include <optional>
 #include <type_traits>
 
-namespace fp8rt::sched {
+namespace fp8rt::net {
 namespace {
 
 namespace asio = boost::asio;
@@ -43,7 +43,7 @@ void Fail(beast::error_code ec, const char* what) {
       ec == asio::error::connection_reset || ec == ssl::error::stream_truncated) {
     return;
   }
-  std::fprintf(stderr, "fp8rt scheduler http: %s: %s\n", what, ec.message().c_str());
+  std::fprintf(stderr, "fp8rt http: %s: %s\n", what, ec.message().c_str());
 }
 
 // Logs the first of a run of like events and stays quiet while they keep coming, so that an
@@ -77,13 +77,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
  public:
   // `listener` is told when the session ends (it counts open connections).
-  Session(tcp::socket&& socket, Api* api, const HttpServerOptions& options,
+  Session(tcp::socket&& socket, HttpHandler* handler, const HttpServerOptions& options,
           std::shared_ptr<Listener> listener) requires(!kTls)
-      : stream_(std::move(socket)), api_(api), options_(options), listener_(std::move(listener)) {}
-  Session(tcp::socket&& socket, ssl::context& ctx, Api* api, const HttpServerOptions& options,
+      : stream_(std::move(socket)), handler_(handler), options_(options), listener_(std::move(listener)) {}
+  Session(tcp::socket&& socket, ssl::context& ctx, HttpHandler* handler, const HttpServerOptions& options,
           std::shared_ptr<Listener> listener) requires(kTls)
       : stream_(std::move(socket), ctx),
-        api_(api),
+        handler_(handler),
         options_(options),
         listener_(std::move(listener)) {}
   ~Session();
@@ -112,7 +112,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
   void DoRead() {
     parser_.emplace();
-    parser_->body_limit(api_->options().max_body_bytes);
+    parser_->body_limit(handler_->max_body_bytes());
     parser_->header_limit(static_cast<std::uint32_t>(options_.max_header_bytes));
     beast::get_lowest_layer(stream_).expires_after(options_.read_timeout);
     http::async_read(stream_, buffer_, *parser_,
@@ -122,7 +122,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   void OnRead(beast::error_code ec, std::size_t) {
     if (ec == http::error::body_limit) {
       // Answer 413 and close: the rest of the body is never read.
-      return Refuse(api_->BodyTooLarge(), parser_->get().version());
+      return Refuse(handler_->BodyTooLarge(), parser_->get().version());
     }
     if (ec == http::error::header_limit) return Refuse(HeaderTooLarge(), 11);
     if (ec) return Fail(ec, "read");
@@ -134,7 +134,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     for (auto it = req.begin(); it != req.end(); ++it) ++fields;
     if (fields > options_.max_header_fields) {
       return Refuse(
-          api_->TransportError(431, StrCat("request has ", fields, " header fields; at most ",
+          handler_->TransportError(431, StrCat("request has ", fields, " header fields; at most ",
                                            options_.max_header_fields, " are allowed")),
           req.version());
     }
@@ -149,7 +149,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       r.headers[name] = std::string(f.value());
     }
     r.body = req.body();
-    const HttpResponse resp = api_->Handle(r);
+    const HttpResponse resp = handler_->Handle(r);
     Send(resp.status, resp.content_type, resp.body, req.keep_alive(), req.version(), resp.headers);
   }
 
@@ -157,11 +157,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   // did (the parser never got a whole one), else 431.
   HttpResponse HeaderTooLarge() {
     if (parser_->get().target().empty()) return UrlTooLong(buffer_.size());
-    return api_->TransportError(431, StrCat("request header fields are larger than ",
+    return handler_->TransportError(431, StrCat("request header fields are larger than ",
                                             options_.max_header_bytes, " bytes in all"));
   }
   HttpResponse UrlTooLong(size_t at_least) {
-    return api_->TransportError(
+    return handler_->TransportError(
         414, StrCat("request URL is longer than ", options_.max_target_bytes, " bytes (", at_least,
                     " or more)"));
   }
@@ -176,7 +176,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
             unsigned version, const std::map<std::string, std::string>& headers = {}) {
     auto res = std::make_shared<http::response<http::string_body>>(
         static_cast<http::status>(status), version == 0 ? 11 : version);
-    res->set(http::field::server, "fp8rt-scheduler");
+    res->set(http::field::server, "fp8rt");
     res->set(http::field::content_type, content_type);
     for (const auto& [name, value] : headers) res->set(name, value);
     res->keep_alive(keep_alive);
@@ -229,7 +229,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
   Stream stream_;
   beast::flat_buffer buffer_;
-  Api* api_;
+  HttpHandler* handler_;
   const HttpServerOptions& options_;
   std::shared_ptr<Listener> listener_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -246,12 +246,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 class Listener : public std::enable_shared_from_this<Listener> {
  public:
   // `tls`: serve HTTPS with this context (it must outlive the listener); nullptr: plain HTTP.
-  Listener(asio::io_context& ioc, tcp::acceptor&& acceptor, Api* api,
+  Listener(asio::io_context& ioc, tcp::acceptor&& acceptor, HttpHandler* handler,
            const HttpServerOptions& options, ssl::context* tls, size_t cap)
       : ioc_(ioc),
         acceptor_(std::move(acceptor)),
         timer_(ioc),
-        api_(api),
+        handler_(handler),
         options_(options),
         tls_(tls),
         cap_(cap) {}
@@ -278,7 +278,7 @@ class Listener : public std::enable_shared_from_this<Listener> {
     if (open_ >= cap_) {
       if (cap_log_.Starts()) {
         std::fprintf(stderr,
-                     "fp8rt scheduler http: connection limit %zu reached; new connections wait in "
+                     "fp8rt http: connection limit %zu reached; new connections wait in "
                      "the listen backlog until one closes (--max-connections)\n",
                      cap_);
       }
@@ -301,7 +301,7 @@ class Listener : public std::enable_shared_from_this<Listener> {
           logged_failure_ = accept_log_.Starts();
           if (logged_failure_) {
             std::fprintf(stderr,
-                         "fp8rt scheduler http: accept failed: %s (%zu connections open); "
+                         "fp8rt http: accept failed: %s (%zu connections open); "
                          "retrying after a backoff of 10 ms doubling to 1 s\n",
                          ec.message().c_str(), open_);
           }
@@ -323,7 +323,7 @@ class Listener : public std::enable_shared_from_this<Listener> {
             std::chrono::duration<double>(std::chrono::steady_clock::now() - failing_since_)
                 .count();
         std::fprintf(stderr,
-                     "fp8rt scheduler http: accept works again after %lld failed attempts in "
+                     "fp8rt http: accept works again after %lld failed attempts in "
                      "%.1f s\n",
                      static_cast<long long>(failures_), s);
       }
@@ -332,11 +332,11 @@ class Listener : public std::enable_shared_from_this<Listener> {
       ++open_;
     }
     if (tls_ != nullptr) {
-      std::make_shared<Session<TlsStream>>(std::move(socket), *tls_, api_, options_,
+      std::make_shared<Session<TlsStream>>(std::move(socket), *tls_, handler_, options_,
                                            shared_from_this())
           ->Run();
     } else {
-      std::make_shared<Session<beast::tcp_stream>>(std::move(socket), api_, options_,
+      std::make_shared<Session<beast::tcp_stream>>(std::move(socket), handler_, options_,
                                                    shared_from_this())
           ->Run();
     }
@@ -346,7 +346,7 @@ class Listener : public std::enable_shared_from_this<Listener> {
   asio::io_context& ioc_;
   tcp::acceptor acceptor_;
   asio::steady_timer timer_;
-  Api* api_;
+  HttpHandler* handler_;
   const HttpServerOptions& options_;
   ssl::context* tls_;
   const size_t cap_;
@@ -377,7 +377,7 @@ size_t ConnectionCap(const HttpServerOptions& o) {
   if (o.max_connections > 0) {
     if (o.max_connections + 64 > fds) {
       std::fprintf(stderr,
-                   "fp8rt scheduler http: max_connections %zu is above what the open-files limit "
+                   "fp8rt http: max_connections %zu is above what the open-files limit "
                    "(%zu) leaves after 64 for the rest; accept() may run out of descriptors "
                    "(it backs off)\n",
                    o.max_connections, fds);
@@ -418,8 +418,8 @@ struct HttpServer::Impl {
   std::shared_ptr<Listener> listener;
 };
 
-HttpServer::HttpServer(Api* api, HttpServerOptions options)
-    : api_(api), options_(std::move(options)) {}
+HttpServer::HttpServer(HttpHandler* handler, HttpServerOptions options)
+    : handler_(handler), options_(std::move(options)) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -460,7 +460,7 @@ Status HttpServer::Start(uint16_t port) {
   port_ = bound.port();
   max_connections_ = ConnectionCap(options_);
   impl->listener =
-      std::make_shared<Listener>(impl->ioc, std::move(acceptor), api_, options_,
+      std::make_shared<Listener>(impl->ioc, std::move(acceptor), handler_, options_,
                                  impl->use_tls ? &impl->tls : nullptr, max_connections_);
   impl->listener->Run();
   impl_ = std::move(impl);
@@ -469,7 +469,7 @@ Status HttpServer::Start(uint16_t port) {
       try {
         impl_->ioc.run();
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "fp8rt scheduler http: I/O thread stopped: %s\n", e.what());
+        std::fprintf(stderr, "fp8rt http: I/O thread stopped: %s\n", e.what());
       }
     });
   }
@@ -491,4 +491,4 @@ void HttpServer::Stop() {
   max_connections_ = 0;
 }
 
-}  // namespace fp8rt::sched
+}  // namespace fp8rt::net

@@ -1,8 +1,9 @@
-// The scheduler's HTTP/1.1 server: Boost.Beast on Asio, one session per connection, a timeout
-// before every read, the body limit enforced by the parser (413), URL and header limits (414,
-// 431), HEAD answered without a body, a cap on open connections, accept() errors backed off and
-// logged once per incident, every error through one Fail(), optionally TLS (Boost.Asio SSL over
-// OpenSSL). Requests are answered by Api::Handle; the server adds nothing but transport.
+// An HTTP/1.1 server: Boost.Beast on Asio, one session per connection, a timeout before every
+// read, the body limit enforced by the parser (413), URL and header limits (414, 431), HEAD
+// answered without a body, a cap on open connections, accept() errors backed off and logged once
+// per incident, every error through one Fail(), optionally TLS (Boost.Asio SSL over OpenSSL).
+// Requests are answered by an HttpHandler (the scheduler's Api, ...); the server adds nothing but
+// transport.
 #pragma once
 
 #include <chrono>
@@ -13,9 +14,9 @@
 #include <vector>
 
 #include "common/status.h"
-#include "scheduler/api.h"
+#include "net/http.h"
 
-namespace fp8rt::sched {
+namespace fp8rt::net {
 
 struct HttpServerOptions {
   std::string address = "127.0.0.1";                // Default: 127.0.0.1 (loopback only)
@@ -37,8 +38,8 @@ struct HttpServerOptions {
 
 class HttpServer {
  public:
-  // `api` must outlive the server; its options().max_body_bytes is the parser's body limit.
-  explicit HttpServer(Api* api, HttpServerOptions options = {});
+  // `handler` must outlive the server; its max_body_bytes() is the parser's body limit.
+  explicit HttpServer(HttpHandler* handler, HttpServerOptions options = {});
   ~HttpServer();  // Stop()s
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -58,7 +59,7 @@ class HttpServer {
 
  private:
   struct Impl;
-  Api* api_;
+  HttpHandler* handler_;
   HttpServerOptions options_;
   std::unique_ptr<Impl> impl_;
   std::vector<std::thread> threads_;
@@ -66,4 +67,4 @@ class HttpServer {
   size_t max_connections_ = 0;
 };
 
-}  // namespace fp8rt::sched
+}  // namespace fp8rt::net
