@@ -1,0 +1,85 @@
+// Metrics tailing and hang detection (node/progress.h).
+#include "node/progress.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace fp8rt::node {
+
+bool MetricsTail::Poll(Progress* p) {
+  std::ifstream in(path_, std::ios::binary);
+  if (!in) return false;
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<uint64_t>(in.tellg());
+  if (size < offset_) offset_ = 0, partial_.clear();  // rewritten: read again
+  if (size == offset_) return false;
+  in.seekg(static_cast<std::streamoff>(offset_));
+  std::string chunk(size - offset_, '\0');
+  in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+  offset_ += static_cast<uint64_t>(in.gcount());
+  chunk.resize(static_cast<size_t>(in.gcount()));
+  partial_ += chunk;
+  bool stepped = false;
+  size_t start = 0;
+  for (size_t nl; (nl = partial_.find('\n', start)) != std::string::npos; start = nl + 1) {
+    const auto j = nlohmann::json::parse(partial_.begin() + static_cast<std::ptrdiff_t>(start),
+                                         partial_.begin() + static_cast<std::ptrdiff_t>(nl),
+                                         nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j.contains("loss")) continue;
+    if (!j["step"].is_number_integer()) continue;
+    p->step = j["step"].get<int64_t>();
+    // NaN and infinities are written as null by the JSON library.
+    if (j["loss"].is_number()) {
+      p->loss = j["loss"].get<double>();
+      if (!std::isfinite(p->loss)) p->loss_not_finite = true;
+    } else {
+      p->loss_not_finite = true;
+    }
+    if (j.contains("tokens_per_s") && j["tokens_per_s"].is_number()) {
+      p->tokens_per_s = j["tokens_per_s"].get<double>();
+    }
+    p->mfu = j.contains("mfu") && j["mfu"].is_number() ? j["mfu"].get<double>() : -1;
+    ++p->lines;
+    stepped = true;
+  }
+  partial_.erase(0, start);
+  return stepped;
+}
+
+void HangDetector::Observe(int64_t step, Clock::time_point now, bool checkpoint_after) {
+  if (step <= step_) return;
+  if (step_ >= 0) {
+    // Seconds per step over this interval (the time to the first step, start-up included, is
+    // not a pace and is never seen here).
+    const double s = std::chrono::duration<double>(now - last_change_).count() /
+                     static_cast<double>(step - step_);
+    if (!checkpoint_next_) step_seconds_.push_back(s);
+  }
+  step_ = step;
+  last_change_ = now;
+  checkpoint_next_ = checkpoint_after;
+}
+
+std::chrono::milliseconds HangDetector::Limit() const {
+  if (step_seconds_.empty()) return o_.floor;
+  std::vector<double> v = step_seconds_;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  const auto paced = std::chrono::milliseconds(static_cast<int64_t>(o_.k * v[v.size() / 2] * 1e3));
+  return std::max(o_.floor, paced);
+}
+
+std::optional<std::string> HangDetector::Hung(Clock::time_point now) const {
+  if (step_ < 0) return std::nullopt;  // start-up and the first step are not judged
+  auto limit = Limit();
+  if (checkpoint_next_) limit += save_time_.value_or(o_.floor);
+  const auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_change_);
+  if (quiet <= limit) return std::nullopt;
+  return StrCat("no progress since step ", step_, " for ", quiet.count() / 1000.0,
+                " s (the limit is ", limit.count() / 1000.0, " s: max(floor ",
+                o_.floor.count() / 1000.0, " s, ", o_.k, " x the median step time)",
+                checkpoint_next_ ? " + the save time after a checkpoint" : "", ")");
+}
+
+}  // namespace fp8rt::node

@@ -1,0 +1,78 @@
+// Training health as the node daemon sees it, from the outside: the metrics file rank 0 of a job
+// appends to (one JSON line per logged step), read as it grows, and a hang detector that judges
+// the step counter against the job's own pace: no new step for max(floor, k x median step time)
+// is a hang. Process-exit supervisors (torchrun, Slurm) cannot see a rank that is alive but stuck.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace fp8rt::node {
+
+// The latest of what the metrics say.
+struct Progress {
+  int64_t step = -1;  // the last logged step; -1: none yet
+  double loss = 0;
+  double tokens_per_s = 0;
+  double mfu = -1;             // -1: not reported (CPU)
+  // A step line with a NaN or infinite loss (JSON null). fp8train itself stops at such a loss
+  // before logging it (exit 1, "loss is nan at step N" in the rank's log); this catches writers
+  // that log it.
+  bool loss_not_finite = false;
+  int64_t lines = 0;             // step lines read so far
+};
+
+// Reads the lines a metrics file gained since the last Poll (complete lines only; a half-written
+// last line waits for the next Poll). A missing file is no progress yet; a file that shrank
+// (rewritten) is read again from its start. Lines that are not step metrics are skipped.
+class MetricsTail {
+ public:
+  explicit MetricsTail(std::string path) : path_(std::move(path)) {}
+  // Updates *p with the new lines; true if a new step line was read.
+  bool Poll(Progress* p);
+
+ private:
+  std::string path_;
+  uint64_t offset_ = 0;
+  std::string partial_;
+};
+
+struct HangOptions {
+  double k = 10;                         // times the median step time. Default: 10
+  std::chrono::milliseconds floor{300'000};  // never less than this. Default: 300 s
+};
+
+// Fed the step counter as it is seen; says when it has stopped moving for too long. Until the
+// first step is seen nothing is judged (start-up, data loading and the first step's calibration
+// take as long as they take); then the floor applies until step times give a median. The step
+// after a checkpoint is allowed its save time besides (`checkpoint_after` marks the steps after
+// which the job writes one).
+class HangDetector {
+ public:
+  explicit HangDetector(HangOptions o = {}) : o_(o) {}
+  using Clock = std::chrono::steady_clock;
+  void Observe(int64_t step, Clock::time_point now, bool checkpoint_after = false);
+  // The longest silence allowed now (floor until a median exists).
+  std::chrono::milliseconds Limit() const;
+  // A reason ("no progress since step N for S s; the limit is ...") once the step counter has not
+  // moved for longer than Limit() (plus the last checkpoint's save time after a checkpoint
+  // step); nullopt otherwise.
+  std::optional<std::string> Hung(Clock::time_point now) const;
+  // Saves took this long (measured by the caller from the checkpoint files); default: the floor.
+  void set_save_time(std::chrono::milliseconds t) { save_time_ = t; }
+
+ private:
+  HangOptions o_;
+  int64_t step_ = -1;
+  Clock::time_point last_change_{};
+  bool checkpoint_next_ = false;
+  std::optional<std::chrono::milliseconds> save_time_;
+  std::vector<double> step_seconds_;  // per-step times after the first step
+};
+
+}  // namespace fp8rt::node

@@ -1,0 +1,94 @@
+// The node daemon's view of training health: the metrics file read as fp8train appends to it
+// (a real run's file, and half-written, junk and NaN lines), and the hang detector's judgement
+// against the job's own pace.
+#include "node/progress.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "tests/common/temp_dir.h"
+
+namespace fp8rt::node {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool Has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+
+TEST(MetricsTail, ReadsCompleteLinesAsTheyArriveAndSkipsTheRest) {
+  test::TempDir d;
+  const std::string path = d.str() + "/metrics.jsonl";
+  MetricsTail tail(path);
+  Progress p;
+  EXPECT_FALSE(tail.Poll(&p)) << "no file yet is no progress";
+  {
+    std::ofstream out(path);
+    out << R"({"step":1,"loss":5.5,"tokens_per_s":1000.5,"mfu":null})" << "\n"
+        << R"({"step":1,"fp8_telemetry":[]})" << "\n"
+        << "not json\n"
+        << R"({"step":2,"loss":5.25,"tokens_per_s":2000,"mf)";  // half written
+  }
+  EXPECT_TRUE(tail.Poll(&p));
+  EXPECT_EQ(p.step, 1);
+  EXPECT_EQ(p.loss, 5.5);
+  EXPECT_EQ(p.tokens_per_s, 1000.5);
+  EXPECT_EQ(p.mfu, -1);
+  EXPECT_EQ(p.lines, 1);
+  { std::ofstream(path, std::ios::app) << R"(u":0.4})" << "\n"; }
+  EXPECT_TRUE(tail.Poll(&p));
+  EXPECT_EQ(p.step, 2);
+  EXPECT_EQ(p.mfu, 0.4);
+  EXPECT_FALSE(tail.Poll(&p)) << "nothing new";
+  EXPECT_FALSE(p.loss_not_finite);
+  { std::ofstream(path, std::ios::app) << R"({"step":3,"loss":null,"tokens_per_s":1})" << "\n"; }
+  EXPECT_TRUE(tail.Poll(&p));
+  EXPECT_TRUE(p.loss_not_finite) << "a NaN or infinite loss is JSON null";
+  { std::ofstream(path, std::ios::trunc) << R"({"step":1,"loss":9})" << "\n"; }
+  EXPECT_TRUE(tail.Poll(&p)) << "a rewritten file is read from its start";
+  EXPECT_EQ(p.step, 1);
+}
+
+TEST(HangDetector, JudgesTheSilenceAgainstTheJobsOwnPace) {
+  HangOptions o;
+  o.k = 10, o.floor = 2000ms;
+  HangDetector h(o);
+  const auto t0 = HangDetector::Clock::time_point{} + 1000s;
+  EXPECT_FALSE(h.Hung(t0 + 3600s)) << "nothing is judged before the first step";
+  h.Observe(1, t0);
+  EXPECT_EQ(h.Limit(), 2000ms) << "the floor until there is a pace";
+  EXPECT_FALSE(h.Hung(t0 + 1900ms));
+  EXPECT_TRUE(h.Hung(t0 + 2100ms));
+  // One step per second: k x 1 s = 10 s beats the floor.
+  for (int s = 2; s <= 6; ++s) h.Observe(s, t0 + std::chrono::seconds(s - 1));
+  EXPECT_EQ(h.Limit(), 10000ms);
+  const auto last = t0 + 5s;
+  EXPECT_FALSE(h.Hung(last + 9s));
+  const auto why = h.Hung(last + 11s);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_TRUE(Has(*why, "no progress since step 6 for 11 s")) << *why;
+  EXPECT_TRUE(Has(*why, "the limit is 10 s")) << *why;
+  // A step counter that goes back (a restart) or repeats changes nothing.
+  h.Observe(3, last + 1s);
+  EXPECT_TRUE(h.Hung(last + 11s));
+}
+
+TEST(HangDetector, TheStepAfterACheckpointMayTakeTheSaveTimeBesides) {
+  HangOptions o;
+  o.k = 4, o.floor = 1000ms;
+  HangDetector h(o);
+  const auto t0 = HangDetector::Clock::time_point{} + 1000s;
+  for (int s = 1; s <= 5; ++s) h.Observe(s, t0 + std::chrono::seconds(s), s == 5);
+  h.set_save_time(30s);
+  EXPECT_EQ(h.Limit(), 4000ms);
+  EXPECT_FALSE(h.Hung(t0 + 5s + 30s)) << "4 s + the 30 s save time";
+  const auto why = h.Hung(t0 + 5s + 35s);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_TRUE(Has(*why, "save time")) << *why;
+  // The slow step after the save does not count as the pace.
+  h.Observe(6, t0 + 5s + 20s);
+  EXPECT_EQ(h.Limit(), 4000ms);
+}
+
+}  // namespace
+}  // namespace fp8rt::node
