@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "common/atomic_file.h"
 #include "net/http_server.h"
 #include "scheduler/api.h"
 #include "scheduler/auth.h"
@@ -33,16 +34,7 @@ int64_t NowSeconds() {
 }
 
 Status WritePortFile(const std::string& path, uint16_t port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << port << "\n";
-    if (!out.flush()) return Status::IOError(StrCat("cannot write port file ", tmp));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return Status::IOError(StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
-  return Status::Ok();
+  return WriteFileAtomic(path, StrCat(port, "\n"));
 }
 
 void LogTick(const TickResult& r) {

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/atomic_file.h"
 #include "common/crc32c.h"
 
 namespace fs = std::filesystem;
@@ -21,34 +22,6 @@ namespace fp8rt {
 namespace {
 
 constexpr int kFormatVersion = 1;
-
-Status FsyncPath(const std::string& path, bool directory) {
-  int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  if (fd < 0) return Status::IOError(StrCat("open for fsync '", path, "' failed"));
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return Status::IOError(StrCat("fsync '", path, "' failed"));
-  return Status::Ok();
-}
-
-Status WriteFileSynced(const std::string& path, const void* bytes, size_t n) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return Status::IOError(StrCat("cannot create '", path, "'"));
-  const auto* p = static_cast<const uint8_t*>(bytes);
-  size_t done = 0;
-  while (done < n) {
-    ssize_t w = ::write(fd, p + done, n - done);
-    if (w <= 0) {
-      ::close(fd);
-      return Status::IOError(StrCat("short write to '", path, "'"));
-    }
-    done += static_cast<size_t>(w);
-  }
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return Status::IOError(StrCat("fsync '", path, "' failed"));
-  return Status::Ok();
-}
 
 Result<std::string> ReadWholeFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -75,15 +48,6 @@ std::string CheckpointStepDir(const std::string& dir, int64_t step) {
   std::ostringstream os;
   os << "step_" << std::setw(8) << std::setfill('0') << step;
   return (fs::path(dir) / os.str()).string();
-}
-
-Status WriteFileAtomic(const std::string& path, const void* bytes, size_t n) {
-  const std::string tmp = path + ".tmp";
-  FP8RT_RETURN_IF_ERROR(WriteFileSynced(tmp, bytes, n));
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return Status::IOError(StrCat("rename '", tmp, "' -> '", path, "': ", ec.message()));
-  return FsyncPath(fs::path(path).parent_path().string(), true);
 }
 
 std::string CheckpointWriter::StagingDir(int64_t step) const {

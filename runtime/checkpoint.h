@@ -65,7 +65,4 @@ Result<Checkpoint> ReadCheckpoint(const std::string& dir, int64_t step,
 Result<int64_t> LatestCheckpointStep(const std::string& dir);
 std::string CheckpointStepDir(const std::string& dir, int64_t step);
 
-// Writes `bytes` to `path` through path.tmp + fsync + rename (+ fsync of the directory).
-Status WriteFileAtomic(const std::string& path, const void* bytes, size_t n);
-
 }  // namespace fp8rt
