@@ -1,0 +1,303 @@
+// fp8ctl (cli/fp8ctl.h): flags -> one or a few HTTP calls -> a table, JSON or an id.
+#include "cli/fp8ctl.h"
+
+#include <sys/stat.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "common/strict_yaml.h"
+#include "net/http_client.h"
+
+namespace fp8rt::fp8ctl {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+struct Conn {
+  std::string server, token;
+};
+
+int ExitFor(int http) {
+  if (http >= 200 && http < 300) return kOk;
+  if (http == 401 || http == 403) return kAuth;
+  if (http == 404) return kNotFound;
+  if (http >= 400 && http < 500 && http != 429) return kBadInput;
+  return kServerError;
+}
+
+// The config file's server and token (empty when there is no file).
+Status ReadConfigFile(std::string* server, std::string* token) {
+  const char* xdg = std::getenv("XDG_CONFIG_HOME");
+  const char* home = std::getenv("HOME");
+  if ((xdg == nullptr || *xdg == 0) && home == nullptr) return Status::Ok();
+  const fs::path path = (xdg != nullptr && *xdg != 0 ? fs::path(xdg) : fs::path(home) / ".config") /
+                        "fp8ctl" / "config";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return Status::Ok();
+  if ((st.st_mode & 077) != 0) {
+    return Status(StatusCode::kPermissionDenied, StrCat(path.string(), " holds a token and must be readable by "
+                                           "its owner only (chmod 600 it)"));
+  }
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  FP8RT_ASSIGN_OR_RETURN(strict::Value v, strict::Parse(text, path.string()));
+  return strict::ReadFields(v, path.string(),
+                            {{"server", strict::String(server)}, {"token", strict::String(token)}});
+}
+
+// One API call. On an HTTP error or a transport failure, prints why and returns the exit code.
+int Call(const Conn& c, const std::string& method, const std::string& target,
+         const std::string& body, json* reply, std::ostream& err) {
+  net::HttpRequest r;
+  r.method = method, r.target = target, r.body = body;
+  if (!c.token.empty()) r.headers["authorization"] = "Bearer " + c.token;
+  auto res = net::HttpCall(c.server, r);
+  if (!res.ok()) {
+    err << "fp8ctl: " << res.status().message() << "\n";
+    return res.status().code() == StatusCode::kInvalidArgument ? kBadInput : kUnreachable;
+  }
+  const json j = json::parse(res->body, nullptr, false);
+  if (res->status >= 300) {
+    const std::string why = !j.is_discarded() && j.is_object() && j.contains("error")
+                                ? j["error"].get<std::string>()
+                                : res->body;
+    err << "fp8ctl: " << why << " (HTTP " << res->status << ")\n";
+    return ExitFor(res->status);
+  }
+  if (j.is_discarded()) {
+    err << "fp8ctl: the server's answer is not JSON: " << res->body.substr(0, 200) << "\n";
+    return kServerError;
+  }
+  *reply = j;
+  return kOk;
+}
+
+std::string Str(const json& j, const char* key) {
+  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
+}
+
+// The job as fp8ctl shows it: the server's job plus `name`, `user` and `progress`.
+json View(const json& job) {
+  json v = job;
+  v["name"] = job.contains("spec") ? Str(job["spec"], "name") : "";
+  v["user"] = Str(job, "owner");
+  // Why the precision is what it is (the scheduler's reason when it fell back).
+  const std::string asked = job.contains("spec") ? Str(job["spec"], "precision") : "";
+  const std::string got = Str(job, "precision");
+  v["fallback_reason"] = !got.empty() && got != asked ? Str(job, "reason") : "";
+  const int64_t step = job.value("checkpoint_step", int64_t{-1});
+  v["progress"] = {{"step", job.value("step", step)},
+                   {"total", job.contains("total_steps") ? job["total_steps"] : json(nullptr)},
+                   {"loss", job.contains("loss") ? job["loss"] : json(nullptr)},
+                   {"tokens_per_s", job.contains("tokens_per_s") ? job["tokens_per_s"] : json(nullptr)},
+                   {"eta_s", nullptr}};
+  return v;
+}
+
+std::string Age(int64_t since) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  const int64_t s = std::max<int64_t>(0, now - since);
+  if (s < 120) return StrCat(s, "s");
+  if (s < 7200) return StrCat(s / 60, "m");
+  if (s < 172800) return StrCat(s / 3600, "h");
+  return StrCat(s / 86400, "d");
+}
+
+bool Terminal(const std::string& state) {
+  return state == "COMPLETED" || state == "FAILED" || state == "CANCELLED";
+}
+
+}  // namespace
+
+int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
+  CLI::App app{"fp8ctl: submit and follow fp8rt training jobs (docs/API.md)"};
+  app.require_subcommand(1);
+  app.fallthrough();  // --server, --token and --json may come after the verb too
+  Conn c;
+  bool as_json = false;
+  app.add_option("--server", c.server, "scheduler URL, e.g. http://host:8080 (or FP8CTL_SERVER)");
+  app.add_option("--token", c.token, "API token (or FP8CTL_TOKEN, or the config file)");
+  app.add_flag("--json", as_json, "print JSON instead of tables");
+
+  std::string file, name, precision;
+  int nodes = 0, gpus = 0, priority = 0;
+  bool wait = false, has_priority = false;
+  int64_t wait_poll_ms = 1000;
+  auto* submit = app.add_subcommand("submit", "submit a training config or a job spec");
+  submit->add_option("FILE", file, "configs/*.yaml (a training config) or a job spec")->required();
+  submit->add_option("--name", name, "job name (default: the config's name)");
+  submit->add_option("--nodes", nodes, "nodes")->check(CLI::Range(1, 4096));
+  submit->add_option("--gpus", gpus, "GPUs (or CPU slots) per node")->check(CLI::Range(1, 1024));
+  submit->add_option("--precision", precision, "fp8, bf16 or fp32")
+      ->check(CLI::IsMember({"fp8", "bf16", "fp32"}));
+  submit->add_option("--priority", priority, "priority (higher first)")
+      ->each([&](const std::string&) { has_priority = true; });
+  submit->add_flag("--wait", wait, "follow the job and exit with its outcome");
+  submit->add_option("--poll-ms", wait_poll_ms, "--wait's polling period")->check(CLI::Range(10, 60000));
+  app.add_subcommand("list", "your jobs (all jobs for an admin)");
+  int64_t id = 0;
+  auto* status = app.add_subcommand("status", "one job");
+  status->add_option("ID", id, "job id")->required();
+  auto* cancel = app.add_subcommand("cancel", "cancel a job");
+  cancel->add_option("ID", id, "job id")->required();
+  auto* events = app.add_subcommand("events", "a job's state transitions");
+  events->add_option("ID", id, "job id")->required();
+  app.add_subcommand("nodes", "the cluster's nodes and their GPUs");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    out << app.help();
+    return kOk;
+  } catch (const CLI::ParseError& e) {
+    err << "fp8ctl: " << e.what() << "\n";
+    return kBadInput;
+  }
+
+  std::string cfg_server, cfg_token;
+  if (c.server.empty() || c.token.empty()) {
+    const Status s = ReadConfigFile(&cfg_server, &cfg_token);
+    if (!s.ok()) {
+      err << "fp8ctl: " << s.message() << "\n";
+      return s.code() == StatusCode::kPermissionDenied ? kAuth : kBadInput;
+    }
+  }
+  const char* env_server = std::getenv("FP8CTL_SERVER");
+  const char* env_token = std::getenv("FP8CTL_TOKEN");
+  if (c.server.empty()) c.server = env_server ? env_server : cfg_server;
+  if (c.token.empty()) c.token = env_token ? env_token : cfg_token;
+  if (c.server.empty()) c.server = "http://127.0.0.1:8080";
+
+  const std::string cmd = app.get_subcommands()[0]->get_name();
+  json reply;
+  if (cmd == "submit") {
+    std::ifstream in(file);
+    if (!in) {
+      err << "fp8ctl: cannot read '" << file << "'\n";
+      return kBadInput;
+    }
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    auto parsed = strict::Parse(text, file);
+    if (!parsed.ok() || parsed->kind != strict::Kind::kMap) {
+      err << "fp8ctl: " << (parsed.ok() ? file + " is not a mapping" : parsed.status().message())
+          << "\n";
+      return kBadInput;
+    }
+    json doc = json::parse(strict::ToJson(*parsed));
+    json spec;
+    if (doc.contains("model") || doc.contains("train") || doc.contains("data")) {
+      // A training config: it travels inside the job.
+      spec["name"] = doc.contains("name") && doc["name"].is_string()
+                         ? doc["name"]
+                         : json(fs::path(file).stem().string());
+      spec["config"] = doc;
+    } else {
+      spec = doc;  // a job spec
+    }
+    if (!name.empty()) spec["name"] = name;
+    if (nodes > 0) spec["nodes"] = nodes;
+    if (gpus > 0) spec["gpus_per_node"] = gpus;
+    if (!precision.empty()) spec["precision"] = precision;
+    if (has_priority) spec["priority"] = priority;
+    if (int rc = Call(c, "POST", "/v1/jobs", spec.dump(), &reply, err); rc != kOk) return rc;
+    const int64_t job = reply.at("id").get<int64_t>();
+    if (as_json) {
+      out << View(reply).dump() << "\n";
+    } else {
+      out << job << "\n";
+    }
+    if (!wait) return kOk;
+    std::string last;
+    while (true) {
+      if (int rc = Call(c, "GET", StrCat("/v1/jobs/", job), "", &reply, err); rc != kOk) return rc;
+      const std::string state = Str(reply, "state");
+      if (state != last && !as_json) err << "job " << job << ": " << state << " (" << Str(reply, "reason") << ")\n";
+      last = state;
+      if (Terminal(state)) return state == "COMPLETED" ? kOk : kJobFailed;
+      std::this_thread::sleep_for(std::chrono::milliseconds(wait_poll_ms));
+    }
+  }
+  if (cmd == "list") {
+    if (int rc = Call(c, "GET", "/v1/jobs", "", &reply, err); rc != kOk) return rc;
+    json jobs = json::array();
+    for (const auto& j : reply.at("jobs")) jobs.push_back(View(j));
+    if (as_json) {
+      out << jobs.dump() << "\n";
+      return kOk;
+    }
+    out << std::left << std::setw(6) << "ID" << std::setw(20) << "NAME" << std::setw(10) << "USER"
+        << std::setw(11) << "STATE" << std::setw(10) << "PRECISION" << std::setw(6) << "AGE"
+        << "REASON\n";
+    for (const auto& j : jobs) {
+      out << std::left << std::setw(6) << j["id"].get<int64_t>() << std::setw(20) << Str(j, "name")
+          << std::setw(10) << Str(j, "user") << std::setw(11) << Str(j, "state") << std::setw(10)
+          << (Str(j, "precision").empty() ? "-" : Str(j, "precision")) << std::setw(6)
+          << Age(j.value("submitted_at", int64_t{0})) << Str(j, "reason") << "\n";
+    }
+    return kOk;
+  }
+  if (cmd == "status") {
+    if (int rc = Call(c, "GET", StrCat("/v1/jobs/", id), "", &reply, err); rc != kOk) return rc;
+    const json v = View(reply);
+    if (as_json) {
+      out << v.dump() << "\n";
+      return kOk;
+    }
+    out << "job " << id << " (" << Str(v, "name") << ", " << Str(v, "user") << "): " << Str(v, "state")
+        << "\n  reason: " << Str(v, "reason") << "\n  precision: "
+        << (Str(v, "precision").empty() ? "not decided yet" : Str(v, "precision"));
+    if (!Str(v, "fallback_reason").empty()) out << " (" << Str(v, "fallback_reason") << ")";
+    out << "\n  restarts: " << v.value("restarts", 0) << "\n  last checkpoint: step "
+        << v.value("checkpoint_step", int64_t{-1}) << "\n";
+    return kOk;
+  }
+  if (cmd == "cancel") {
+    if (int rc = Call(c, "POST", StrCat("/v1/jobs/", id, "/cancel"), "", &reply, err); rc != kOk) {
+      return rc;
+    }
+    out << "job " << id << ": " << Str(reply, "state") << "\n";
+    return kOk;
+  }
+  if (cmd == "events") {
+    if (int rc = Call(c, "GET", StrCat("/v1/jobs/", id, "/events"), "", &reply, err); rc != kOk) {
+      return rc;
+    }
+    if (as_json) {
+      out << reply.at("events").dump() << "\n";
+      return kOk;
+    }
+    for (const auto& e : reply.at("events")) {
+      out << e.value("time", int64_t{0}) << "  " << Str(e, "from") << " -> " << Str(e, "to")
+          << "  " << Str(e, "reason") << "\n";
+    }
+    return kOk;
+  }
+  // nodes
+  if (int rc = Call(c, "GET", "/v1/nodes", "", &reply, err); rc != kOk) return rc;
+  if (as_json) {
+    out << reply.at("nodes").dump() << "\n";
+    return kOk;
+  }
+  out << std::left << std::setw(20) << "NODE" << std::setw(10) << "STATE" << "GPUS\n";
+  for (const auto& n : reply.at("nodes")) {
+    std::map<std::string, int> kinds;
+    for (const auto& g : n.value("gpus", json::array())) ++kinds[Str(g, "name")];
+    std::string gpus_text;
+    for (const auto& [k, count] : kinds) gpus_text += StrCat(gpus_text.empty() ? "" : ", ", count, "x", k);
+    out << std::left << std::setw(20) << Str(n, "id") << std::setw(10) << Str(n, "state")
+        << (gpus_text.empty() ? "-" : gpus_text) << "\n";
+  }
+  return kOk;
+}
+
+}  // namespace fp8rt::fp8ctl
