@@ -109,25 +109,21 @@ TEST_F(DataParallel, MpirunDpTwoAndFourEqualDpOneOnTheSameGlobalBatch) {
   }
 }
 
-TEST_F(DataParallel, EnvironmentLauncherTwoRanksOverGlooEqualsDpOne) {
+// The FP8RT_* environment (what fp8d sets) and the srun contract (comm/README.md: ranks from
+// SLURM_PROCID / SLURM_STEP_NUM_TASKS, rank 0 on the step's first host, its port from the job and
+// step ids), both over Gloo (no MPI). The srun ranks are started with the variables srun sets; a
+// real slurmctld/slurmd is the cluster test's (issue 13).
+TEST_F(DataParallel, EnvironmentAndSrunLaunchersTwoRanksOverGlooEqualDpOne) {
   const TrainRun one = Single(Config("one", 4, small_, "fp8"), "one", 5);
   ASSERT_EQ(one.ranks[0].code, 0) << one.output;
-  const TrainRun dp = Env(2, Config("env", 2, small_, "fp8"), "env", 5);
-  for (const auto& r : dp.ranks) ASSERT_EQ(r.code, 0) << dp.output;
-  EXPECT_TRUE(Has(dp.output, "via env, collectives on gloo")) << dp.output;
-  ExpectSame(one, "one", dp, "env", 1e-5, 1e-5);
-}
-
-// The srun contract (comm/README.md): ranks from SLURM_PROCID / SLURM_STEP_NUM_TASKS, rank 0 on
-// the step's first host, its port from the job and step ids, collectives over Gloo (no MPI).
-// Started with the variables srun sets; a real slurmctld/slurmd is the cluster test's.
-TEST_F(DataParallel, SrunEnvironmentTwoRanksEqualsDpOne) {
-  const TrainRun one = Single(Config("s1", 4, small_, "fp8"), "s1", 4);
-  ASSERT_EQ(one.ranks[0].code, 0) << one.output;
-  const TrainRun dp = SrunRanks(2, Config("s2", 2, small_, "fp8"), "s2", 4);
-  for (const auto& r : dp.ranks) ASSERT_EQ(r.code, 0) << dp.output;
-  EXPECT_TRUE(Has(dp.output, "via srun, collectives on gloo")) << dp.output;
-  ExpectSame(one, "s1", dp, "s2", 1e-5, 1e-5);
+  for (const std::string launcher : {"env", "srun"}) {
+    const std::string config = Config(launcher, 2, small_, "fp8");
+    const TrainRun dp =
+        launcher == "env" ? Env(2, config, launcher, 5) : SrunRanks(2, config, launcher, 5);
+    for (const auto& r : dp.ranks) ASSERT_EQ(r.code, 0) << dp.output;
+    EXPECT_TRUE(Has(dp.output, "via " + launcher + ", collectives on gloo")) << dp.output;
+    ExpectSame(one, "one", dp, launcher, 1e-5, 1e-5);
+  }
 }
 
 TEST_F(DataParallel, FirstStepCalibrationIsPerRankThenTheScalesAreShared) {
@@ -136,10 +132,7 @@ TEST_F(DataParallel, FirstStepCalibrationIsPerRankThenTheScalesAreShared) {
   const TrainRun dp = Mpirun(2, Config("cal2", 2, small_, "fp8", 1, true), "cal2", 4);
   ASSERT_EQ(dp.ranks[0].code, 0) << dp.output;  // the per-step scale check passed on every rank
   ASSERT_EQ(dp.metrics.size(), one.metrics.size());
-  for (size_t i = 0; i < one.metrics.size(); ++i) {
-    const double a = one.metrics[i]["loss"], b = dp.metrics[i]["loss"];
-    EXPECT_NEAR(a, b, 2e-3 * a) << "step " << i + 1;
-  }
+  ExpectLossesNear(one, dp, 0, one.metrics.size(), 2e-3);
 }
 
 // One amax collective per step, whatever the depth and the number of micro-batches; the
@@ -256,10 +249,7 @@ TEST_F(DataParallel, ZeroOneResumeIsExactAndItsCheckpointsLoadWithoutZero) {
   const TrainRun plain = Mpirun(2, Config("pres", 2, small_, "fp8"), "zmixed", 6, "--resume");
   ASSERT_EQ(plain.ranks[0].code, 0) << plain.output;
   ASSERT_EQ(plain.metrics.size(), 6u);
-  for (size_t i = 3; i < 6; ++i) {
-    const double a = whole.metrics[i]["loss"], b = plain.metrics[i]["loss"];
-    EXPECT_NEAR(a, b, 1e-5 * a) << "step " << i + 1;
-  }
+  ExpectLossesNear(whole, plain, 3, 6, 1e-5);
 }
 
 TEST_F(DataParallel, ZeroOneRefusesShapesThatDoNotSplit) {

@@ -184,6 +184,17 @@ class ParallelRun : public ::testing::Test {
     return v.ok() ? *v : std::vector<float>{};
   }
 
+  // The losses of steps from+1..to of b within rel_tol (relative) of a's.
+  static void ExpectLossesNear(const TrainRun& a, const TrainRun& b, size_t from, size_t to,
+                               double rel_tol) {
+    ASSERT_GE(a.metrics.size(), to) << a.output;
+    ASSERT_GE(b.metrics.size(), to) << b.output;
+    for (size_t i = from; i < to; ++i) {
+      const double la = a.metrics[i]["loss"], lb = b.metrics[i]["loss"];
+      EXPECT_NEAR(la, lb, rel_tol * std::abs(la)) << "step " << i + 1;
+    }
+  }
+
   // Losses step by step within rel_tol; master weights within abs_tol.
   void ExpectSame(const TrainRun& a, const std::string& atag, const TrainRun& b,
                   const std::string& btag, double rel_tol, double abs_tol) {

@@ -184,10 +184,7 @@ TEST_F(TensorParallel, ResumeIsExactAndTheCheckpointResumesAtAnotherTp) {
   const TrainRun at1 = Single(Config("r1", 4, model_, "fp32"), "mixed", 6, "--resume");
   ASSERT_EQ(at1.ranks[0].code, 0) << at1.output;
   ASSERT_EQ(at1.metrics.size(), 6u) << at1.output;
-  for (size_t i = 3; i < 6; ++i) {
-    const double w = whole.metrics[i]["loss"];
-    EXPECT_NEAR(at1.metrics[i]["loss"].get<double>(), w, 1e-5 * w) << "step " << i + 1;
-  }
+  ExpectLossesNear(whole, at1, 3, 6, 1e-5);
 }
 
 // Sharded checkpoints: under TP or ZeRO-1 every rank writes the part it owns (without ZeRO only
@@ -225,10 +222,7 @@ TEST_F(TensorParallel, ShardedCheckpointsHoldEachRanksPartAndResumeAtAnotherGrid
   ASSERT_EQ(from_plain.ranks[0].code, 0) << from_plain.output;
   ASSERT_EQ(from_zero.ranks[0].code, 0) << from_zero.output;
   ASSERT_EQ(from_zero.metrics.size(), 5u);
-  for (size_t i = 3; i < 5; ++i) {
-    const double a = from_plain.metrics[i]["loss"], b = from_zero.metrics[i]["loss"];
-    EXPECT_NEAR(a, b, 1e-5 * a) << "step " << i + 1;
-  }
+  ExpectLossesNear(from_plain, from_zero, 3, 5, 1e-5);
 }
 
 TEST_F(TensorParallel, AMissingOrDamagedShardIsRefusedNamingIt) {
