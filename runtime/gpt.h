@@ -69,6 +69,7 @@ struct StepStats {
   int grad_buckets = 0;
   double amax_reduce_ms = 0;
   double grad_reduce_ms = 0;
+  double weight_gather_ms = 0;  // ZeRO-1: the FP8 (and T) weight all-gather after the update
 };
 
 // Per-tensor FP8 telemetry: amax seen by the casts since the last report, current scale, and

@@ -253,7 +253,7 @@ class Gpt final : public GptModel {
   int next_bucket_ = 0;
   float grad_scale_ = 1.0f;  // 1 / DP while a DP step runs: SUM then gives the mean
   int amax_collectives_ = 0;
-  static constexpr int kGradTimer = 0, kAmaxTimer = 1;
+  static constexpr int kGradTimer = 0, kAmaxTimer = 1, kGatherTimer = 2;
   // Set during the backward of a step's first micro-batch: the linear layers' weight gradients
   // (and the tied wte's, which the LM head's wgrad writes before the embedding backward adds to
   // it) are written by their wgrad GEMMs (beta 0) rather than accumulated, so ZeroGrads need not
@@ -651,6 +651,7 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
   out->grad_buckets = Dp() ? static_cast<int>(buckets_.size()) : 0;
   out->grad_reduce_ms = Dp() ? ops_->CommTimerMs(kGradTimer) : 0;
   out->amax_reduce_ms = amax_collectives_ > 0 ? ops_->CommTimerMs(kAmaxTimer) : 0;
+  out->weight_gather_ms = Zero() ? ops_->CommTimerMs(kGatherTimer) : 0;
   return Status::Ok();
 }
 

@@ -157,6 +157,7 @@ Status Gpt<Ops, T>::GatherWeights() {
   }));
   ops_->Mark("weight all-gather (launch)");
   void* stream = ops_->ForkComm();
+  ops_->CommTimerStart(kGatherTimer);
   FP8RT_RETURN_IF_ERROR(o_.dp->GroupStart());
   FP8RT_RETURN_IF_ERROR(fp8_.ForEachLinear([&](int l, int kind) -> Status {
     int64_t N, K;
@@ -178,6 +179,7 @@ Status Gpt<Ops, T>::GatherWeights() {
     }
   }
   FP8RT_RETURN_IF_ERROR(o_.dp->GroupEnd("weight all-gather (ZeRO-1)"));
+  ops_->CommTimerStop(kGatherTimer);
   FP8RT_RETURN_IF_ERROR(ops_->JoinComm());
   ops_->Mark("fp8 transpose w");
   return fp8_.ForEachLinear([&](int l, int kind) -> Status {

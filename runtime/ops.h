@@ -176,8 +176,8 @@ class CpuOps {
 
  private:
   HostOpProfiler prof_;
-  std::chrono::steady_clock::time_point timer_start_[2];
-  double timer_ms_[2] = {0, 0};
+  std::chrono::steady_clock::time_point timer_start_[3];
+  double timer_ms_[3] = {0, 0, 0};  // gradients, amaxes, the ZeRO-1 weight all-gather
 };
 
 }  // namespace fp8rt

@@ -71,9 +71,13 @@ class CudaOps {
   CudaOps() = default;
   ~CudaOps() {
     if (scratch_) cudaFree(scratch_);
-    for (cudaEvent_t e :
-         {forked_, joined_, timer_[0][0], timer_[0][1], timer_[1][0], timer_[1][1]}) {
+    for (cudaEvent_t e : {forked_, joined_}) {
       if (e) cudaEventDestroy(e);
+    }
+    for (auto& t : timer_) {
+      for (cudaEvent_t e : t) {
+        if (e) cudaEventDestroy(e);
+      }
     }
     if (comm_stream_) cudaStreamDestroy(comm_stream_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -423,8 +427,9 @@ class CudaOps {
   }
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t forked_ = nullptr, joined_ = nullptr;
-  cudaEvent_t timer_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
-  bool timer_started_[2] = {false, false};
+  // Gradients, amaxes, the ZeRO-1 weight all-gather: (start, stop) events each.
+  cudaEvent_t timer_[3][2] = {{nullptr, nullptr}, {nullptr, nullptr}, {nullptr, nullptr}};
+  bool timer_started_[3] = {false, false, false};
   std::unique_ptr<GemmRunner> gemm_;
   AttentionMode attention_mode_ = AttentionMode::kAuto;
   std::unique_ptr<cuda::CudnnAttention> cudnn_;

@@ -202,6 +202,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
         j["amax_reduce_ms"] = st.amax_reduce_ms;
         j["grad_reduce_ms"] = st.grad_reduce_ms;
         j["grad_buckets"] = st.grad_buckets;
+        if (zero) j["weight_gather_ms"] = st.weight_gather_ms;
       }
       if (!device.is_cpu) j["device_used_gib"] = DeviceMemoryUsedBytes(device) / 1073741824.0;
       if (!pd.fallback_reason.empty()) j["fallback_reason"] = pd.fallback_reason;

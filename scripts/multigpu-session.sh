@@ -185,7 +185,7 @@ if [[ $parts == *overlap* ]]; then
       timeout 300 "${MPI[@]}" "${xs[@]}" -np "$n" $B/fp8train --config "$OUT/$tag.yaml" \
         --precision $prec --steps "$STEPS" --metrics "$OUT/$tag.jsonl" > "$OUT/$tag.log" 2>&1
     fi
-    echo "| $tag | $prec | dp $n | {$par} $* | $(median_tps "$OUT/$tag.jsonl") tok/s | step $(median_tps "$OUT/$tag.jsonl" step_ms) ms | grad reduce $(median_tps "$OUT/$tag.jsonl" grad_reduce_ms) ms |" | tee -a "$OUT/overlap.md"
+    echo "| $tag | $prec | dp $n | {$par} $* | $(median_tps "$OUT/$tag.jsonl") tok/s | step $(median_tps "$OUT/$tag.jsonl" step_ms) ms | grad reduce $(median_tps "$OUT/$tag.jsonl" grad_reduce_ms) ms | weight all-gather $(median_tps "$OUT/$tag.jsonl" weight_gather_ms) ms |" | tee -a "$OUT/overlap.md"
   }
   for prec in ${OVERLAP_PRECISIONS:-bf16 fp8}; do
     gpt13 ov1_$prec 1 "zero: false" $prec
