@@ -440,65 +440,6 @@ Status Gpt<Ops, T>::Setup() {
 }
 
 template <typename Ops, typename T>
-Status Gpt<Ops, T>::RefreshWorkingCopy(const std::vector<float>* full) {
-  std::vector<float> downloaded;
-  if (full == nullptr) {
-    downloaded.resize(static_cast<size_t>(layout_.total));
-    FP8RT_RETURN_IF_ERROR(
-        ops_->Download(downloaded.data(), master_, downloaded.size() * sizeof(float)));
-    full = &downloaded;
-  }
-  const std::vector<float>& master = *full;
-  for (int p = 0; p < kNumParams; ++p) {
-    if (!HasWorking(p)) continue;
-    std::vector<T> work(static_cast<size_t>(layout_.size[p]));
-    for (size_t i = 0; i < work.size(); ++i) work[i] = T(master[layout_.offset[p] + i]);
-    FP8RT_RETURN_IF_ERROR(
-        ops_->Upload(W(static_cast<Param>(p)), work.data(), work.size() * sizeof(T)));
-  }
-  return Status::Ok();
-}
-
-template <typename Ops, typename T>
-Status Gpt<Ops, T>::InitRandom(uint64_t seed) {
-  const ModelConfig& m = o_.model;
-  const int64_t C = m.n_embd;
-  // The whole model, drawn the same whatever the parallelism (ImportState takes this rank's part).
-  const Layout whole(m);
-  std::vector<float> host(static_cast<size_t>(whole.total), 0.0f);
-  SplitMix64 rng(seed);
-  const float proj_std = 0.02f / std::sqrt(2.0f * m.n_layer);
-  for (int p = 0; p < kNumParams; ++p) {
-    float* t = host.data() + whole.offset[p];
-    const int64_t n = whole.size[p];
-    switch (p) {
-      case kWte:  // rows of the vocabulary padding stay zero
-        for (int64_t i = 0; i < int64_t{m.vocab_size} * C; ++i) t[i] = 0.02f * rng.Normal();
-        break;
-      case kWpe:
-      case kQkvW:
-      case kFcW:
-        for (int64_t i = 0; i < n; ++i) t[i] = 0.02f * rng.Normal();
-        break;
-      case kAttProjW:
-      case kFcProjW:
-        for (int64_t i = 0; i < n; ++i) t[i] = proj_std * rng.Normal();
-        break;
-      case kLn1W:
-      case kLn2W:
-      case kLnfW:
-        for (int64_t i = 0; i < n; ++i) t[i] = 1.0f;
-        break;
-      default:
-        break;  // biases start at zero
-    }
-  }
-  FP8RT_RETURN_IF_ERROR(fp8_.Init());
-  const std::vector<float> zeros(host.size(), 0.0f);  // AdamW moments
-  return ImportState(host, zeros, zeros);
-}
-
-template <typename Ops, typename T>
 Status Gpt<Ops, T>::ForwardPass(const int32_t* x_host, const int32_t* y_host, bool cast_weights,
                                 bool compute_grad, int micro) {
   const ModelConfig& m = o_.model;
@@ -808,65 +749,6 @@ Status Gpt<Ops, T>::Gradients(const int32_t* x, const int32_t* y, float* loss,
 }
 
 template <typename Ops, typename T>
-Status Gpt<Ops, T>::ExportState(std::vector<float>* master, std::vector<float>* m,
-                                std::vector<float>* v) {
-  const size_t n = static_cast<size_t>(layout_.total);
-  std::vector<float> a, b, c;  // this rank's parts (the whole model without TP)
-  if (Zero()) {  // every rank must call it: the shards are all-gathered
-    FP8RT_RETURN_IF_ERROR(GatherState(master_, &a));
-    FP8RT_RETURN_IF_ERROR(GatherState(m_, &b));
-    FP8RT_RETURN_IF_ERROR(GatherState(v_, &c));
-  } else {
-    a.resize(n), b.resize(n), c.resize(n);
-    FP8RT_RETURN_IF_ERROR(ops_->Download(a.data(), master_, n * sizeof(float)));
-    FP8RT_RETURN_IF_ERROR(ops_->Download(b.data(), m_, n * sizeof(float)));
-    FP8RT_RETURN_IF_ERROR(ops_->Download(c.data(), v_, n * sizeof(float)));
-  }
-  if (!Tp()) {
-    *master = std::move(a), *m = std::move(b), *v = std::move(c);
-    return Status::Ok();
-  }
-  FP8RT_RETURN_IF_ERROR(TpGather(a, master));
-  FP8RT_RETURN_IF_ERROR(TpGather(b, m));
-  return TpGather(c, v);
-}
-
-template <typename Ops, typename T>
-Status Gpt<Ops, T>::ImportState(const std::vector<float>& whole_master,
-                                const std::vector<float>& whole_m,
-                                const std::vector<float>& whole_v) {
-  const size_t whole = static_cast<size_t>(Layout(o_.model).total);
-  if (whole_master.size() != whole || whole_m.size() != whole || whole_v.size() != whole) {
-    return Status::InvalidArgument(StrCat("state has ", whole_master.size(), "/", whole_m.size(),
-                                          "/", whole_v.size(), " values, the model has ", whole));
-  }
-  const size_t n = static_cast<size_t>(layout_.total);
-  // Under TP, this rank's part of each (the whole model otherwise).
-  std::vector<float> parts[3];
-  const std::vector<float>* in[3] = {&whole_master, &whole_m, &whole_v};
-  if (Tp()) {
-    for (int i = 0; i < 3; ++i) {
-      parts[i].resize(n);
-      TpExtract(o_.model, o_.tp->size(), o_.tp->rank(), in[i]->data(), parts[i].data());
-      in[i] = &parts[i];
-    }
-  }
-  const std::vector<float>&master = *in[0], &m = *in[1], &v = *in[2];
-  if (Zero()) {
-    // This rank's parts; the full master waits for the next step's FP8 casts.
-    FP8RT_RETURN_IF_ERROR(ScatterState(master, master_));
-    FP8RT_RETURN_IF_ERROR(ScatterState(m, m_));
-    FP8RT_RETURN_IF_ERROR(ScatterState(v, v_));
-    pending_master_ = master;
-    return RefreshWorkingCopy(&master);
-  }
-  FP8RT_RETURN_IF_ERROR(ops_->Upload(master_, master.data(), n * sizeof(float)));
-  FP8RT_RETURN_IF_ERROR(ops_->Upload(m_, m.data(), n * sizeof(float)));
-  FP8RT_RETURN_IF_ERROR(ops_->Upload(v_, v.data(), n * sizeof(float)));
-  return RefreshWorkingCopy(&master);
-}
-
-template <typename Ops, typename T>
 Result<std::unique_ptr<GptModel>> MakeGpt(const ModelOptions& o, std::unique_ptr<Ops> ops) {
   auto model = std::make_unique<Gpt<Ops, T>>(o, std::move(ops));
   FP8RT_RETURN_IF_ERROR(model->Setup());
@@ -877,3 +759,4 @@ Result<std::unique_ptr<GptModel>> MakeGpt(const ModelOptions& o, std::unique_ptr
 
 #include "runtime/gpt_linear.h"
 #include "runtime/gpt_parallel.h"
+#include "runtime/gpt_state.h"
