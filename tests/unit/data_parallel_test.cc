@@ -180,11 +180,7 @@ TEST_F(DataParallel, ResumeOfATwoRankRunIsExact) {
   ASSERT_EQ(second.ranks[0].code, 0) << second.output;
   // The metrics file of "parts" holds steps 1..3 then 4..6.
   ASSERT_EQ(second.metrics.size(), 6u) << second.output;
-  for (size_t i = 0; i < 6; ++i) {
-    EXPECT_EQ(whole.metrics[i]["loss"].get<double>(), second.metrics[i]["loss"].get<double>())
-        << "step " << i + 1;
-  }
-  EXPECT_EQ(Master("whole"), Master("parts"));
+  ExpectIdentical(whole, "whole", second, "parts");
 }
 
 TEST_F(DataParallel, ADpThatDoesNotMatchTheRanksIsRefusedNamingIt) {
@@ -242,11 +238,7 @@ TEST_F(DataParallel, ZeroOneResumeIsExactAndItsCheckpointsLoadWithoutZero) {
   const TrainRun second = Mpirun(2, zero, "zparts", 6, "--resume");
   ASSERT_EQ(second.ranks[0].code, 0) << second.output;
   ASSERT_EQ(second.metrics.size(), 6u) << second.output;
-  for (size_t i = 0; i < 6; ++i) {
-    EXPECT_EQ(whole.metrics[i]["loss"].get<double>(), second.metrics[i]["loss"].get<double>())
-        << "step " << i + 1;
-  }
-  EXPECT_EQ(Master("zwhole"), Master("zparts"));
+  ExpectIdentical(whole, "zwhole", second, "zparts");
   // A ZeRO-1 checkpoint is a whole-model checkpoint: plain DP resumes it (and the reverse).
   first = Mpirun(2, zero, "zmixed", 3);
   ASSERT_EQ(first.ranks[0].code, 0) << first.output;

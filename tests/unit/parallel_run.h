@@ -195,6 +195,17 @@ class ParallelRun : public ::testing::Test {
     }
   }
 
+  // The same run: bit-identical losses step by step and master weights (resume exactness).
+  void ExpectIdentical(const TrainRun& a, const std::string& atag, const TrainRun& b,
+                       const std::string& btag) {
+    ASSERT_EQ(a.metrics.size(), b.metrics.size()) << a.output << b.output;
+    for (size_t i = 0; i < a.metrics.size(); ++i) {
+      EXPECT_EQ(a.metrics[i]["loss"].get<double>(), b.metrics[i]["loss"].get<double>())
+          << "step " << i + 1;
+    }
+    EXPECT_EQ(Master(atag), Master(btag));
+  }
+
   // Losses step by step within rel_tol; master weights within abs_tol.
   void ExpectSame(const TrainRun& a, const std::string& atag, const TrainRun& b,
                   const std::string& btag, double rel_tol, double abs_tol) {
