@@ -11,5 +11,8 @@ inline constexpr int kExitPreempted = 3;    // fp8train: stopped by SIGTERM/SIGU
 // fp8train: a peer rank died, or a collective did not complete within the collective timeout;
 // the message names the rank and the collective.
 inline constexpr int kExitPeerFailure = 4;
+// fp8train: the loss turned NaN or infinite (the message names the step). Not worth a restart:
+// the same data and state give the same loss, so fp8d fails the job instead of retrying it.
+inline constexpr int kExitNonFinite = 5;
 
 }  // namespace fp8rt

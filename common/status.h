@@ -25,6 +25,7 @@ enum class StatusCode {
   kCancelled,
   kUnimplemented,
   kInternal,
+  kNonFinite,  // a NaN or infinity where a finite number must be (a training loss)
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -46,6 +47,7 @@ class [[nodiscard]] Status {
   static Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
   static Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+  static Status NonFinite(std::string m) { return {StatusCode::kNonFinite, std::move(m)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

@@ -143,6 +143,7 @@ int main(int argc, char** argv) {
   if (!r.ok()) {
     std::cerr << who << r.status().ToString() << "\n";
     const auto code = r.status().code();
+    if (code == StatusCode::kNonFinite) return kExitNonFinite;
     return code == StatusCode::kInvalidArgument || code == StatusCode::kFailedPrecondition ||
                    code == StatusCode::kCorruption || code == StatusCode::kNotFound
                ? kExitUsage

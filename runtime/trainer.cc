@@ -159,7 +159,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
     result.grad_norms.push_back(st.grad_norm);
     result.weight_casts.push_back(st.weight_casts);
     if (!std::isfinite(st.loss)) {
-      return Status::Internal(StrCat("loss is ", st.loss, " at step ", step));
+      return Status::NonFinite(StrCat("loss is ", st.loss, " at step ", step));
     }
     const double tok_s = static_cast<double>(M * c.train.grad_accum * dp) / sec;
     // tokens_per_s is the job's (every replica's tokens); MFU is per GPU (rank).
