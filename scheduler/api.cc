@@ -236,7 +236,7 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
   if (parts.size() >= 2 && parts[0] == "v1" && parts[1] == "nodes") {
     return RouteNodes(req, path, parts);
   }
-  // /v1/jobs[/{id}[/cancel|/events]]
+  // /v1/jobs[/{id}[/cancel|/preempt|/resume|/events]]
   if (parts.size() < 2 || parts.size() > 4 || parts[0] != "v1" || parts[1] != "jobs") {
     return Error(404, StrCat("no route for ", req.method, " ", path));
   }
@@ -246,15 +246,14 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
     if (!id) return Error(404, StrCat("job id '", parts[2], "' is not a positive integer"));
   }
   const std::string action = parts.size() == 4 ? parts[3] : "";
-  if (!action.empty() && action != "cancel" && action != "events") {
+  const bool post_action = action == "cancel" || action == "preempt" || action == "resume";
+  if (!action.empty() && !post_action && action != "events") {
     return Error(404, StrCat("no route for ", req.method, " ", path));
   }
-  const char* allowed = parts.size() == 2    ? "GET, HEAD, POST"
-                        : action == "cancel" ? "POST"
-                                             : "GET, HEAD";
-  const bool method_ok = parts.size() == 2    ? (IsGet(req.method) || req.method == "POST")
-                         : action == "cancel" ? req.method == "POST"
-                                              : IsGet(req.method);
+  const char* allowed = parts.size() == 2 ? "GET, HEAD, POST" : post_action ? "POST" : "GET, HEAD";
+  const bool method_ok = parts.size() == 2 ? (IsGet(req.method) || req.method == "POST")
+                         : post_action     ? req.method == "POST"
+                                           : IsGet(req.method);
   if (!method_ok) return MethodNotAllowed(req, allowed);
 
   Principal p;
@@ -280,6 +279,23 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
     json arr = json::array();
     for (const Event& e : *events) arr.push_back(json::parse(EventToJson(e)));
     return Json(200, json{{"job_id", *id}, {"events", arr}});
+  }
+  if (action == "preempt" || action == "resume") {
+    if (scheduler_ == nullptr) {
+      return Error(503, StrCat("this server runs no scheduler; ", action, " is not available"));
+    }
+    bool hold = false;
+    if (action == "preempt" && !req.body.empty()) {
+      auto body = strict::Parse(req.body, "preempt request");
+      Status read = body.ok() ? strict::ReadFields(*body, "", {{"hold", strict::Bool(&hold)}})
+                              : body.status();
+      if (!read.ok()) return Error(400, read.message());
+    }
+    const auto now = static_cast<int64_t>(clock_());
+    auto done = action == "preempt" ? scheduler_->Preempt(*id, p.name, hold, now)
+                                    : scheduler_->Resume(*id, p.name, now);
+    if (!done.ok()) return FromStatus(done.status());
+    return Respond(200, "application/json", JobToJson(*done));
   }
   // cancel
   if (scheduler_ != nullptr) {

@@ -11,6 +11,10 @@ namespace fp8rt::sched {
 // Job ids are positive; 0 in NodeInfo::gpu_job means the GPU is free.
 inline constexpr int64_t kNoJob = 0;
 
+// A CPU node registers its CPU slots as "GPUs" of this name (compute capability 0): fp8train runs
+// every precision there, FP8 and BF16 emulated, so the precision rule does not apply to them.
+inline constexpr const char* kCpuSlotName = "cpu";
+
 struct GpuInfo {
   std::string name;            // product name as the node reports it, e.g. "H100". Default: ""
   int compute_capability = 0;  // 10 * major + minor (H100: 90, L40S: 89, A100: 80). Default: 0
@@ -27,6 +31,7 @@ struct NodeInfo {
   std::vector<int64_t> gpu_job;  // per GPU: the job holding it, or kNoJob; same size as gpus
   int64_t last_heartbeat = 0;    // seconds, same clock as ClusterSnapshot::now
   NodeState state = NodeState::kReady;
+  std::string address;  // where the node's ranks can be reached (a gang's rendezvous). Default: ""
 
   bool free(size_t gpu) const { return gpu >= gpu_job.size() || gpu_job[gpu] == kNoJob; }
 };

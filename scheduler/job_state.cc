@@ -133,9 +133,22 @@ std::string JobToJson(const Job& job) {
   j["spec"] = json::parse(job.spec.ToJson());
   j["state"] = JobStateName(job.state);
   j["precision"] = job.precision ? PrecisionName(*job.precision) : "";
+  j["precision_reason"] = job.precision_reason;
   j["placement"] = AssignmentsToJson(job.placement);
   j["restarts"] = job.restarts;
+  j["attempt"] = job.attempt;
+  j["hold"] = job.hold;
   j["checkpoint_step"] = job.checkpoint_step;
+  j["checkpoint_at"] = job.checkpoint_at;
+  const JobProgress& p = job.progress;
+  json prog = {{"step", p.step}, {"total_steps", p.total_steps}, {"at", p.at}};
+  for (const auto& [key, v] : {std::pair<const char*, double>{"loss", p.loss},
+                               {"tokens_per_s", p.tokens_per_s},
+                               {"mfu", p.mfu},
+                               {"eta_s", p.eta_s}}) {
+    prog[key] = v >= 0 ? json(v) : json(nullptr);
+  }
+  j["progress"] = prog;
   j["submitted_at"] = job.submitted_at;
   j["updated_at"] = job.updated_at;
   j["reason"] = job.reason;
@@ -157,7 +170,24 @@ Result<Job> JobFromJson(const std::string& text) {
           {a.at("node").get<std::string>(), a.at("gpus").get<std::vector<int>>()});
     }
     job.restarts = j.at("restarts").get<int>();
+    // Records written before these fields existed read with their defaults.
+    job.attempt = j.value("attempt", 0);
+    job.hold = j.value("hold", false);
+    job.precision_reason = j.value("precision_reason", std::string());
     job.checkpoint_step = j.at("checkpoint_step").get<int64_t>();
+    job.checkpoint_at = j.value("checkpoint_at", int64_t{0});
+    if (j.contains("progress")) {
+      const json& p = j.at("progress");
+      job.progress.step = p.at("step").get<int64_t>();
+      job.progress.total_steps = p.at("total_steps").get<int64_t>();
+      job.progress.at = p.at("at").get<int64_t>();
+      for (const auto& [key, out] : {std::pair<const char*, double*>{"loss", &job.progress.loss},
+                                     {"tokens_per_s", &job.progress.tokens_per_s},
+                                     {"mfu", &job.progress.mfu},
+                                     {"eta_s", &job.progress.eta_s}}) {
+        *out = p.at(key).is_null() ? -1 : p.at(key).get<double>();
+      }
+    }
     job.submitted_at = j.at("submitted_at").get<int64_t>();
     job.updated_at = j.at("updated_at").get<int64_t>();
     job.reason = j.at("reason").get<std::string>();

@@ -32,15 +32,32 @@ bool IsTerminal(JobState s);
 // Ok if from -> to is an edge of the state machine; otherwise FailedPrecondition naming both.
 Status CheckTransition(JobState from, JobState to);
 
+// Training progress as the gang's node 0 last reported it (rank 0's metrics); -1: not known.
+struct JobProgress {
+  int64_t step = -1;
+  int64_t total_steps = -1;
+  double loss = -1;
+  double tokens_per_s = -1;
+  double mfu = -1;
+  double eta_s = -1;
+  int64_t at = 0;  // seconds: when it was reported
+  bool operator==(const JobProgress&) const = default;
+};
+
 struct Job {
   int64_t id = 0;
   std::string owner;  // submitting user
   JobSpec spec;
   JobState state = JobState::kPending;
   std::optional<Precision> precision;     // decided at placement; unset while never placed
+  std::string precision_reason;           // the placement's words on it (a fallback says why)
   std::vector<NodeAssignment> placement;  // current or last placement
-  int restarts = 0;                       // node-loss requeues so far
+  int restarts = 0;                       // requeues after a loss or a failed gang so far
+  int attempt = 0;                        // placements so far (the start command carries it)
+  bool hold = false;  // preempted with hold: stays PREEMPTED until resumed. Default: false
   int64_t checkpoint_step = -1;           // latest checkpoint the job reported; -1: none
+  int64_t checkpoint_at = 0;              // seconds: when checkpoint_step was first reported
+  JobProgress progress;
   int64_t submitted_at = 0;               // seconds
   int64_t updated_at = 0;                 // seconds, time of the last transition
   std::string reason;                     // why it is in its current state

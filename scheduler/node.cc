@@ -124,6 +124,7 @@ Result<NodeRegistration> ParseNodeRegistration(const std::string& body) {
   const Value* gpus = nullptr;
   FP8RT_RETURN_IF_ERROR(ReadObject(root, "",
                                    {{"id", strict::String(&r.id, 128)},
+                                    {"address", strict::String(&r.address, 255)},
                                     {"gpus",
                                      [&gpus](const Value& v, const std::string&) {
                                        gpus = &v;
@@ -143,8 +144,10 @@ Result<NodeRegistration> ParseNodeRegistration(const std::string& body) {
     const std::string where = StrCat("gpus[", i, "]");
     GpuInfo g;
     int64_t count = 1;
-    const strict::Reader cc = [&g](const Value& v, const std::string& path) -> Status {
+    bool has_cc = false;
+    const strict::Reader cc = [&g, &has_cc](const Value& v, const std::string& path) -> Status {
       FP8RT_ASSIGN_OR_RETURN(g.compute_capability, ParseComputeCapability(v, path));
+      has_cc = true;
       return Status::Ok();
     };
     FP8RT_RETURN_IF_ERROR(ReadObject(gpus->items[i], where,
@@ -153,8 +156,20 @@ Result<NodeRegistration> ParseNodeRegistration(const std::string& body) {
                                       {"memory_gib", strict::Number(&g.memory_gib, 0, 1 << 20)},
                                       {"count", strict::Integer(&count, 1, kMaxNodeGpus)},
                                       {"healthy", strict::Bool(&g.healthy)}},
-                                     {"name", "compute_capability", "memory_gib"}));
+                                     {"name", "memory_gib"}));
     if (g.name.empty()) return Status::InvalidArgument(StrCat(where, ".name must not be empty"));
+    const bool cpu = g.name == kCpuSlotName;
+    if (cpu && has_cc && g.compute_capability != 0) {
+      return Status::InvalidArgument(
+          StrCat(where, ": CPU slots (name cpu) have no compute_capability"));
+    }
+    if (!cpu && !has_cc) {
+      return Status::InvalidArgument(StrCat(where, ".compute_capability is required"));
+    }
+    if (!cpu && g.compute_capability <= 0) {
+      return Status::InvalidArgument(
+          StrCat(where, ".compute_capability must be above 0 (only CPU slots, name cpu, have none)"));
+    }
     if (!(g.memory_gib > 0)) {
       return Status::InvalidArgument(StrCat(where, ".memory_gib = ", g.memory_gib, " must be > 0"));
     }
@@ -198,7 +213,15 @@ Result<HeartbeatRequest> ParseHeartbeat(const std::string& body) {
                                       {"status", strict::String(&status, 64)},
                                       {"exit_code", strict::Integer(&r.exit_code, -1024, 1024)},
                                       {"step", strict::Integer(&r.step, -1)},
-                                      {"checkpoint_step", strict::Integer(&r.checkpoint_step, -1)}},
+                                      {"checkpoint_step", strict::Integer(&r.checkpoint_step, -1)},
+                                      {"attempt", strict::Integer(&r.attempt, -1)},
+                                      {"failed_rank", strict::Integer(&r.failed_rank, -1)},
+                                      {"reason", strict::String(&r.reason, 4096)},
+                                      {"total_steps", strict::Integer(&r.total_steps, -1)},
+                                      {"loss", strict::Number(&r.loss, -1, 1e30)},
+                                      {"tokens_per_s", strict::Number(&r.tokens_per_s, -1, 1e15)},
+                                      {"mfu", strict::Number(&r.mfu, -1, 100)},
+                                      {"eta_s", strict::Number(&r.eta_s, -1, 1e12)}},
                                      {"job_id", "status"}));
     if (!seen.insert(r.job_id).second) {
       return Status::InvalidArgument(StrCat(where, ".job_id = ", r.job_id, " is reported twice"));
@@ -245,6 +268,9 @@ std::string CommandToJson(const NodeCommand& c) {
     j["node_rank"] = c.node_rank;
     j["gang_nodes"] = c.gang_nodes;
     j["resume_step"] = c.resume_step;
+    j["attempt"] = c.attempt;
+    j["master_addr"] = c.master_addr;
+    j["master_port"] = c.master_port;
     j["spec"] = ordered::parse(c.spec.ToJson());
   }
   j["reason"] = c.reason;
@@ -254,15 +280,18 @@ std::string CommandToJson(const NodeCommand& c) {
 std::string NodeToJson(const NodeInfo& n, bool with_jobs) {
   ordered j;
   j["id"] = n.id;
+  if (!n.address.empty()) j["address"] = n.address;
   j["state"] = NodeStateName(n.state);
   j["last_heartbeat"] = n.last_heartbeat;
   ordered gpus = ordered::array();
   for (size_t i = 0; i < n.gpus.size(); ++i) {
     const GpuInfo& g = n.gpus[i];
-    ordered e = {{"name", g.name},
-                 {"compute_capability", FormatComputeCapability(g.compute_capability)},
-                 {"memory_gib", g.memory_gib},
-                 {"healthy", g.healthy}};
+    ordered e = {{"name", g.name}};
+    if (g.compute_capability > 0) {
+      e["compute_capability"] = FormatComputeCapability(g.compute_capability);
+    }
+    e["memory_gib"] = g.memory_gib;
+    e["healthy"] = g.healthy;
     if (with_jobs) e["job_id"] = i < n.gpu_job.size() ? n.gpu_job[i] : kNoJob;
     gpus.push_back(std::move(e));
   }
@@ -278,12 +307,17 @@ Result<NodeInfo> NodeFromJson(const std::string& text) {
     n.id = j.at("id").get<std::string>();
     state = j.at("state").get<std::string>();
     n.last_heartbeat = j.at("last_heartbeat").get<int64_t>();
+    n.address = j.value("address", std::string());
     for (const auto& g : j.at("gpus")) {
       GpuInfo gi;
       gi.name = g.at("name").get<std::string>();
-      auto cc = ParseCc(g.at("compute_capability"), "");
-      if (!cc.ok()) return Status::Corruption(StrCat("node ", n.id, ": ", cc.status().message()));
-      gi.compute_capability = *cc;
+      if (gi.name != kCpuSlotName || g.contains("compute_capability")) {
+        auto cc = ParseCc(g.at("compute_capability"), "");
+        if (!cc.ok()) {
+          return Status::Corruption(StrCat("node ", n.id, ": ", cc.status().message()));
+        }
+        gi.compute_capability = *cc;
+      }
       gi.memory_gib = g.at("memory_gib").get<double>();
       gi.healthy = g.at("healthy").get<bool>();
       n.gpus.push_back(std::move(gi));

@@ -19,13 +19,17 @@ const char* NodeStateName(NodeState s);  // "READY", "LOST", "DRAINING"
 Result<NodeState> ParseNodeState(const std::string& s);
 
 // POST /v1/nodes/register:
-//   {"id": "node-1", "gpus": [{"name": "H100", "compute_capability": "9.0", "memory_gib": 80,
-//                              "count": 8, "healthy": true}]}
+//   {"id": "node-1", "address": "10.0.0.5",
+//    "gpus": [{"name": "H100", "compute_capability": "9.0", "memory_gib": 80, "count": 8,
+//              "healthy": true}]}
 // Each gpus entry stands for `count` identical GPUs (count defaults to 1, healthy to true); GPU
-// indices follow the order of the entries.
+// indices follow the order of the entries. A CPU node registers {"name": "cpu", "memory_gib": M,
+// "count": slots} (no compute capability). `address` (a host name or IP, optional) is where a
+// gang's rank 0 on this node serves the rendezvous.
 struct NodeRegistration {
   std::string id;  // [A-Za-z0-9._-], 1..128 chars, not "register"
   std::vector<GpuInfo> gpus;
+  std::string address;  // Default: "" (the id is used)
 };
 Result<NodeRegistration> ParseNodeRegistration(const std::string& body);
 Status ValidateNodeId(const std::string& id);
@@ -38,6 +42,17 @@ struct JobReport {
   int exit_code = 0;             // kExited only. Default: 0
   int64_t step = -1;             // latest training step; -1: unknown. Default: -1
   int64_t checkpoint_step = -1;  // latest checkpoint; -1: none. Default: -1
+  // Which start of the job this is (NodeCommand::attempt); a report of an earlier attempt is
+  // stale and read as no report. -1: not said (taken as the current one). Default: -1
+  int attempt = -1;
+  int failed_rank = -1;  // kExited with a non-zero code: the rank that failed first. Default: -1
+  std::string reason;    // kExited: why, in the daemon's words ("no progress since ..."). Default: ""
+  // Progress from rank 0's metrics; -1: not known.
+  int64_t total_steps = -1;
+  double loss = -1;
+  double tokens_per_s = -1;
+  double mfu = -1;
+  double eta_s = -1;
 };
 
 // POST /v1/nodes/{id}/heartbeat:
@@ -68,6 +83,9 @@ struct NodeCommand {
   std::vector<std::string> gang_nodes;  // every node of the gang, node_rank 0 first
   JobSpec spec;                         // config / config_path, checkpoint_interval, ...
   int64_t resume_step = -1;             // resume from this checkpoint; -1: start fresh
+  int attempt = 0;                      // the job's placements so far; reports carry it back
+  std::string master_addr;              // gang node 0's address: the rendezvous host
+  int master_port = 0;                  // 0: a one-node gang; its daemon picks a free port
 };
 std::string CommandToJson(const NodeCommand& c);
 

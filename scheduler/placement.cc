@@ -25,7 +25,11 @@ bool NodeUp(const NodeInfo& n, int64_t now, const PlacementOptions& o) {
 
 bool GpuFits(const GpuInfo& g, const JobSpec& s, int min_cc) {
   if (!g.healthy) return false;
-  if (g.compute_capability < std::max(min_cc, s.min_compute_capability)) return false;
+  // CPU slots run every precision (emulated); a spec's own capability floor still excludes them.
+  if (g.name == kCpuSlotName ? s.min_compute_capability > 0
+                             : g.compute_capability < std::max(min_cc, s.min_compute_capability)) {
+    return false;
+  }
   if (g.memory_gib < s.min_memory_gib) return false;
   return s.gpu_types.empty() ||
          std::find(s.gpu_types.begin(), s.gpu_types.end(), g.name) != s.gpu_types.end();
@@ -106,7 +110,12 @@ std::optional<std::vector<NodeAssignment>> FindGang(const ClusterSnapshot& c, co
 }
 
 std::string GangText(const JobSpec& s) {
-  return StrCat(s.nodes, " node(s) x ", s.gpus_per_node, " GPU(s)");
+  std::string t = StrCat(s.nodes, " node(s) x ", s.gpus_per_node, " GPU(s)");
+  if (!s.gpu_types.empty()) {
+    t += " of type ";
+    for (size_t i = 0; i < s.gpu_types.size(); ++i) t += StrCat(i ? " or " : "", s.gpu_types[i]);
+  }
+  return t;
 }
 
 JobDecision Placed(const ClusterSnapshot& c, int64_t id, std::vector<NodeAssignment> a, Precision p,

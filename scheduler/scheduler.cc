@@ -86,6 +86,68 @@ Result<Job> Scheduler::Cancel(int64_t id, const std::string& by, int64_t now) {
   return job;
 }
 
+Result<Job> Scheduler::Preempt(int64_t id, const std::string& by, bool hold, int64_t now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = active_.find(id);
+  if (it == active_.end()) {
+    auto stored = store_->Get(id);
+    if (!stored.ok()) return stored.status();
+    return Status::FailedPrecondition(
+        StrCat("job ", id, " is ", JobStateName(stored->state), "; only RUNNING jobs can be preempted"));
+  }
+  Job job = it->second;
+  if (job.state != JobState::kRunning) {
+    return Status::FailedPrecondition(
+        StrCat("job ", id, " is ", JobStateName(job.state), "; only RUNNING jobs can be preempted"));
+  }
+  job.hold = hold;
+  FP8RT_ASSIGN_OR_RETURN(
+      Event ev, Transition(&job, JobState::kPreempting, now,
+                           StrCat("preempted by ", by, hold ? " (held until resumed)" : "",
+                                  "; checkpointing")));
+  Batch batch;
+  batch.Add(job, ev);
+  FP8RT_RETURN_IF_ERROR(CommitLocked(&batch));
+  return job;
+}
+
+Result<Job> Scheduler::Resume(int64_t id, const std::string& by, int64_t now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = active_.find(id);
+  const bool held = it != active_.end() && it->second.hold &&
+                    (it->second.state == JobState::kPreempted ||
+                     it->second.state == JobState::kPreempting);
+  if (!held) {
+    JobState state = JobState::kPending;
+    if (it != active_.end()) {
+      state = it->second.state;
+    } else {
+      auto stored = store_->Get(id);
+      if (!stored.ok()) return stored.status();
+      state = stored->state;
+    }
+    return Status::FailedPrecondition(StrCat("job ", id, " is ", JobStateName(state),
+                                             " and not held; only a job preempted with --hold "
+                                             "waits for resume"));
+  }
+  Job job = it->second;
+  job.hold = false;
+  Batch batch;
+  if (job.state == JobState::kPreempting) {
+    batch.Add(job, Event{now, id, job.state, job.state, StrCat("resumed by ", by, " while stopping")});
+  } else {
+    FP8RT_ASSIGN_OR_RETURN(
+        Event ev, Transition(&job, JobState::kPending, now,
+                             job.checkpoint_step >= 0
+                                 ? StrCat("resumed by ", by, "; resumes from checkpoint step ",
+                                          job.checkpoint_step)
+                                 : StrCat("resumed by ", by, "; no checkpoint, starts from scratch")));
+    batch.Add(job, ev);
+  }
+  FP8RT_RETURN_IF_ERROR(CommitLocked(&batch));
+  return job;
+}
+
 bool Scheduler::OnNode(const Job& job, const std::string& node_id) const {
   if (!HoldsGpus(job.state)) return false;
   for (const auto& a : job.placement) {
@@ -239,11 +301,20 @@ Status Scheduler::PlaceLocked(int64_t now, TickResult* out) {
   const PlacementDecision d = Place(snapshot, std::move(queue), options_.placement);
   Batch batch;
   for (const JobDecision& jd : d.jobs) {
-    if (jd.kind == DecisionKind::kWait) continue;
     Job j = active_.at(jd.job_id);
+    if (jd.kind == DecisionKind::kWait) {
+      // Why it waits, for `fp8ctl status` (no event: waiting is not a transition).
+      if (j.reason != jd.reason) {
+        j.reason = jd.reason;
+        batch.Add(j, std::nullopt);
+      }
+      continue;
+    }
     if (jd.kind == DecisionKind::kPlace) {
       FP8RT_ASSIGN_OR_RETURN(Event ev, Transition(&j, JobState::kScheduled, now, jd.reason));
+      ++j.attempt;
       j.precision = jd.precision;
+      j.precision_reason = jd.reason;
       j.placement = jd.assignment;
       batch.Add(j, ev);
       out->scheduled.push_back(j.id);

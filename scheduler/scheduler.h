@@ -35,6 +35,9 @@ struct SchedulerOptions {
   // Placement runs on every tick after a change (submission, freed GPUs, node change) and at
   // least this often otherwise, for time-based decisions (fallback wait timeouts). Default: 1
   int64_t replace_interval_s = 1;
+  // A gang of several nodes meets at gang node 0's address, port base + job id % 1000 (one-node
+  // gangs pick a free port themselves). Default: 29500
+  int rendezvous_port_base = 29500;
 };
 
 // What one Tick did.
@@ -67,6 +70,11 @@ class Scheduler {
   // -> CANCELLED (NotFound: no such job; FailedPrecondition: not allowed from its state). The
   // daemons running it get "stop" on their next heartbeat.
   Result<Job> Cancel(int64_t id, const std::string& by, int64_t now);
+  // RUNNING -> PREEMPTING on a user's word: the ranks checkpoint and stop, then the job is
+  // requeued (resuming from that checkpoint), or with `hold` stays PREEMPTED until Resume.
+  Result<Job> Preempt(int64_t id, const std::string& by, bool hold, int64_t now);
+  // A held job: PREEMPTED -> PENDING (or, still PREEMPTING, the hold is dropped).
+  Result<Job> Resume(int64_t id, const std::string& by, int64_t now);
 
   // Adds or updates a node's inventory; a lost node that registers is ready again. Jobs on GPU
   // indices the new inventory no longer has are requeued as after a node loss.
@@ -101,6 +109,8 @@ class Scheduler {
 
   Scheduler(JobStore* store, SchedulerOptions options) : store_(store), options_(options) {}
 
+  // The node's report of `job` if it is of the job's current attempt; nullptr otherwise.
+  static const JobReport* CurrentReport(const NodeRt& node, const Job& job);
   ClusterSnapshot SnapshotLocked(int64_t now) const;
   bool OnNode(const Job& job, const std::string& node_id) const;
   Status CommitLocked(Batch* batch);

@@ -4,16 +4,30 @@
 // only delays them.
 #include <set>
 
+#include "common/exit_codes.h"
+
 #include "scheduler/scheduler.h"
 #include "scheduler/scheduler_internal.h"
 
 namespace fp8rt::sched {
 
+const JobReport* Scheduler::CurrentReport(const NodeRt& node, const Job& job) {
+  auto it = node.reports.find(job.id);
+  if (it == node.reports.end()) return nullptr;
+  // A report of an earlier start (a gang that failed and was placed again) is stale.
+  if (it->second.attempt >= 0 && it->second.attempt != job.attempt) return nullptr;
+  return &it->second;
+}
+
 void AddRequeueAfterPreemption(Job* job, int64_t now, const std::string& what,
                                Scheduler::Batch* batch) {
-  auto stopped = Transition(job, JobState::kPreempted, now, what);
+  auto stopped = Transition(
+      job, JobState::kPreempted, now,
+      job->hold ? StrCat(what, "; held until `fp8ctl resume ", job->id, "`") : what);
   if (!stopped.ok()) return;
+  job->placement.clear();
   batch->Add(*job, *stopped);
+  if (job->hold) return;
   auto requeued = Transition(
       job, JobState::kPending, now,
       job->checkpoint_step >= 0
@@ -49,6 +63,7 @@ Result<NodeInfo> Scheduler::RegisterNode(const NodeRegistration& reg, int64_t no
   NodeInfo info;
   info.id = reg.id;
   info.gpus = reg.gpus;
+  info.address = reg.address;
   info.state = NodeState::kReady;
   info.last_heartbeat = now;
   FP8RT_RETURN_IF_ERROR(store_->PutNode(info));
@@ -72,7 +87,18 @@ void Scheduler::ApplyReport(const NodeRt& node, const Job& job, const JobReport*
   bool updated = false;
   if (rep != nullptr && rep->checkpoint_step > j.checkpoint_step) {
     j.checkpoint_step = rep->checkpoint_step;
+    j.checkpoint_at = now;
     updated = true;
+  }
+  // Progress comes from the node of rank 0 (the gang's first).
+  if (rep != nullptr && !j.placement.empty() && j.placement[0].node_id == node.info.id &&
+      rep->step >= 0) {
+    JobProgress p{rep->step, rep->total_steps, rep->loss, rep->tokens_per_s, rep->mfu, rep->eta_s,
+                  now};
+    if (!(p == j.progress)) {
+      j.progress = p;
+      updated = true;
+    }
   }
   auto emit = [&](JobState to, std::string why) {
     auto ev = Transition(&j, to, now, std::move(why));
@@ -89,12 +115,7 @@ void Scheduler::ApplyReport(const NodeRt& node, const Job& job, const JobReport*
         continue;
       }
       auto n = nodes_.find(a.node_id);
-      const JobReport* r = nullptr;
-      if (n != nodes_.end()) {
-        auto it = n->second.reports.find(j.id);
-        if (it != n->second.reports.end()) r = &it->second;
-      }
-      out.push_back(r);
+      out.push_back(n == nodes_.end() ? nullptr : CurrentReport(n->second, j));
     }
     return out;
   };
@@ -116,8 +137,30 @@ void Scheduler::ApplyReport(const NodeRt& node, const Job& job, const JobReport*
         updated = false;
       }
     } else if (rep->status == RankStatus::kExited && rep->exit_code != 0) {
-      emit(JobState::kFailed,
-           StrCat("ranks on node ", node_id, " exited with code ", rep->exit_code));
+      // What failed, in the daemon's words when it gave some.
+      std::string what = rep->failed_rank >= 0
+                             ? StrCat("rank ", rep->failed_rank, " on node ", node_id)
+                             : StrCat("ranks on node ", node_id);
+      what += rep->reason.empty() ? StrCat(" exited with code ", rep->exit_code)
+                                  : StrCat(": ", rep->reason, " (exit code ", rep->exit_code, ")");
+      if (rep->exit_code == kExitNonFinite || rep->exit_code == kExitUsage) {
+        // The same state and data fail the same way again: no restart.
+        emit(JobState::kFailed,
+             StrCat(what, rep->exit_code == kExitNonFinite
+                              ? "; the loss turned NaN/inf: not restarted"
+                              : "; a bad config or checkpoint: not restarted"));
+      } else {
+        // The gang restarts from its last checkpoint, counted against max_restarts.
+        auto ev = RequeueAfterLoss(
+            &j, now,
+            StrCat(what, j.checkpoint_step >= 0
+                             ? StrCat("; resumes from checkpoint step ", j.checkpoint_step)
+                             : std::string("; no checkpoint yet")));
+        if (ev.ok()) {
+          batch->Add(j, *ev);
+          updated = false;
+        }
+      }
     } else if (rep->status == RankStatus::kExited) {
       bool all = true;
       for (const JobReport* r : gang_reports()) {
@@ -180,8 +223,7 @@ Result<std::vector<NodeCommand>> Scheduler::Heartbeat(const std::string& node_id
   Batch batch;
   for (const auto& [id, job] : active_) {
     if (!OnNode(job, node_id)) continue;
-    auto r = node.reports.find(id);
-    ApplyReport(node, job, r == node.reports.end() ? nullptr : &r->second, now, &batch);
+    ApplyReport(node, job, CurrentReport(node, job), now, &batch);
   }
   FP8RT_RETURN_IF_ERROR(CommitLocked(&batch));
   for (auto d = node.draining.begin(); d != node.draining.end();) {
@@ -199,11 +241,13 @@ std::vector<NodeCommand> Scheduler::CommandsLocked(const NodeRt& node,
   const std::string& node_id = node.info.id;
   for (const auto& [id, job] : active_) {
     if (!OnNode(job, node_id)) continue;
-    const bool reported = node.reports.count(id) > 0;
+    const JobReport* current = CurrentReport(node, job);
+    const bool reported = current != nullptr;
     if (job.state == JobState::kScheduled && !reported) {
       NodeCommand c;
       c.kind = CommandKind::kStart;
       c.job_id = id;
+      c.attempt = job.attempt;
       c.precision = job.precision.value_or(job.spec.precision);
       for (size_t i = 0; i < job.placement.size(); ++i) {
         c.gang_nodes.push_back(job.placement[i].node_id);
@@ -212,12 +256,21 @@ std::vector<NodeCommand> Scheduler::CommandsLocked(const NodeRt& node,
           c.gpus = job.placement[i].gpus;
         }
       }
+      if (!job.placement.empty()) {
+        auto first = nodes_.find(job.placement[0].node_id);
+        c.master_addr = first == nodes_.end() || first->second.info.address.empty()
+                            ? job.placement[0].node_id
+                            : first->second.info.address;
+      }
+      c.master_port = job.placement.size() > 1
+                          ? options_.rendezvous_port_base + static_cast<int>(id % 1000)
+                          : 0;
       c.spec = job.spec;
       c.resume_step = job.checkpoint_step;
       c.reason = job.reason;
       out.push_back(std::move(c));
     } else if (job.state == JobState::kPreempting && reported &&
-               node.reports.at(id).status == RankStatus::kRunning) {
+               current->status == RankStatus::kRunning) {
       NodeCommand c;
       c.kind = CommandKind::kCheckpoint;
       c.job_id = id;

@@ -26,14 +26,21 @@ JobSpec Spec(const std::string& name, int gpus, int priority = 0) {
 }
 
 NodeRegistration Node(const std::string& id, const std::string& gpu, int cc, int count) {
-  return {id, std::vector<GpuInfo>(count, GpuInfo{gpu, cc, 80, true})};
+  NodeRegistration r;
+  r.id = id;
+  r.gpus = std::vector<GpuInfo>(count, GpuInfo{gpu, cc, 80, true});
+  return r;
 }
 
 JobReport Running(int64_t id, int64_t step = -1, int64_t ckpt = -1) {
-  return {id, RankStatus::kRunning, 0, step, ckpt};
+  JobReport r;
+  r.job_id = id, r.status = RankStatus::kRunning, r.step = step, r.checkpoint_step = ckpt;
+  return r;
 }
 JobReport Exited(int64_t id, int code, int64_t ckpt = -1) {
-  return {id, RankStatus::kExited, code, -1, ckpt};
+  JobReport r;
+  r.job_id = id, r.status = RankStatus::kExited, r.exit_code = code, r.checkpoint_step = ckpt;
+  return r;
 }
 
 class SchedLoopTest : public ::testing::Test {
@@ -128,20 +135,87 @@ TEST_F(SchedLoopTest, PlacementStoresPrecisionAndReasonAndDaemonReportsFinishThe
   EXPECT_EQ(Events(id).back().reason, "every rank exited with code 0");
 }
 
-TEST_F(SchedLoopTest, NonZeroExitFailsAndFullNodesWait) {
+TEST_F(SchedLoopTest, AFailedGangRestartsFromItsCheckpointUpToMaxRestartsAndANanLossFailsAtOnce) {
   Register(Node("h1", "H100", 90, 8));
-  const int64_t a = Submit(Spec("a", 8));
+  JobSpec once = Spec("a", 8);
+  once.max_restarts = 1;
+  const int64_t a = Submit(once);
   const int64_t b = Submit(Spec("b", 4));
   Tick();
   EXPECT_EQ(Get(a).state, JobState::kScheduled);
+  EXPECT_EQ(Get(a).attempt, 1);
   EXPECT_EQ(*Get(a).precision, Precision::kFp8);
   EXPECT_EQ(Get(b).state, JobState::kPending);  // no GPU left
+  JobReport crash = Exited(a, 7, 100);
+  crash.attempt = 1, crash.failed_rank = 3;
   Beat("h1", {Running(a)});
-  Beat("h1", {Exited(a, 7)});
+  Beat("h1", {crash});
+  EXPECT_EQ(Get(a).state, JobState::kPending);
+  EXPECT_EQ(Get(a).restarts, 1);
+  EXPECT_EQ(Get(a).reason,
+            "rank 3 on node h1 exited with code 7; resumes from checkpoint step 100; requeued "
+            "(restart 1 of 1)");
+  // Placed again (attempt 2): the node's report of attempt 1 is stale, so it is told to start.
+  EXPECT_EQ(Tick().scheduled, std::vector<int64_t>{a});
+  auto cmds = Beat("h1", {crash});
+  ASSERT_EQ(cmds.size(), 1u);
+  EXPECT_EQ(cmds[0].kind, CommandKind::kStart);
+  EXPECT_EQ(cmds[0].attempt, 2);
+  EXPECT_EQ(cmds[0].resume_step, 100);
+  EXPECT_EQ(cmds[0].master_port, 0) << "a one-node gang picks its own port";
+  EXPECT_EQ(Get(a).state, JobState::kScheduled) << "a stale report is not the new attempt running";
+  JobReport again = Running(a);
+  again.attempt = 2;
+  Beat("h1", {again});
+  EXPECT_EQ(Get(a).state, JobState::kRunning);
+  crash.attempt = 2;
+  Beat("h1", {crash});
   EXPECT_EQ(Get(a).state, JobState::kFailed);
-  EXPECT_EQ(Get(a).reason, "ranks on node h1 exited with code 7");
-  // Its GPUs are free again: b goes on the next tick.
+  EXPECT_TRUE(Get(a).reason.find("would exceed max_restarts 1") != std::string::npos)
+      << Get(a).reason;
+  // Its GPUs are free again: b goes on the next tick, and a NaN loss (exit 5) is not restarted.
   EXPECT_EQ(Tick().scheduled, std::vector<int64_t>{b});
+  Beat("h1", {Running(b)});
+  JobReport nan = Exited(b, 5);
+  nan.reason = "the loss is NaN/inf at step 40";
+  Beat("h1", {nan});
+  EXPECT_EQ(Get(b).state, JobState::kFailed);
+  EXPECT_EQ(Get(b).restarts, 0);
+  EXPECT_EQ(Get(b).reason,
+            "ranks on node h1: the loss is NaN/inf at step 40 (exit code 5); the loss turned "
+            "NaN/inf: not restarted");
+}
+
+TEST_F(SchedLoopTest, AUserPreemptsWithHoldAndResumes) {
+  Register(Node("h1", "H100", 90, 8));
+  const int64_t a = Submit(Spec("a", 8));
+  Tick();
+  Beat("h1", {Running(a, 50, 40)});
+  EXPECT_EQ(Get(a).progress.step, 50);
+  EXPECT_EQ(sched_->Preempt(a, "alice", /*hold=*/false, now_).status().code(), StatusCode::kOk);
+  EXPECT_EQ(Get(a).state, JobState::kPreempting);
+  EXPECT_FALSE(sched_->Preempt(a, "alice", false, now_).ok()) << "only RUNNING jobs";
+  auto cmds = Beat("h1", {Running(a, 60, 40)});
+  ASSERT_EQ(cmds.size(), 1u);
+  EXPECT_EQ(cmds[0].kind, CommandKind::kCheckpoint);
+  Beat("h1", {Exited(a, 3, 60)});
+  EXPECT_EQ(Get(a).state, JobState::kPending) << "requeued at once without hold";
+  EXPECT_EQ(Get(a).checkpoint_step, 60);
+  // With hold it waits for resume.
+  Tick();
+  Beat("h1", {[&] { JobReport r = Running(a, 70, 60); r.attempt = 2; return r; }()});
+  ASSERT_EQ(Get(a).state, JobState::kRunning);
+  ASSERT_TRUE(sched_->Preempt(a, "alice", /*hold=*/true, now_).ok());
+  Beat("h1", {[&] { JobReport r = Exited(a, 3, 80); r.attempt = 2; return r; }()});
+  EXPECT_EQ(Get(a).state, JobState::kPreempted);
+  EXPECT_TRUE(Get(a).hold);
+  EXPECT_TRUE(Tick().scheduled.empty()) << "a held job is not placed";
+  EXPECT_FALSE(sched_->Resume(999, "alice", now_).ok());
+  ASSERT_TRUE(sched_->Resume(a, "alice", now_).ok());
+  EXPECT_EQ(Get(a).state, JobState::kPending);
+  EXPECT_EQ(Get(a).reason, "resumed by alice; resumes from checkpoint step 80");
+  EXPECT_FALSE(sched_->Resume(a, "alice", now_).ok()) << "not held any more";
+  EXPECT_EQ(Tick().scheduled, std::vector<int64_t>{a});
 }
 
 TEST_F(SchedLoopTest, WaitPolicyWaitsForFp8GpusThenFallsBackAfterItsTimeout) {
