@@ -56,17 +56,26 @@ void HangDetector::Observe(int64_t step, Clock::time_point now, bool checkpoint_
     const double s = std::chrono::duration<double>(now - last_change_).count() /
                      static_cast<double>(step - step_);
     if (!checkpoint_next_) step_seconds_.push_back(s);
+    stride_ = step - step_;
   }
   step_ = step;
   last_change_ = now;
   checkpoint_next_ = checkpoint_after;
 }
 
-std::chrono::milliseconds HangDetector::Limit() const {
-  if (step_seconds_.empty()) return o_.floor;
+double HangDetector::MedianStepSeconds() const {
+  if (step_seconds_.empty()) return 0;
   std::vector<double> v = step_seconds_;
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  const auto paced = std::chrono::milliseconds(static_cast<int64_t>(o_.k * v[v.size() / 2] * 1e3));
+  return v[v.size() / 2];
+}
+
+std::chrono::milliseconds HangDetector::Limit() const {
+  if (step_seconds_.empty()) return o_.floor;
+  // The counter is seen every `stride_` steps (the metrics' log_every): k step times per step
+  // between sightings.
+  const auto paced = std::chrono::milliseconds(
+      static_cast<int64_t>(o_.k * MedianStepSeconds() * static_cast<double>(stride_) * 1e3));
   return std::max(o_.floor, paced);
 }
 

@@ -65,6 +65,8 @@ class HangDetector {
   std::optional<std::string> Hung(Clock::time_point now) const;
   // Saves took this long (measured by the caller from the checkpoint files); default: the floor.
   void set_save_time(std::chrono::milliseconds t) { save_time_ = t; }
+  // The median seconds per step so far; 0 before two steps were seen.
+  double MedianStepSeconds() const;
 
  private:
   HangOptions o_;
@@ -73,6 +75,7 @@ class HangDetector {
   bool checkpoint_next_ = false;
   std::optional<std::chrono::milliseconds> save_time_;
   std::vector<double> step_seconds_;  // per-step times after the first step
+  int64_t stride_ = 1;  // steps between the last two observations (metrics log every N steps)
 };
 
 }  // namespace fp8rt::node

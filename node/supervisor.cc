@@ -94,6 +94,13 @@ Result<std::unique_ptr<Gang>> Gang::Start(std::vector<RankProcess> ranks) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::setpgid(0, 0);
+      // A daemon blocks SIGTERM/SIGINT to wait for them on one thread; the mask (and ignored
+      // signals) survive exec, so the trainer would never see the SIGTERM that asks it to
+      // checkpoint. It starts with none blocked and default dispositions.
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      for (int sig : {SIGTERM, SIGINT, SIGPIPE, SIGUSR1}) ::signal(sig, SIG_DFL);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
       ::execve(a[0], a.data(), e.data());
@@ -178,6 +185,33 @@ std::vector<RankOutcome> Gang::Stop(std::chrono::milliseconds grace) {
     if (r.running) ::kill(-r.pid, SIGKILL);
   }
   Reap(true, std::chrono::steady_clock::time_point::max());
+  return ranks_;
+}
+
+void Gang::Terminate(std::chrono::milliseconds grace) {
+  if (kill_at_) return;
+  for (RankOutcome& r : ranks_) {
+    if (r.running) ::kill(r.pid, SIGTERM);
+  }
+  kill_at_ = std::chrono::steady_clock::now() + grace;
+}
+
+void Gang::Kill() {
+  for (RankOutcome& r : ranks_) {
+    if (r.running) ::kill(-r.pid, SIGKILL);
+  }
+  kill_at_ = std::chrono::steady_clock::now();
+}
+
+std::vector<RankOutcome> Gang::Tick(std::chrono::milliseconds grace) {
+  Reap(false, {});
+  if (first_failed_ >= 0 && !Done()) Terminate(grace);
+  if (kill_at_ && std::chrono::steady_clock::now() >= *kill_at_) {
+    for (RankOutcome& r : ranks_) {
+      if (r.running) ::kill(-r.pid, SIGKILL);
+    }
+    Reap(false, {});
+  }
   return ranks_;
 }
 

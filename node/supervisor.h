@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,12 +78,24 @@ class Gang {
   // after `grace`; returns when all have ended.
   std::vector<RankOutcome> Stop(std::chrono::milliseconds grace);
 
+  // The same without waiting, for a daemon that supervises many gangs from one loop: SIGTERM now;
+  // Tick() sends SIGKILL to the groups still running once `grace` has passed.
+  void Terminate(std::chrono::milliseconds grace);
+  // SIGKILL to every running rank's process group now (a hung gang cannot act on SIGTERM).
+  void Kill();
+  // Reaps without blocking, enforces Terminate's deadline, and Terminate(grace)s the others when a
+  // rank failed. Returns every rank's outcome.
+  std::vector<RankOutcome> Tick(std::chrono::milliseconds grace);
+  bool terminating() const { return kill_at_.has_value(); }
+  const std::vector<RankOutcome>& ranks() const { return ranks_; }
+
  private:
   Gang() = default;
   void Reap(bool block_until_all, std::chrono::steady_clock::time_point deadline);
   std::vector<RankOutcome> ranks_;
   int first_failed_ = -1;
   int failed_code_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> kill_at_;
 };
 
 }  // namespace fp8rt::node

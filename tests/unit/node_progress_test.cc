@@ -90,5 +90,18 @@ TEST(HangDetector, TheStepAfterACheckpointMayTakeTheSaveTimeBesides) {
   EXPECT_EQ(h.Limit(), 4000ms);
 }
 
+TEST(HangDetector, MetricsLoggedEveryNStepsAllowNStepTimesBetweenLines) {
+  HangOptions o;
+  o.k = 4, o.floor = 1000ms;
+  HangDetector h(o);
+  const auto t0 = HangDetector::Clock::time_point{} + 1000s;
+  // log_every 20 at 0.5 s a step: a line every 10 s.
+  for (int s = 20; s <= 100; s += 20) h.Observe(s, t0 + std::chrono::seconds(s / 2));
+  EXPECT_DOUBLE_EQ(h.MedianStepSeconds(), 0.5);
+  EXPECT_EQ(h.Limit(), 40000ms) << "k x 0.5 s x 20 steps between lines";
+  EXPECT_FALSE(h.Hung(t0 + 50s + 39s));
+  EXPECT_TRUE(h.Hung(t0 + 50s + 41s));
+}
+
 }  // namespace
 }  // namespace fp8rt::node

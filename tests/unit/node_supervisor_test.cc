@@ -145,6 +145,24 @@ TEST_F(Supervisor, StopAsksForACheckpointThenTheRanksExitThree) {
   EXPECT_TRUE(fs::exists(dir_.str() + "/ckpt/LATEST"));
 }
 
+TEST_F(Supervisor, RanksSeeSigtermEvenWhenTheDaemonBlocksIt) {
+  // fp8d blocks SIGTERM in every thread (it sigwaits for it); a blocked mask survives exec, so
+  // the supervisor must clear it or Terminate's SIGTERM never reaches the trainer.
+  sigset_t term, old;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &term, &old);
+  auto gang = Gang::Start(GangProcesses(Launch(2)));
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ASSERT_TRUE(gang.ok()) << gang.status().ToString();
+  WaitForSteps(2);
+  (*gang)->Terminate(60s);
+  WaitDone(**gang, 60s);
+  for (const RankOutcome& r : (*gang)->Tick(60s)) {
+    EXPECT_EQ(r.code, kExitPreempted) << "rank " << r.rank;
+  }
+}
+
 TEST_F(Supervisor, ARankThatIgnoresSigtermIsKilledWithItsGroupAfterTheGrace) {
   // bash ignores SIGTERM and waits on a child of its own group: both must go.
   const std::string pidfile = dir_.str() + "/child.pid";

@@ -1,0 +1,479 @@
+// The node daemon's loop (node/daemon.h).
+#include "node/daemon.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "common/atomic_file.h"
+#include "common/exit_codes.h"
+#include "common/strict_yaml.h"
+#include "net/http_client.h"
+
+namespace fp8rt::node {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// A TCP port nothing listens on now (the kernel's pick), for a one-node gang's rendezvous.
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+// The start time of `pid` (field 22 of /proc/pid/stat), to tell a process from a later one that
+// got its pid; "" when it is gone.
+std::string StartTime(pid_t pid) {
+  const std::string stat = ReadFile(StrCat("/proc/", pid, "/stat"));
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return "";
+  std::istringstream in(stat.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && in >> field; ++i) {
+  }
+  return field;
+}
+
+// The last non-empty line of a log (its last 4 KiB), for a failure's reason.
+std::string LastLine(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const auto size = static_cast<int64_t>(in.tellg());
+  const int64_t from = std::max<int64_t>(0, size - 4096);
+  in.seekg(from);
+  std::string tail((std::istreambuf_iterator<char>(in)), {});
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
+  const size_t nl = tail.rfind('\n');
+  std::string line = nl == std::string::npos ? tail : tail.substr(nl + 1);
+  if (line.size() > 300) line = line.substr(0, 300) + "...";
+  return line;
+}
+
+}  // namespace
+
+NodeDaemon::NodeDaemon(DaemonOptions o) : o_(std::move(o)) {
+  if (o_.address.empty()) o_.address = o_.node_id;
+  if (o_.checkpoint_root.empty()) o_.checkpoint_root = (fs::path(o_.data_dir) / "checkpoints").string();
+  if (o_.config_dir.empty()) o_.config_dir = ".";
+  if (o_.inventory.source == "nvml") {
+    for (const Gpu& g : o_.inventory.gpus) baseline_used_gib_.push_back(g.used_gib);
+  }
+}
+
+NodeDaemon::~NodeDaemon() {
+  runs_.clear();  // each Gang kills and reaps its ranks
+  RecordRanks();
+}
+
+void NodeDaemon::Log(const std::string& line) const {
+  if (o_.log) {
+    o_.log(line);
+  } else {
+    std::cerr << "fp8d: " << line << std::endl;
+  }
+}
+
+Result<int> NodeDaemon::KillOrphans() {
+  const std::string path = (fs::path(o_.data_dir) / "ranks.json").string();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return 0;
+  const json j = json::parse(ReadFile(path), nullptr, false);
+  if (j.is_discarded() || !j.is_array()) {
+    return Status::Corruption(StrCat(path, " is not the list of ranks fp8d writes; remove it"));
+  }
+  int killed = 0;
+  for (const auto& r : j) {
+    const pid_t pid = r.value("pid", 0);
+    if (pid <= 0 || StartTime(pid) != r.value("start", std::string("-"))) continue;
+    ::kill(-pid, SIGKILL);
+    ::kill(pid, SIGKILL);
+    ++killed;
+    Log(StrCat("killed rank ", r.value("rank", -1), " of job ", r.value("job", int64_t{0}),
+               " (pid ", pid, ") left by a previous fp8d; the scheduler requeues the job"));
+  }
+  fs::remove(path, ec);
+  recorded_.clear();
+  return killed;
+}
+
+void NodeDaemon::RecordRanks() {
+  json j = json::array();
+  for (const auto& [id, run] : runs_) {
+    if (!run.gang) continue;
+    for (const RankOutcome& r : run.gang->ranks()) {
+      if (r.running) {
+        j.push_back({{"job", id}, {"rank", r.rank}, {"pid", r.pid}, {"start", StartTime(r.pid)}});
+      }
+    }
+  }
+  const std::string text = j.dump();
+  if (text == recorded_ || o_.data_dir.empty()) return;
+  const Status s = WriteFileAtomic((fs::path(o_.data_dir) / "ranks.json").string(), text);
+  if (!s.ok()) Log(StrCat("cannot record the running ranks: ", s.ToString()));
+  recorded_ = text;
+}
+
+int64_t NodeDaemon::LatestCheckpoint(const std::string& dir) {
+  std::string name = ReadFile((fs::path(dir) / "LATEST").string());
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  if (name.rfind("step_", 0) != 0 || name.size() <= 5) return -1;
+  int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+Status NodeDaemon::Register() {
+  net::HttpRequest r;
+  r.method = "POST";
+  r.target = "/v1/nodes/register";
+  r.headers["authorization"] = "Bearer " + o_.token;
+  r.body = RegistrationJson(o_.node_id, o_.address, o_.inventory);
+  FP8RT_ASSIGN_OR_RETURN(net::HttpResponse res, net::HttpCall(o_.scheduler_url, r));
+  const json j = json::parse(res.body, nullptr, false);
+  const std::string why = !j.is_discarded() && j.is_object() && j.contains("error")
+                              ? j["error"].get<std::string>()
+                              : res.body.substr(0, 200);
+  if (res.status == 401 || res.status == 403) {
+    return Status(StatusCode::kUnauthenticated,
+                  StrCat("the scheduler refused this node's token: ", why));
+  }
+  if (res.status != 200) {
+    return Status::InvalidArgument(StrCat("registration refused (HTTP ", res.status, "): ", why));
+  }
+  if (j.contains("heartbeat_interval_s") && j["heartbeat_interval_s"].is_number_integer()) {
+    heartbeat_ = std::chrono::seconds(std::max<int64_t>(1, j["heartbeat_interval_s"].get<int64_t>()));
+  }
+  Log(StrCat("registered as ", o_.node_id, " with ", o_.scheduler_url, " (",
+             o_.inventory.gpus.empty() ? StrCat(o_.inventory.cpu_slots, " CPU slots")
+                                       : StrCat(o_.inventory.gpus.size(), " GPU(s)"),
+             ", ", o_.inventory.source, "); heartbeat every ",
+             std::chrono::duration_cast<std::chrono::seconds>(heartbeat_).count(), " s"));
+  return Status::Ok();
+}
+
+Status NodeDaemon::Heartbeat() {
+  CheckDirtyGpus();
+  std::vector<JobReport> reports;
+  for (auto& [id, run] : runs_) {
+    JobReport r;
+    r.job_id = id;
+    r.attempt = run.attempt;
+    r.running = !run.exited;
+    r.exit_code = run.exit_code;
+    r.failed_rank = run.failed_rank;
+    r.reason = run.reason;
+    r.step = run.progress.step;
+    r.checkpoint_step = LatestCheckpoint(run.checkpoint_dir);
+    r.total_steps = run.total_steps;
+    if (run.progress.step >= 0) {
+      r.loss = run.progress.loss_not_finite ? -1 : run.progress.loss;
+      r.tokens_per_s = run.progress.tokens_per_s;
+      r.mfu = run.progress.mfu;
+      const double per_step = run.hang.MedianStepSeconds();
+      if (per_step > 0 && run.total_steps > run.progress.step) {
+        r.eta_s = per_step * static_cast<double>(run.total_steps - run.progress.step);
+      }
+    }
+    reports.push_back(std::move(r));
+  }
+  net::HttpRequest req;
+  req.method = "POST";
+  req.target = StrCat("/v1/nodes/", o_.node_id, "/heartbeat");
+  req.headers["authorization"] = "Bearer " + o_.token;
+  req.body = HeartbeatJson(reports, std::vector<int>(dirty_.begin(), dirty_.end()));
+  FP8RT_ASSIGN_OR_RETURN(net::HttpResponse res, net::HttpCall(o_.scheduler_url, req));
+  if (res.status == 404) {
+    // The scheduler does not know this node (a fresh job store): register again.
+    Log("the scheduler does not know this node; registering again");
+    return Register();
+  }
+  if (res.status != 200) {
+    return Status::Unavailable(
+        StrCat("heartbeat answered HTTP ", res.status, ": ", res.body.substr(0, 300)));
+  }
+  FP8RT_ASSIGN_OR_RETURN(std::vector<Command> commands, ParseCommands(res.body));
+  for (const Command& c : commands) Apply(c);
+  return Status::Ok();
+}
+
+void NodeDaemon::Apply(const Command& c) {
+  auto it = runs_.find(c.job_id);
+  switch (c.kind) {
+    case Command::Kind::kStart:
+      if (it != runs_.end() && it->second.attempt == c.start.attempt) return;  // running it
+      if (it != runs_.end()) {
+        Log(StrCat("job ", c.job_id, ": attempt ", it->second.attempt, " replaced by attempt ",
+                   c.start.attempt));
+        runs_.erase(it);  // kills what is left of the old attempt
+      }
+      Start(c.job_id, c.start);
+      return;
+    case Command::Kind::kCheckpoint:
+      if (it == runs_.end() || it->second.exited || !it->second.gang) return;
+      if (!it->second.gang->terminating()) {
+        Log(StrCat("job ", c.job_id, ": checkpoint and stop (", c.reason, ")"));
+        it->second.gang->Terminate(o_.stop_grace);
+      }
+      return;
+    case Command::Kind::kStop:
+      if (it == runs_.end()) return;
+      if (it->second.exited || !it->second.gang) {
+        runs_.erase(it);
+        return;
+      }
+      if (!it->second.forget) Log(StrCat("job ", c.job_id, ": stop (", c.reason, ")"));
+      it->second.forget = true;
+      it->second.gang->Terminate(o_.stop_grace);
+      return;
+  }
+}
+
+void NodeDaemon::Start(int64_t job_id, const StartJob& s) {
+  JobRun& run = runs_[job_id];
+  run.id = job_id;
+  run.attempt = s.attempt;
+  run.gpus = s.gpus;
+  run.hang = HangDetector(o_.hang);
+  const fs::path dir = fs::path(o_.data_dir) / "jobs" / std::to_string(job_id);
+  run.dir = dir.string();
+  run.checkpoint_dir = (fs::path(o_.checkpoint_root) / std::to_string(job_id)).string();
+  auto fail = [&](const std::string& why) {
+    Log(StrCat("job ", job_id, ": cannot start: ", why));
+    run.exited = true;
+    run.exit_code = kExitUsage;
+    run.reason = StrCat("cannot start: ", why);
+  };
+  std::error_code ec;
+  fs::create_directories(dir / "logs", ec);
+  if (!ec) fs::create_directories(run.checkpoint_dir, ec);
+  if (ec) return fail(StrCat("cannot create its directories under ", o_.data_dir, ": ", ec.message()));
+
+  // The training config: inline (written next to the logs, relative data paths resolved against
+  // the daemon's config directory) or a path.
+  std::string config_path;
+  std::string text = s.config_json;
+  std::string base = o_.config_dir;
+  if (text.empty()) {
+    fs::path p(s.config_path);
+    if (p.is_relative()) p = fs::path(o_.config_dir) / p;
+    config_path = p.lexically_normal().string();
+    text = ReadFile(config_path);
+    if (text.empty()) return fail(StrCat("config_path ", config_path, " cannot be read"));
+    base = p.parent_path().string();
+  }
+  auto parsed = strict::Parse(text, "the job's training config");
+  if (!parsed.ok()) return fail(parsed.status().message());
+  json cfg = json::parse(strict::ToJson(*parsed), nullptr, false);
+  if (cfg.is_discarded() || !cfg.is_object()) return fail("the training config is not a mapping");
+  if (cfg.contains("train") && cfg["train"].is_object()) {
+    const json& t = cfg["train"];
+    if (t.contains("total_steps") && t["total_steps"].is_number_integer()) {
+      run.total_steps = t["total_steps"].get<int64_t>();
+    }
+    if (t.contains("checkpoint_every") && t["checkpoint_every"].is_number_integer()) {
+      run.checkpoint_every = t["checkpoint_every"].get<int64_t>();
+    }
+  }
+  if (config_path.empty()) {
+    if (run.checkpoint_every == 0 && s.checkpoint_interval > 0) {
+      cfg["train"]["checkpoint_every"] = s.checkpoint_interval;
+      run.checkpoint_every = s.checkpoint_interval;
+    }
+    if (cfg.contains("data") && cfg["data"].is_object()) {
+      for (const char* key : {"train", "val"}) {
+        json& d = cfg["data"];
+        if (d.contains(key) && d[key].is_string() && fs::path(d[key].get<std::string>()).is_relative()) {
+          d[key] = (fs::absolute(base) / d[key].get<std::string>()).lexically_normal().string();
+        }
+      }
+    }
+    config_path = (dir / "config.yaml").string();
+    const Status w = WriteFileAtomic(config_path, cfg.dump(2) + "\n");
+    if (!w.ok()) return fail(w.ToString());
+  }
+
+  GangLaunch g;
+  g.fp8train = o_.fp8train;
+  g.job_id = std::to_string(job_id);
+  g.config_path = config_path;
+  g.precision = s.precision;
+  g.checkpoint_dir = run.checkpoint_dir;
+  g.resume = LatestCheckpoint(run.checkpoint_dir) >= 0;
+  g.log_dir = (dir / "logs").string();
+  g.metrics_path = (dir / "metrics.jsonl").string();
+  if (o_.inventory.source == "nvml") {
+    g.gpus = s.gpus;
+  } else {
+    g.cpu_ranks = static_cast<int>(s.gpus.size());  // CPU slots (or a fake inventory's GPUs)
+  }
+  g.node_rank = s.node_rank;
+  g.nodes = s.nodes;
+  g.master_addr = s.nodes == 1 ? "127.0.0.1" : s.master_addr;
+  g.master_port = s.master_port > 0 ? s.master_port : FreePort();
+  // The metrics of this attempt only (a resumed run appends from its checkpoint step on).
+  fs::remove(g.metrics_path, ec);
+  run.tail = std::make_unique<MetricsTail>(g.metrics_path);
+  auto gang = Gang::Start(GangProcesses(g));
+  if (!gang.ok()) return fail(gang.status().message());
+  run.gang = std::move(gang).value();
+  Log(StrCat("job ", job_id, " attempt ", s.attempt, ": started ranks ",
+             s.node_rank * static_cast<int>(s.gpus.size()), "..",
+             (s.node_rank + 1) * static_cast<int>(s.gpus.size()) - 1, " (", s.precision,
+             g.resume ? StrCat(", resuming from step ", LatestCheckpoint(run.checkpoint_dir)) : "",
+             "); logs in ", g.log_dir));
+  RecordRanks();
+}
+
+void NodeDaemon::Supervise(JobRun* run) {
+  if (run->exited || !run->gang) return;
+  const auto now = Clock::now();
+  run->gang->Tick(o_.stop_grace);
+  const int64_t before = run->progress.step;
+  if (run->tail->Poll(&run->progress)) {
+    const int64_t step = run->progress.step;
+    const int64_t ce = run->checkpoint_every;
+    const int64_t stride = before >= 0 ? std::max<int64_t>(1, step - before) : 1;
+    run->hang.Observe(step, now, ce > 0 && step / ce != (step + stride) / ce);
+  }
+  if (!run->gang->terminating() && !run->gang->Done()) {
+    if (run->progress.loss_not_finite) {
+      run->reason = StrCat("the loss is NaN/inf at step ", run->progress.step);
+      run->exit_code = kExitNonFinite;
+      Log(StrCat("job ", run->id, ": ", run->reason, "; stopping its ranks"));
+      run->gang->Kill();
+    } else if (auto hung = run->hang.Hung(now)) {
+      run->reason = *hung;
+      Log(StrCat("job ", run->id, ": ", *hung, "; killing the gang"));
+      run->gang->Kill();
+    }
+  }
+  if (!run->gang->Done()) return;
+  run->exited = true;
+  const int failed = run->gang->first_failed_rank();
+  int code = 0;
+  for (const RankOutcome& r : run->gang->ranks()) {
+    if (r.rank == failed) {
+      code = r.code;
+      break;
+    }
+    code = std::max(code, r.code);
+  }
+  if (run->exit_code == kExitNonFinite) {
+    code = kExitNonFinite;
+  } else if (failed >= 0 && run->reason.empty()) {
+    const std::string last = LastLine(StrCat(run->dir, "/logs/rank-", failed, ".log"));
+    run->reason = StrCat("rank ", failed, " exited with code ", code, last.empty() ? "" : ": ", last);
+    if (code == kExitNonFinite) run->reason += " (NaN/inf loss)";
+  }
+  run->exit_code = code;
+  run->failed_rank = failed;
+  Log(StrCat("job ", run->id, ": ranks ended, exit code ", code,
+             run->reason.empty() ? "" : StrCat(" (", run->reason, ")")));
+  if (o_.inventory.source == "nvml") check_dirty_.insert(run->gpus.begin(), run->gpus.end());
+}
+
+void NodeDaemon::CheckDirtyGpus() {
+  if (check_dirty_.empty()) return;
+  auto gpus = DiscoverNvmlGpus();
+  if (!gpus.ok()) return;
+  for (auto it = check_dirty_.begin(); it != check_dirty_.end();) {
+    const int g = *it;
+    if (g < 0 || static_cast<size_t>(g) >= gpus->size() ||
+        static_cast<size_t>(g) >= baseline_used_gib_.size()) {
+      it = check_dirty_.erase(it);
+      continue;
+    }
+    const double used = (*gpus)[g].used_gib;
+    const bool is_dirty = used > baseline_used_gib_[g] + o_.dirty_gib;
+    if (is_dirty && dirty_.insert(g).second) {
+      Log(StrCat("GPU ", g, " is dirty: ", used, " GiB in use after its job ended (", baseline_used_gib_[g],
+                 " GiB when fp8d started); not offered until it is freed"));
+    }
+    if (!is_dirty) {
+      if (dirty_.erase(g) > 0) Log(StrCat("GPU ", g, " is free again"));
+      it = check_dirty_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+Status NodeDaemon::Run(const std::atomic<bool>& stop) {
+  // Registration first: a wrong token ends the daemon; an absent scheduler is waited for.
+  while (!stop.load()) {
+    const Status s = Register();
+    if (s.ok()) break;
+    if (s.code() == StatusCode::kUnauthenticated || s.code() == StatusCode::kInvalidArgument) {
+      return s;
+    }
+    Log(StrCat("cannot register yet: ", s.message(), "; retrying"));
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  auto next_beat = Clock::now();
+  bool reported_failure = false;
+  while (!stop.load()) {
+    for (auto& [id, run] : runs_) Supervise(&run);
+    for (auto it = runs_.begin(); it != runs_.end();) {
+      it = it->second.forget && it->second.exited ? runs_.erase(it) : std::next(it);
+    }
+    RecordRanks();
+    if (Clock::now() >= next_beat) {
+      const Status s = Heartbeat();
+      if (!s.ok() && !reported_failure) Log(StrCat("heartbeat failed: ", s.message()));
+      if (s.ok() && reported_failure) Log("heartbeats go through again");
+      reported_failure = !s.ok();
+      next_beat = Clock::now() + heartbeat_;
+    }
+    std::this_thread::sleep_for(o_.loop);
+  }
+  // Shutting down: the trainers checkpoint on SIGTERM and exit 3; SIGKILL after the grace.
+  for (auto& [id, run] : runs_) {
+    if (run.gang && !run.exited) run.gang->Terminate(o_.stop_grace);
+  }
+  const auto deadline = Clock::now() + o_.stop_grace + std::chrono::seconds(1);
+  while (Clock::now() < deadline) {
+    bool all = true;
+    for (auto& [id, run] : runs_) {
+      Supervise(&run);
+      all = all && (run.exited || !run.gang);
+    }
+    if (all) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  RecordRanks();
+  (void)Heartbeat();  // best effort: the scheduler learns the ranks stopped
+  return Status::Ok();
+}
+
+}  // namespace fp8rt::node

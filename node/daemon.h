@@ -1,0 +1,99 @@
+// The node daemon (fp8d --node, and the node half of fp8d --standalone): registers the node's
+// inventory with the scheduler, heartbeats the state of every job it runs, and acts on the
+// commands the answers carry: start a gang's local ranks, checkpoint-and-stop them (preemption),
+// stop them (cancel). One loop supervises every gang: a failed rank ends its gang (the scheduler
+// restarts it from its checkpoint, up to max_restarts); a gang whose step counter stops moving is
+// killed as hung; a NaN/inf loss is reported as such (not restarted). Restarted, it kills the ranks
+// a previous daemon left (recorded in <data-dir>/ranks.json): their jobs are requeued and resume
+// from their checkpoints.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "node/inventory.h"
+#include "node/progress.h"
+#include "node/protocol.h"
+#include "node/supervisor.h"
+
+namespace fp8rt::node {
+
+struct DaemonOptions {
+  std::string node_id;          // registered id. Required
+  std::string address;          // where other nodes reach this one's rank 0. Default: node_id
+  std::string scheduler_url;    // http://host:port. Required
+  std::string token;            // a node (or admin) token. Required
+  std::string data_dir;         // jobs/<id>/{config.yaml,metrics.jsonl,logs/}, ranks.json
+  std::string checkpoint_root;  // <root>/<job id>; shared storage for multi-node gangs.
+                                // Default: <data_dir>/checkpoints
+  std::string config_dir;       // base of relative config_path values. Default: "."
+  std::string fp8train;         // the trainer's path. Required
+  Inventory inventory;
+  HangOptions hang;
+  // SIGTERM -> SIGKILL for a stop, cancel or preemption (at least the job's save time). Default: 60 s
+  std::chrono::milliseconds stop_grace{60'000};
+  std::chrono::milliseconds loop{200};  // supervision period. Default: 200 ms
+  // A GPU whose used memory stays this far above what it was when fp8d started is dirty after a
+  // job: reported unhealthy, not offered. Default: 0.5 GiB
+  double dirty_gib = 0.5;
+  std::function<void(const std::string&)> log;  // the daemon's log lines. Default: stderr
+};
+
+class NodeDaemon {
+ public:
+  explicit NodeDaemon(DaemonOptions o);
+  ~NodeDaemon();  // kills what still runs
+
+  // Kills the ranks a previous daemon left running (their process groups, after checking each
+  // pid is still the process recorded). Returns how many it killed.
+  Result<int> KillOrphans();
+  // Runs until `stop`: registers (retrying until the scheduler answers), heartbeats, supervises.
+  // On stop, every gang gets SIGTERM (the trainers checkpoint) and SIGKILL after the grace.
+  Status Run(const std::atomic<bool>& stop);
+
+ private:
+  struct JobRun {
+    int64_t id = 0;
+    int attempt = 0;
+    std::vector<int> gpus;
+    std::string dir, checkpoint_dir;
+    std::unique_ptr<Gang> gang;
+    std::unique_ptr<MetricsTail> tail;
+    Progress progress;
+    HangDetector hang;
+    int64_t total_steps = -1;
+    int64_t checkpoint_every = 0;
+    bool exited = false;
+    int exit_code = 0;
+    int failed_rank = -1;
+    std::string reason;  // set when the daemon ended the gang (hang, NaN) or it failed
+    bool forget = false;  // told to stop: dropped once its ranks are gone
+  };
+
+  void Log(const std::string& line) const;
+  Status Register();
+  Status Heartbeat();
+  void Apply(const Command& c);
+  void Start(int64_t job_id, const StartJob& s);
+  void Supervise(JobRun* run);
+  void CheckDirtyGpus();
+  void RecordRanks();
+  static int64_t LatestCheckpoint(const std::string& dir);
+
+  DaemonOptions o_;
+  std::map<int64_t, JobRun> runs_;
+  std::chrono::milliseconds heartbeat_{5000};
+  std::vector<double> baseline_used_gib_;  // per GPU, at start (NVML nodes)
+  std::set<int> check_dirty_, dirty_;
+  std::string recorded_;  // ranks.json as last written
+};
+
+}  // namespace fp8rt::node

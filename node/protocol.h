@@ -1,0 +1,63 @@
+// The node daemon's side of the node protocol (docs/API.md, "Node daemons"): the registration and
+// heartbeat it sends and the commands the answers carry. The scheduler's side (scheduler/node.h)
+// parses what this writes and writes what this parses; tests/scheduler/node_protocol_test.cc holds
+// the two together. The node reads only the fields it acts on, and refuses commands that lack them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "node/inventory.h"
+
+namespace fp8rt::node {
+
+// POST /v1/nodes/register. A GPU node lists its GPUs one entry each (NVML order); a CPU node
+// registers `cpu_slots` slots named "cpu" with no compute capability.
+std::string RegistrationJson(const std::string& node_id, const std::string& address,
+                             const Inventory& inventory);
+
+// One job as this node reports it in a heartbeat (scheduler/node.h's JobReport).
+struct JobReport {
+  int64_t job_id = 0;
+  int attempt = 0;
+  bool running = true;
+  int exit_code = 0;  // when !running
+  int failed_rank = -1;
+  std::string reason;
+  int64_t step = -1;
+  int64_t checkpoint_step = -1;
+  int64_t total_steps = -1;
+  double loss = -1, tokens_per_s = -1, mfu = -1, eta_s = -1;
+};
+// POST /v1/nodes/{id}/heartbeat.
+std::string HeartbeatJson(const std::vector<JobReport>& jobs, const std::vector<int>& unhealthy);
+
+// A start command: everything this node needs to run its share of a job.
+struct StartJob {
+  int attempt = 0;
+  std::string precision;          // fp8, bf16 or fp32: the scheduler's decision
+  std::vector<int> gpus;          // this node's GPU (or CPU slot) indices, one rank each
+  int node_rank = 0;
+  int nodes = 1;                  // gang size in nodes
+  std::string master_addr;        // gang node 0's address
+  int master_port = 0;            // 0: a one-node gang; pick a free port
+  std::string config_json;        // the training config inline (JSON text), or
+  std::string config_path;        // a path (relative: against the daemon's config directory)
+  int64_t checkpoint_interval = 0;  // the spec's; used when the config sets no checkpoint_every
+  int64_t resume_step = -1;
+};
+
+struct Command {
+  enum class Kind { kStart, kCheckpoint, kStop } kind = Kind::kStop;
+  int64_t job_id = 0;
+  std::string reason;
+  StartJob start;  // kStart only
+};
+
+// The heartbeat answer {"commands": [...]}. InvalidArgument naming the field for anything this
+// daemon cannot act on.
+Result<std::vector<Command>> ParseCommands(const std::string& body);
+
+}  // namespace fp8rt::node
