@@ -2,8 +2,10 @@
 #include "cli/fp8ctl.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli/local_daemon.h"
 #include "common/strict_yaml.h"
 #include "net/http_client.h"
 
@@ -93,14 +96,55 @@ json View(const json& job) {
   // Why the precision is what it is (the scheduler's reason when it fell back).
   const std::string asked = job.contains("spec") ? Str(job["spec"], "precision") : "";
   const std::string got = Str(job, "precision");
-  v["fallback_reason"] = !got.empty() && got != asked ? Str(job, "reason") : "";
-  const int64_t step = job.value("checkpoint_step", int64_t{-1});
-  v["progress"] = {{"step", job.value("step", step)},
-                   {"total", job.contains("total_steps") ? job["total_steps"] : json(nullptr)},
-                   {"loss", job.contains("loss") ? job["loss"] : json(nullptr)},
-                   {"tokens_per_s", job.contains("tokens_per_s") ? job["tokens_per_s"] : json(nullptr)},
-                   {"eta_s", nullptr}};
+  v["fallback_reason"] = !got.empty() && got != asked ? Str(job, "precision_reason") : "";
+  const json p = job.value("progress", json::object());
+  auto num = [&](const char* key) {
+    return p.contains(key) && p[key].is_number() && p[key].get<double>() >= 0 ? p[key] : json(nullptr);
+  };
+  v["progress"] = {{"step", num("step")},       {"total", num("total_steps")},
+                   {"loss", num("loss")},       {"tokens_per_s", num("tokens_per_s")},
+                   {"mfu", num("mfu")},         {"eta_s", num("eta_s")}};
   return v;
+}
+
+std::string Fixed(double v, int digits) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(digits) << v;
+  return o.str();
+}
+
+std::string Duration(double s) {
+  const auto t = static_cast<int64_t>(s);
+  if (t < 120) return StrCat(t, "s");
+  if (t < 7200) return StrCat(t / 60, "m", t % 60, "s");
+  return StrCat(t / 3600, "h", (t % 3600) / 60, "m");
+}
+
+// "[#######-------------]  1200/5000 (24%)  loss 3.412  52.1K tok/s  MFU 41%  ETA 12m3s"
+std::string ProgressLine(const json& v) {
+  const json& p = v["progress"];
+  if (p["step"].is_null()) return "no progress reported yet";
+  const int64_t step = p["step"].get<int64_t>();
+  std::string line;
+  if (!p["total"].is_null() && p["total"].get<int64_t>() > 0) {
+    const int64_t total = p["total"].get<int64_t>();
+    const double f = std::min(1.0, static_cast<double>(step) / static_cast<double>(total));
+    const int bar = 20, filled = static_cast<int>(f * bar);
+    line = StrCat("[", std::string(filled, '#'), std::string(bar - filled, '-'), "] ", step, "/",
+                  total, " (", static_cast<int>(f * 100), "%)");
+  } else {
+    line = StrCat("step ", step);
+  }
+  if (!p["loss"].is_null()) line += StrCat("  loss ", Fixed(p["loss"].get<double>(), 4));
+  if (!p["tokens_per_s"].is_null()) {
+    const double t = p["tokens_per_s"].get<double>();
+    line += t >= 1000 ? StrCat("  ", Fixed(t / 1000, 1), "K tok/s") : StrCat("  ", Fixed(t, 0), " tok/s");
+  }
+  if (!p["mfu"].is_null() && p["mfu"].get<double>() > 0) {
+    line += StrCat("  MFU ", Fixed(100 * p["mfu"].get<double>(), 1), "%");
+  }
+  if (!p["eta_s"].is_null()) line += StrCat("  ETA ", Duration(p["eta_s"].get<double>()));
+  return line;
 }
 
 std::string Age(int64_t since) {
@@ -116,6 +160,56 @@ std::string Age(int64_t since) {
 
 bool Terminal(const std::string& state) {
   return state == "COMPLETED" || state == "FAILED" || state == "CANCELLED";
+}
+
+// The token and URL a local `fp8d --standalone` wrote, for a user who gave neither.
+void LocalDaemon(std::string* server, std::string* token) {
+  const fs::path dir = cli::DefaultStandaloneDataDir();
+  auto read = [](const fs::path& p) {
+    std::ifstream in(p);
+    std::string s((std::istreambuf_iterator<char>(in)), {});
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
+  };
+  if (server->empty()) *server = read(dir / "server");
+  if (token->empty()) *token = read(dir / "token");
+}
+
+// A training config's relative data paths, made absolute against the config file's directory
+// (the config travels inside the job; the data files must exist at that path on the nodes).
+void AbsoluteDataPaths(json* config, const std::string& file) {
+  if (!config->contains("data") || !(*config)["data"].is_object()) return;
+  json& d = (*config)["data"];
+  for (const char* key : {"train", "val"}) {
+    if (!d.contains(key) || !d[key].is_string()) continue;
+    const fs::path p = d[key].get<std::string>();
+    if (p.is_relative()) {
+      d[key] = (fs::absolute(fs::path(file)).parent_path() / p).lexically_normal().string();
+    }
+  }
+}
+
+void PrintStatus(const json& v, std::ostream& out) {
+  out << "job " << v["id"].get<int64_t>() << " (" << Str(v, "name") << ", " << Str(v, "user")
+      << "): " << Str(v, "state") << "\n  reason: " << Str(v, "reason") << "\n  precision: "
+      << (Str(v, "precision").empty() ? "not decided yet" : Str(v, "precision"));
+  if (!Str(v, "fallback_reason").empty()) out << " (" << Str(v, "fallback_reason") << ")";
+  std::string placement;
+  for (const auto& a : v.value("placement", json::array())) {
+    placement += StrCat(placement.empty() ? "" : ", ", Str(a, "node"), " ",
+                        a.value("gpus", json::array()).dump());
+  }
+  out << "\n  placement: " << (placement.empty() ? "-" : placement);
+  out << "\n  progress: " << ProgressLine(v) << "\n  restarts: " << v.value("restarts", 0);
+  const int64_t ck = v.value("checkpoint_step", int64_t{-1});
+  out << "\n  last checkpoint: ";
+  if (ck < 0) {
+    out << "none";
+  } else {
+    out << "step " << ck;
+    if (v.value("checkpoint_at", int64_t{0}) > 0) out << ", " << Age(v["checkpoint_at"].get<int64_t>()) << " ago";
+  }
+  out << "\n";
 }
 
 }  // namespace
@@ -149,8 +243,17 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
   int64_t id = 0;
   auto* status = app.add_subcommand("status", "one job");
   status->add_option("ID", id, "job id")->required();
+  bool watch = false, hold = false;
+  status->add_flag("--watch,-w", watch, "follow it until it ends (redrawn on a terminal)");
+  status->add_option("--poll-ms", wait_poll_ms, "--watch's polling period")->check(CLI::Range(10, 60000));
   auto* cancel = app.add_subcommand("cancel", "cancel a job");
   cancel->add_option("ID", id, "job id")->required();
+  auto* preempt = app.add_subcommand(
+      "preempt", "checkpoint a running job and stop it; it is requeued (--hold: until resume)");
+  preempt->add_option("ID", id, "job id")->required();
+  preempt->add_flag("--hold", hold, "keep it PREEMPTED until `fp8ctl resume`");
+  auto* resume = app.add_subcommand("resume", "requeue a job preempted with --hold");
+  resume->add_option("ID", id, "job id")->required();
   auto* events = app.add_subcommand("events", "a job's state transitions");
   events->add_option("ID", id, "job id")->required();
   app.add_subcommand("nodes", "the cluster's nodes and their GPUs");
@@ -176,6 +279,8 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
   const char* env_token = std::getenv("FP8CTL_TOKEN");
   if (c.server.empty()) c.server = env_server ? env_server : cfg_server;
   if (c.token.empty()) c.token = env_token ? env_token : cfg_token;
+  // Nothing given: a local fp8d --standalone's own server and token.
+  if (c.server.empty() && c.token.empty()) LocalDaemon(&c.server, &c.token);
   if (c.server.empty()) c.server = "http://127.0.0.1:8080";
 
   const std::string cmd = app.get_subcommands()[0]->get_name();
@@ -200,6 +305,7 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
       spec["name"] = doc.contains("name") && doc["name"].is_string()
                          ? doc["name"]
                          : json(fs::path(file).stem().string());
+      AbsoluteDataPaths(&doc, file);
       spec["config"] = doc;
     } else {
       spec = doc;  // a job spec
@@ -217,12 +323,44 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
       out << job << "\n";
     }
     if (!wait) return kOk;
-    std::string last;
+    id = job;
+    watch = true;
+  }
+  if (cmd == "status" || (cmd == "submit" && watch)) {
+    // One look, or (--watch, submit --wait) until the job ends: state changes and progress as
+    // lines (stderr for submit, whose stdout is the id), or a redrawn block on a terminal.
+    std::ostream& show = cmd == "submit" ? err : out;
+    const bool tty = cmd == "status" && !as_json && ::isatty(STDOUT_FILENO) && &out == &std::cout;
+    std::string last_state, last_progress;
+    int drawn = 0;
     while (true) {
-      if (int rc = Call(c, "GET", StrCat("/v1/jobs/", job), "", &reply, err); rc != kOk) return rc;
-      const std::string state = Str(reply, "state");
-      if (state != last && !as_json) err << "job " << job << ": " << state << " (" << Str(reply, "reason") << ")\n";
-      last = state;
+      if (int rc = Call(c, "GET", StrCat("/v1/jobs/", id), "", &reply, err); rc != kOk) return rc;
+      const json v = View(reply);
+      const std::string state = Str(v, "state");
+      if (as_json && cmd == "status") {
+        out << v.dump() << "\n";
+      } else if (tty && watch) {
+        std::ostringstream block;
+        PrintStatus(v, block);
+        const std::string text = block.str();
+        for (int i = 0; i < drawn; ++i) out << "\x1b[1A\x1b[2K";
+        out << text << std::flush;
+        drawn = static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+      } else if (!watch) {
+        PrintStatus(v, out);
+      } else {
+        if (state != last_state) {
+          show << "job " << id << ": " << state << " (" << Str(v, "reason") << ")\n";
+        }
+        const std::string prog = ProgressLine(v);
+        if ((state == "RUNNING" || Terminal(state)) && prog != last_progress &&
+            !v["progress"]["step"].is_null()) {
+          show << "job " << id << ": " << prog << "\n";
+          last_progress = prog;
+        }
+      }
+      last_state = state;
+      if (!watch) return kOk;
       if (Terminal(state)) return state == "COMPLETED" ? kOk : kJobFailed;
       std::this_thread::sleep_for(std::chrono::milliseconds(wait_poll_ms));
     }
@@ -246,26 +384,16 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
     }
     return kOk;
   }
-  if (cmd == "status") {
-    if (int rc = Call(c, "GET", StrCat("/v1/jobs/", id), "", &reply, err); rc != kOk) return rc;
-    const json v = View(reply);
-    if (as_json) {
-      out << v.dump() << "\n";
-      return kOk;
-    }
-    out << "job " << id << " (" << Str(v, "name") << ", " << Str(v, "user") << "): " << Str(v, "state")
-        << "\n  reason: " << Str(v, "reason") << "\n  precision: "
-        << (Str(v, "precision").empty() ? "not decided yet" : Str(v, "precision"));
-    if (!Str(v, "fallback_reason").empty()) out << " (" << Str(v, "fallback_reason") << ")";
-    out << "\n  restarts: " << v.value("restarts", 0) << "\n  last checkpoint: step "
-        << v.value("checkpoint_step", int64_t{-1}) << "\n";
-    return kOk;
-  }
-  if (cmd == "cancel") {
-    if (int rc = Call(c, "POST", StrCat("/v1/jobs/", id, "/cancel"), "", &reply, err); rc != kOk) {
+  if (cmd == "cancel" || cmd == "preempt" || cmd == "resume") {
+    const std::string body = cmd == "preempt" && hold ? R"({"hold": true})" : "";
+    if (int rc = Call(c, "POST", StrCat("/v1/jobs/", id, "/", cmd), body, &reply, err); rc != kOk) {
       return rc;
     }
-    out << "job " << id << ": " << Str(reply, "state") << "\n";
+    if (as_json) {
+      out << View(reply).dump() << "\n";
+    } else {
+      out << "job " << id << ": " << Str(reply, "state") << " (" << Str(reply, "reason") << ")\n";
+    }
     return kOk;
   }
   if (cmd == "events") {

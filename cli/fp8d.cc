@@ -1,5 +1,5 @@
-// fp8d's command line and its --scheduler mode: job store, scheduling loop and HTTP API over the
-// data directory, until SIGTERM/SIGINT.
+// fp8d's command line and its scheduler half: job store, scheduling loop and HTTP API over the
+// data directory (--scheduler, and --standalone with cli/fp8d_node.cc's node half).
 #include "cli/fp8d.h"
 
 #include <pthread.h>
@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "cli/local_daemon.h"
 #include "common/atomic_file.h"
 #include "net/http_server.h"
 #include "scheduler/api.h"
@@ -47,7 +48,26 @@ void LogTick(const TickResult& r) {
 
 }  // namespace
 
-Status RunScheduler(const Options& o) {
+struct SchedulerService::Parts {
+  std::unique_ptr<JobStore> store;
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<Api> api;
+  std::unique_ptr<HttpServer> server;
+  std::unique_ptr<TickLoop> loop;
+};
+
+SchedulerService::SchedulerService(std::unique_ptr<Parts> p) : p_(std::move(p)) {}
+SchedulerService::~SchedulerService() { Stop(); }
+uint16_t SchedulerService::port() const { return p_->server->port(); }
+
+void SchedulerService::Stop() {
+  // The server first, so no request is answered after the loop stops; every acknowledged change
+  // is already durable, so nothing else needs flushing.
+  if (p_->server) p_->server->Stop();
+  if (p_->loop) p_->loop->Stop();
+}
+
+Result<std::unique_ptr<SchedulerService>> SchedulerService::Start(const Options& o) {
   auto auth = TokenAuth::Load(o.tokens_file);
   if (!auth.ok()) return Status::InvalidArgument(auth.status().message());
   std::error_code ec;
@@ -55,15 +75,15 @@ Status RunScheduler(const Options& o) {
   if (ec) {
     return Status::IOError(StrCat("--data-dir ", o.data_dir, ": cannot create: ", ec.message()));
   }
-  FP8RT_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store,
-                         OpenRocksDbJobStore((fs::path(o.data_dir) / "jobs").string()));
+  auto p = std::make_unique<Parts>();
+  FP8RT_ASSIGN_OR_RETURN(p->store, OpenRocksDbJobStore((fs::path(o.data_dir) / "jobs").string()));
   SchedulerOptions so;
   so.heartbeat_timeout_s = o.heartbeat_timeout_s;
   so.heartbeat_interval_s = o.heartbeat_interval_s;
   so.preemption_grace_s = o.preemption_grace_s;
-  FP8RT_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
-                         Scheduler::Open(store.get(), so, NowSeconds()));
-  for (const std::string& line : scheduler->set_aside_at_open()) {
+  so.rendezvous_port_base = o.rendezvous_port_base;
+  FP8RT_ASSIGN_OR_RETURN(p->scheduler, Scheduler::Open(p->store.get(), so, NowSeconds()));
+  for (const std::string& line : p->scheduler->set_aside_at_open()) {
     spdlog::warn("job store: {}", line);
   }
   ApiOptions ao;
@@ -71,29 +91,28 @@ Status RunScheduler(const Options& o) {
   ao.burst = o.rate_burst;
   ao.max_user_priority = o.max_user_priority;
   ao.config_roots = o.config_roots;
-  Api api(store.get(), std::move(auth).value(), SystemClockSeconds, ao, scheduler.get());
+  p->api = std::make_unique<Api>(p->store.get(), std::move(auth).value(), SystemClockSeconds, ao,
+                                 p->scheduler.get());
   HttpServerOptions ho;
   ho.address = o.bind;
   ho.threads = o.threads;
   ho.tls_cert_file = o.tls_cert;
   ho.tls_key_file = o.tls_key;
   ho.max_connections = o.max_connections;
-  HttpServer server(&api, ho);
-  FP8RT_RETURN_IF_ERROR(server.Start(o.port));
-  TickLoop loop(scheduler.get(), std::chrono::milliseconds(o.tick_interval_ms), NowSeconds, LogTick,
-                [](const Status& s) { spdlog::error("scheduling tick failed: {}", s.ToString()); });
-  loop.Start();
+  p->server = std::make_unique<HttpServer>(p->api.get(), ho);
+  FP8RT_RETURN_IF_ERROR(p->server->Start(o.port));
+  p->loop = std::make_unique<TickLoop>(
+      p->scheduler.get(), std::chrono::milliseconds(o.tick_interval_ms), NowSeconds, LogTick,
+      [](const Status& s) { spdlog::error("scheduling tick failed: {}", s.ToString()); });
+  p->loop->Start();
+  std::unique_ptr<SchedulerService> service(new SchedulerService(std::move(p)));
   if (!o.port_file.empty()) {
-    const Status s = WritePortFile(o.port_file, server.port());
-    if (!s.ok()) {
-      loop.Stop();
-      server.Stop();
-      return s;
-    }
+    FP8RT_RETURN_IF_ERROR(WritePortFile(o.port_file, service->port()));
   }
-  std::cout << "fp8d: scheduler listening on " << (o.tls_cert.empty() ? "http" : "https") << "://"
-            << o.bind << ":" << server.port() << " (data dir " << o.data_dir << ")" << std::endl;
+  return service;
+}
 
+int WaitForStopSignal() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
@@ -101,15 +120,20 @@ Status RunScheduler(const Options& o) {
   int sig = 0;
   sigwait(&set, &sig);
   spdlog::info("{}: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-  // The server first, so no request is answered after the loop stops; every acknowledged change
-  // is already durable, so nothing else needs flushing.
-  server.Stop();
-  loop.Stop();
+  return sig;
+}
+
+Status RunScheduler(const Options& o) {
+  FP8RT_ASSIGN_OR_RETURN(std::unique_ptr<SchedulerService> service, SchedulerService::Start(o));
+  std::cout << "fp8d: scheduler listening on " << (o.tls_cert.empty() ? "http" : "https") << "://"
+            << o.bind << ":" << service->port() << " (data dir " << o.data_dir << ")" << std::endl;
+  WaitForStopSignal();
+  service->Stop();
   return Status::Ok();
 }
 
 int Main(int argc, char** argv) {
-  // Blocked before any thread starts, so every thread inherits the mask and RunScheduler's
+  // Blocked before any thread starts, so every thread inherits the mask and WaitForStopSignal's
   // sigwait is the only place these signals arrive.
   sigset_t set;
   sigemptyset(&set);
@@ -119,18 +143,23 @@ int Main(int argc, char** argv) {
 
   CLI::App app{"fp8d: the fp8rt daemon (scheduler, node daemon, or both in one process)"};
   Options o;
-  bool scheduler = false, standalone = false, daemon = false;
-  auto* f_sched = app.add_flag("--scheduler", scheduler,
-                               "run the scheduler: job store, scheduling loop and HTTP API");
+  bool standalone = false, node = false;
+  std::string scheduler_url;
+  auto* f_sched = app.add_option("--scheduler", scheduler_url,
+                                 "alone: run the scheduler (job store, scheduling loop, HTTP API); "
+                                 "with --node: the scheduler's URL")
+                      ->expected(0, 1);
   auto* f_alone = app.add_flag("--standalone", standalone,
-                               "scheduler and node daemon in one process (not implemented yet)");
-  auto* f_daemon = app.add_flag("--daemon", daemon, "run the node daemon (not implemented yet)");
-  f_sched->excludes(f_alone)->excludes(f_daemon);
-  f_alone->excludes(f_daemon);
+                               "scheduler and node daemon in one process: the default on one "
+                               "machine");
+  auto* f_node = app.add_flag("--node", node, "run the node daemon of this machine");
+  f_alone->excludes(f_node)->excludes(f_sched);
   app.add_option("--port", o.port, "TCP port of the HTTP API; 0 picks a free one")
       ->check(CLI::Range(0, 65535));
   app.add_option("--bind", o.bind, "address to listen on (default 127.0.0.1)");
-  app.add_option("--data-dir", o.data_dir, "directory of the job store (created if missing)");
+  app.add_option("--data-dir", o.data_dir,
+                 "state directory: job store, job logs, checkpoints (--standalone default: "
+                 "$FP8D_DATA_DIR, $XDG_DATA_HOME/fp8d or ~/.local/share/fp8d)");
   app.add_option("--tokens", o.tokens_file, "tokens file (YAML, SHA-256 hashes; docs/API.md)");
   app.add_option("--tls-cert", o.tls_cert, "PEM certificate chain: serve HTTPS (with --tls-key)");
   app.add_option("--tls-key", o.tls_key, "PEM private key for --tls-cert");
@@ -138,7 +167,7 @@ int Main(int argc, char** argv) {
                  "seconds without a heartbeat before a node is lost (default 30)")
       ->check(CLI::Range(int64_t{1}, int64_t{86400}));
   app.add_option("--heartbeat-interval", o.heartbeat_interval_s,
-                 "seconds between heartbeats, told to daemons (default 5)")
+                 "seconds between heartbeats, told to daemons (default 5; --standalone 1)")
       ->check(CLI::Range(int64_t{1}, int64_t{3600}));
   app.add_option("--preemption-grace", o.preemption_grace_s,
                  "seconds a preempted job has to checkpoint before it is stopped (default 60)")
@@ -167,39 +196,91 @@ int Main(int argc, char** argv) {
                  "(repeatable; default: relative paths only)");
   app.add_option("--port-file", o.port_file,
                  "write the bound port to this file once serving (for --port 0)");
+  app.add_option("--rendezvous-port-base", o.rendezvous_port_base,
+                 "multi-node gangs meet at their first node, port BASE + job id % 1000 (default "
+                 "29500)")
+      ->check(CLI::Range(1024, 64535));
+  // The node daemon.
+  app.add_option("--token-file", o.token_file, "--node: file holding this node's token");
+  app.add_option("--node-id", o.node_id, "the node's id (default: the host name)");
+  app.add_option("--address", o.address,
+                 "where other nodes reach this one's ranks (default: the node id; --standalone: "
+                 "127.0.0.1)");
+  app.add_option("--fake-gpus", o.fake_gpus,
+                 "inject an inventory for tests, e.g. \"4xA100:8.0\" (or FP8D_FAKE_GPUS); ranks "
+                 "then run on the CPU");
+  app.add_option("--cpu-slots", o.cpu_slots, "a CPU node's ranks at once (default: the online CPUs)")
+      ->check(CLI::Range(0, 4096));
+  app.add_option("--fp8train", o.fp8train,
+                 "the trainer (default: next to fp8d, the build tree's runtime/fp8train, or PATH)");
+  app.add_option("--checkpoint-root", o.checkpoint_root,
+                 "jobs checkpoint to ROOT/<job id>; shared storage for multi-node jobs (default: "
+                 "<data-dir>/checkpoints)");
+  app.add_option("--config-dir", o.config_dir,
+                 "base of relative config_path values (default: the working directory)");
+  app.add_option("--hang-k", o.hang_k,
+                 "a gang is hung after k x its median step time without a step (default 10)")
+      ->check(CLI::Range(1.0, 1e6));
+  app.add_option("--hang-floor", o.hang_floor_s, "... and never before this many seconds (default 300)")
+      ->check(CLI::Range(0.1, 1e7));
+  app.add_option("--stop-grace", o.stop_grace_s,
+                 "seconds from SIGTERM (the trainer checkpoints) to SIGKILL (default 60)")
+      ->check(CLI::Range(0.0, 86400.0));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
-  if (standalone || daemon) {
-    std::cerr << "fp8d: " << (standalone ? "--standalone" : "--daemon")
-              << " is not implemented yet (it comes with the node daemon); only --scheduler runs "
-                 "today\n";
-    return kExitUsage;
-  }
-  if (!scheduler) {
-    std::cerr << "fp8d: choose a mode: --scheduler (--standalone and --daemon are not "
-                 "implemented yet)\n"
+  const bool sched = f_sched->count() > 0;
+  if (!sched && !standalone && !node) {
+    std::cerr << "fp8d: choose a mode: --standalone (one machine), --scheduler (the head) or "
+                 "--node --scheduler URL\n"
               << app.help();
-    return kExitUsage;
-  }
-  std::string missing;
-  if (app.count("--port") == 0) missing += " --port";
-  if (o.data_dir.empty()) missing += " --data-dir";
-  if (o.tokens_file.empty()) missing += " --tokens";
-  if (!missing.empty()) {
-    std::cerr << "fp8d: --scheduler needs" << missing << "\n";
     return kExitUsage;
   }
   if (o.tls_cert.empty() != o.tls_key.empty()) {
     std::cerr << "fp8d: --tls-cert and --tls-key go together (one is missing)\n";
     return kExitUsage;
   }
-  const Status s = RunScheduler(o);
+  std::string missing;
+  Status s;
+  if (node) {
+    o.mode = Mode::kNode;
+    o.scheduler_url = scheduler_url;
+    if (scheduler_url.empty()) missing += " --scheduler URL";
+    if (o.token_file.empty()) missing += " --token-file";
+    if (o.data_dir.empty()) missing += " --data-dir";
+    if (!missing.empty()) {
+      std::cerr << "fp8d: --node needs" << missing << "\n";
+      return kExitUsage;
+    }
+    s = RunNode(o);
+  } else if (standalone) {
+    o.mode = Mode::kStandalone;
+    if (app.count("--port") == 0) o.port = 8080;
+    if (app.count("--heartbeat-interval") == 0) o.heartbeat_interval_s = 1;
+    if (o.data_dir.empty()) o.data_dir = cli::DefaultStandaloneDataDir();
+    s = RunStandalone(o);
+  } else {
+    if (!scheduler_url.empty()) {
+      std::cerr << "fp8d: --scheduler takes a URL only with --node ('" << scheduler_url
+                << "' given)\n";
+      return kExitUsage;
+    }
+    if (app.count("--port") == 0) missing += " --port";
+    if (o.data_dir.empty()) missing += " --data-dir";
+    if (o.tokens_file.empty()) missing += " --tokens";
+    if (!missing.empty()) {
+      std::cerr << "fp8d: --scheduler needs" << missing << "\n";
+      return kExitUsage;
+    }
+    s = RunScheduler(o);
+  }
   if (!s.ok()) {
     std::cerr << "fp8d: " << s.ToString() << "\n";
-    return s.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitError;
+    return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kUnauthenticated
+               ? kExitUsage
+               : kExitError;
   }
   return kExitOk;
 }

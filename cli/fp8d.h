@@ -1,14 +1,16 @@
 // fp8d, the fp8rt daemon, as a library: the command line and the modes. `--scheduler` runs the
-// control plane (job store, scheduling loop, HTTP API); `--standalone` (scheduler and node daemon
-// in one process) and `--daemon` (the node daemon) come with the node-daemon roadmap step and for
-// now say so and exit 2.
+// control plane (job store, scheduling loop, HTTP API); `--node --scheduler URL` the node daemon
+// (node/daemon.h) of one machine; `--standalone` both in one process, the default on one machine.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "node/daemon.h"
 
 namespace fp8rt::fp8d {
 
@@ -17,7 +19,7 @@ inline constexpr int kExitOk = 0;     // clean shutdown (SIGTERM / SIGINT)
 inline constexpr int kExitError = 1;  // could not run: store, port, ...
 inline constexpr int kExitUsage = 2;  // bad command line, tokens file or TLS files
 
-enum class Mode { kScheduler, kStandalone, kDaemon };
+enum class Mode { kScheduler, kStandalone, kNode };
 
 struct Options {
   Mode mode = Mode::kScheduler;
@@ -38,6 +40,21 @@ struct Options {
   int max_user_priority = 100;  // highest priority a user token may set. Default: 100
   std::vector<std::string> config_roots;  // where absolute config paths may lie. Default: none
   std::string port_file;  // written (atomically) with the bound port once serving. Default: ""
+  int rendezvous_port_base = 29500;  // multi-node gangs meet at base + job id % 1000
+
+  // The node daemon (--node, --standalone).
+  std::string scheduler_url;  // --node: the scheduler's URL
+  std::string token_file;     // --node: a file holding the node token
+  std::string node_id;        // Default: the host name
+  std::string address;        // Default: the node id (--standalone: 127.0.0.1)
+  std::string fake_gpus;      // Default: FP8D_FAKE_GPUS, else NVML, else CPU slots
+  int cpu_slots = 0;          // a CPU node's slots; 0: the online CPUs
+  std::string fp8train;       // Default: next to fp8d (or the build tree's runtime/), else PATH
+  std::string checkpoint_root;  // Default: <data-dir>/checkpoints
+  std::string config_dir;       // relative config_path base. Default: the working directory
+  double hang_k = 10;           // Default: 10 x the median step time
+  double hang_floor_s = 300;    // Default: 300 s
+  double stop_grace_s = 60;     // SIGTERM -> SIGKILL. Default: 60 s
 };
 
 // The whole program: parses argv (CLI11; unknown flags refused), runs the mode, returns the exit
@@ -47,5 +64,31 @@ int Main(int argc, char** argv);
 // Runs the scheduler until SIGTERM or SIGINT (which the caller must have blocked in every
 // thread). Usage problems (tokens, TLS files) are InvalidArgument.
 Status RunScheduler(const Options& options);
+// The node daemon until SIGTERM or SIGINT.
+Status RunNode(const Options& options);
+// Both: a scheduler on --port and a node daemon that registers with it over loopback. Without
+// --tokens it makes its own: <data-dir>/token (mode 0600, a user token for the local user, which
+// fp8ctl finds) and a node token; <data-dir>/server holds the URL.
+Status RunStandalone(const Options& options);
+
+// The scheduler half of a mode: job store, scheduling loop and HTTP API, until Stop().
+class SchedulerService {
+ public:
+  static Result<std::unique_ptr<SchedulerService>> Start(const Options& options);
+  ~SchedulerService();
+  uint16_t port() const;
+  void Stop();
+
+  struct Parts;
+
+ private:
+  explicit SchedulerService(std::unique_ptr<Parts> p);
+  std::unique_ptr<Parts> p_;
+};
+
+// Blocks until SIGTERM or SIGINT (blocked in every thread); returns which.
+int WaitForStopSignal();
+// The node daemon's options from fp8d's (inventory discovered, token read, fp8train found).
+Result<node::DaemonOptions> NodeOptions(const Options& o);
 
 }  // namespace fp8rt::fp8d

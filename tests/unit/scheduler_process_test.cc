@@ -314,8 +314,10 @@ TEST_F(SchedProcessTest, UsageErrorsExitTwoAndSigtermExitsZero) {
     const char* says;
   };
   for (const Case& c : std::vector<Case>{
-           {{"--standalone"}, "--standalone is not implemented yet"},
-           {{"--daemon"}, "--daemon is not implemented yet"},
+           {{"--node", "--data-dir", data_}, "--node needs --scheduler URL --token-file"},
+           {{"--node", "--standalone"}, "excludes"},
+           {{"--scheduler", "http://x:1", "--port", "0"}, "takes a URL only with --node"},
+           {{"--daemon"}, "--daemon"},
            {{"--scheduler", "--bogus"}, "--bogus"},
            {{"--scheduler", "--port", "0", "--data-dir", data_}, "--tokens"},
            {{}, "choose a mode"},

@@ -1,0 +1,321 @@
+// The product end to end, as real processes on loopback (issue [5 of 9]'s acceptance): a
+// scheduler (fp8d --scheduler) and two node daemons (fp8d --node, one CPU slot each) running real
+// fp8train ranks, driven through the HTTP API and fp8ctl. A 2-rank data-parallel job spans both
+// nodes; preemption, a killed rank, a hung rank, a killed daemon, priorities, cancel, the
+// capability fallback and fp8d --standalone with fp8ctl's own discovery of its token.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "cli/fp8ctl.h"
+#include "tests/common/corpus.h"
+#include "tests/common/fp8d_process.h"
+#include "tests/common/subprocess.h"
+
+namespace fp8rt::test {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+bool Has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+size_t Count(const std::string& s, const std::string& sub) {
+  size_t n = 0;
+  for (size_t at = s.find(sub); at != std::string::npos; at = s.find(sub, at + 1)) ++n;
+  return n;
+}
+// A process that exists and is not a zombie (one nobody reaped yet has ended all the same).
+bool Running(pid_t pid) {
+  const std::string stat = Slurp(StrCat("/proc/", pid, "/stat"));
+  const size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+}
+
+class ClusterTest : public SchedProcessTest {
+ protected:
+  void SetUp() override {
+    SchedProcessTest::SetUp();
+    corpus_ = EnglishCorpus(dir_.str() + "/corpus.txt");
+    ASSERT_FALSE(corpus_.empty());
+    std::mt19937 rng(std::random_device{}());
+    Start({"--heartbeat-interval", "1", "--heartbeat-timeout", "4", "--preemption-grace", "30",
+           "--rendezvous-port-base", std::to_string(20000 + rng() % 40000)});
+    url_ = StrCat("http://127.0.0.1:", port_);
+    std::ofstream(dir_.str() + "/node-token") << kNode << "\n";
+  }
+  void TearDown() override {
+    for (auto& n : nodes_) n.Kill(SIGKILL);
+    // The ranks of killed daemons are in their own process groups: the next daemon on a data
+    // dir kills them, and so does this.
+    for (int i = 0; i < 2; ++i) {
+      const json ranks =
+          json::parse(Slurp(StrCat(dir_.str(), "/node", i, "/node/ranks.json")), nullptr, false);
+      if (!ranks.is_array()) continue;
+      for (const auto& r : ranks) ::kill(-r.value("pid", 0), SIGKILL);
+    }
+  }
+
+  std::string NodeLog(int i) const { return StrCat(dir_.str(), "/node", i, ".log"); }
+
+  // Starts node daemon i (one CPU slot, unless `extra` says otherwise) and waits until it has
+  // registered.
+  void StartNode(int i, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {
+        "--node",         "--scheduler",  url_,          "--token-file", dir_.str() + "/node-token",
+        "--data-dir",     StrCat(dir_.str(), "/node", i), "--node-id", StrCat("n", i),
+        "--address",      "127.0.0.1",    "--fp8train",  FP8TRAIN_PATH,  "--checkpoint-root",
+        dir_.str() + "/ckpt", "--hang-k", "5", "--hang-floor", "4", "--stop-grace", "20"};
+    if (extra.empty()) extra = {"--cpu-slots", "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const size_t before = Count(Slurp(NodeLog(i)), "registered as");
+    nodes_[i].Spawn(args, NodeLog(i));
+    for (int k = 0; k < 500; ++k) {
+      if (Count(Slurp(NodeLog(i)), "registered as") > before) return;
+      ASSERT_TRUE(nodes_[i].Alive()) << Slurp(NodeLog(i));
+      std::this_thread::sleep_for(20ms);
+    }
+    FAIL() << "node " << i << " did not register: " << Slurp(NodeLog(i));
+  }
+
+  // A small byte-level GPT: ~0.1 s a step on a CPU rank.
+  json Config(int steps) const {
+    return json::parse(StrCat(
+        R"({"name": "e2e", "model": {"n_layer": 2, "n_embd": 64, "n_head": 4, "block_size": 64,
+            "vocab_size": 256}, "data": {"train": ")", corpus_, R"(", "format": "text"},
+            "train": {"batch_size": 4, "seq_len": 64, "total_steps": )", steps,
+        R"(, "lr": 0.003, "warmup_steps": 5, "log_every": 1, "checkpoint_every": 10},
+            "precision": "fp8"})"));
+  }
+  int64_t Submit(const json& spec, const std::string& token = kAlice) {
+    const Reply r = Req("POST", "/v1/jobs", token, spec.dump());
+    EXPECT_EQ(r.status, 201) << r.body;
+    return r.Json().value("id", int64_t{-1});
+  }
+  json SpecOf(int nodes, int steps, int priority = 0) const {
+    return {{"name", "e2e"}, {"config", Config(steps)},  {"nodes", nodes},
+            {"gpus_per_node", 1}, {"priority", priority}, {"max_restarts", 3}};
+  }
+  json Job(int64_t id) { return Req("GET", StrCat("/v1/jobs/", id), kAdmin).Json(); }
+  std::string Events(int64_t id) { return Req("GET", StrCat("/v1/jobs/", id, "/events"), kAdmin).body; }
+  // Polls the job until `pred` holds; false after `timeout`.
+  bool WaitFor(int64_t id, const std::function<bool(const json&)>& pred,
+               std::chrono::seconds timeout = 120s) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < end) {
+      if (pred(Job(id))) return true;
+      std::this_thread::sleep_for(100ms);
+    }
+    return false;
+  }
+  bool WaitState(int64_t id, const std::string& state, std::chrono::seconds timeout = 120s) {
+    return WaitFor(id, [&](const json& j) { return j.value("state", "") == state; }, timeout);
+  }
+  static int64_t Step(const json& j) {
+    return j.contains("progress") && j["progress"]["step"].is_number()
+               ? j["progress"]["step"].get<int64_t>()
+               : -1;
+  }
+  // Rank 0's losses by step, from whichever node ran rank 0 (the metrics of the last attempt).
+  std::map<int64_t, double> Losses(int64_t id) {
+    std::map<int64_t, double> out;
+    for (int i = 0; i < 2; ++i) {
+      std::istringstream in(Slurp(StrCat(dir_.str(), "/node", i, "/node/jobs/", id, "/metrics.jsonl")));
+      for (std::string line; std::getline(in, line);) {
+        const json j = json::parse(line, nullptr, false);
+        if (j.is_object() && j.contains("loss") && j["loss"].is_number()) {
+          out[j["step"].get<int64_t>()] = j["loss"].get<double>();
+        }
+      }
+    }
+    return out;
+  }
+  // The pids of job `id`'s ranks on node i (from the daemon's record).
+  std::vector<pid_t> Ranks(int i, int64_t id) {
+    std::vector<pid_t> out;
+    const json ranks =
+        json::parse(Slurp(StrCat(dir_.str(), "/node", i, "/node/ranks.json")), nullptr, false);
+    if (!ranks.is_array()) return out;
+    for (const auto& r : ranks) {
+      if (r.value("job", int64_t{0}) == id) out.push_back(r.value("pid", 0));
+    }
+    return out;
+  }
+  std::string Diag(int64_t id) {
+    return StrCat("job: ", Job(id).dump(), "\nevents: ", Events(id), "\nnode0: ", Slurp(NodeLog(0)),
+                  "\nnode1: ", Slurp(NodeLog(1)));
+  }
+
+  std::string corpus_, url_;
+  Fp8dProcess nodes_[2];
+};
+
+TEST_F(ClusterTest, ATwoNodeJobCompletesAndAPreemptedRunResumesToTheSameFinalLoss) {
+  StartNode(0);
+  StartNode(1);
+  const int64_t plain = Submit(SpecOf(2, 100));
+  ASSERT_TRUE(WaitState(plain, "COMPLETED")) << Diag(plain);
+  const json done = Job(plain);
+  ASSERT_EQ(done["placement"].size(), 2u) << "one rank on each node";
+  EXPECT_EQ(Step(done), 100);
+  EXPECT_EQ(done["progress"]["total_steps"], 100);
+  EXPECT_EQ(done["checkpoint_step"], 100);
+  const auto reference = Losses(plain);
+  ASSERT_EQ(reference.size(), 100u);
+
+  // The same job, preempted through fp8ctl once it is past its step-20 checkpoint.
+  const int64_t id = Submit(SpecOf(2, 100));
+  ASSERT_TRUE(WaitFor(id, [](const json& j) {
+    return j.value("state", "") == "RUNNING" && j.value("checkpoint_step", -1) >= 20;
+  })) << Diag(id);
+  const ProcessResult pre =
+      RunProcess({FP8CTL_PATH, "--server", url_, "--token", kAlice, "preempt", std::to_string(id)},
+                 {}, dir_.str() + "/ctl.log", 30s);
+  ASSERT_EQ(pre.code, fp8ctl::kOk) << pre.output;
+  EXPECT_TRUE(Has(pre.output, "PREEMPTING")) << pre.output;
+  ASSERT_TRUE(WaitState(id, "COMPLETED")) << Diag(id);
+  const std::string events = Events(id);
+  EXPECT_TRUE(Has(events, "\"to\":\"PREEMPTED\"")) << Diag(id);
+  EXPECT_TRUE(Has(events, "requeued after preemption; resumes from checkpoint step")) << events;
+  EXPECT_EQ(Job(id)["restarts"], 0) << "a preemption is not a restart";
+  const auto resumed = Losses(id);
+  ASSERT_FALSE(resumed.empty());
+  EXPECT_GT(resumed.begin()->first, 20) << "the last attempt started from a checkpoint";
+  for (const auto& [step, loss] : resumed) {
+    ASSERT_TRUE(reference.count(step));
+    EXPECT_EQ(loss, reference.at(step)) << "step " << step << ": bit-identical on the CPU";
+  }
+}
+
+TEST_F(ClusterTest, AKilledRankAndAHungRankRestartTheGangFromItsCheckpoint) {
+  StartNode(0);
+  StartNode(1);
+  const int64_t id = Submit(SpecOf(2, 60));
+  ASSERT_TRUE(WaitFor(id, [](const json& j) { return j.value("checkpoint_step", -1) >= 10; }))
+      << Diag(id);
+  // kill -9 of one rank: the gang ends and restarts from its checkpoint.
+  std::vector<pid_t> ranks = Ranks(1, id);
+  ASSERT_EQ(ranks.size(), 1u) << Slurp(dir_.str() + "/node1/node/ranks.json");
+  ::kill(ranks[0], SIGKILL);
+  ASSERT_TRUE(WaitFor(id, [](const json& j) {
+    return j.value("restarts", 0) == 1 && j.value("state", "") == "RUNNING";
+  })) << Diag(id);
+  // Whichever node reports first, the reason names the killed rank (its own code, or its peer's
+  // message about it).
+  EXPECT_TRUE(Has(Events(id), "rank 1")) << Events(id);
+  EXPECT_TRUE(Has(Events(id), "resumes from checkpoint step")) << Events(id);
+  ASSERT_TRUE(WaitState(id, "COMPLETED")) << Diag(id);
+  EXPECT_EQ(Step(Job(id)), 60);
+
+  // SIGSTOP of a lone rank (no peer whose collective timeout would notice): alive but stuck; the
+  // daemon's hang detector (floor 4 s) kills the gang and it restarts from its checkpoint.
+  const int64_t lone = Submit(SpecOf(1, 400));
+  ASSERT_TRUE(WaitFor(lone, [](const json& j) { return Step(j) >= 5; })) << Diag(lone);
+  std::this_thread::sleep_for(1s);  // a few steps, so the detector has a pace
+  int node = Ranks(0, lone).empty() ? 1 : 0;
+  ranks = Ranks(node, lone);
+  ASSERT_EQ(ranks.size(), 1u);
+  const auto stopped = std::chrono::steady_clock::now();
+  ::kill(ranks[0], SIGSTOP);
+  ASSERT_TRUE(WaitFor(lone, [](const json& j) { return j.value("restarts", 0) == 1; }, 60s))
+      << Diag(lone);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  EXPECT_LT(took, 15) << "detected within the floor plus a heartbeat";
+  EXPECT_TRUE(Has(Events(lone), "no progress since step")) << Events(lone);
+  EXPECT_FALSE(Running(ranks[0])) << "the hung rank was killed";
+  ASSERT_TRUE(WaitState(lone, "RUNNING", 30s)) << Diag(lone);
+  ASSERT_EQ(Req("POST", StrCat("/v1/jobs/", lone, "/cancel"), kAlice).status, 200);
+}
+
+TEST_F(ClusterTest, AKilledDaemonLosesItsNodeAndARestartedOneLeavesNoOrphans) {
+  StartNode(0);
+  StartNode(1);
+  const int64_t id = Submit(SpecOf(2, 60));
+  ASSERT_TRUE(WaitFor(id, [](const json& j) { return j.value("checkpoint_step", -1) >= 10; }))
+      << Diag(id);
+  const std::vector<pid_t> orphans = Ranks(1, id);
+  ASSERT_EQ(orphans.size(), 1u);
+  nodes_[1].Kill(SIGKILL);  // its rank goes on for now, in its own process group
+  ASSERT_TRUE(WaitFor(id, [](const json& j) { return j.value("restarts", 0) >= 1; }, 30s))
+      << Diag(id);
+  EXPECT_TRUE(Has(Events(id), "node n1 lost")) << Events(id);
+  // The restarted daemon kills the rank the old one left, then takes work again.
+  StartNode(1);
+  EXPECT_TRUE(Has(Slurp(NodeLog(1)), "left by a previous fp8d")) << Slurp(NodeLog(1));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(Running(orphans[0])) << "the orphaned rank is gone";
+  ASSERT_TRUE(WaitState(id, "COMPLETED")) << Diag(id);
+}
+
+TEST_F(ClusterTest, PriorityPreemptsByItselfCancelFreesTheSlotsAndTheFallbackIsShown) {
+  StartNode(0);
+  StartNode(1, {"--fake-gpus", "1xA100:8.0"});
+  // A low-priority 1-node job on the CPU slot, then a high-priority one that needs that slot.
+  json low = SpecOf(1, 400);
+  low["gpu_types"] = {"cpu"};
+  const int64_t a = Submit(low);
+  ASSERT_TRUE(WaitFor(a, [](const json& j) { return j.value("checkpoint_step", -1) >= 10; }))
+      << Diag(a);
+  json high = SpecOf(1, 400, 50);
+  high["gpu_types"] = {"cpu"};
+  const int64_t b = Submit(high);
+  ASSERT_TRUE(WaitState(b, "RUNNING", 60s)) << Diag(b);
+  EXPECT_EQ(Job(a)["state"], "PENDING") << Diag(a);
+  EXPECT_TRUE(Has(Events(a), "PREEMPTED")) << Events(a);
+  // cancel frees the slot: a runs again, from its checkpoint.
+  ASSERT_EQ(Req("POST", StrCat("/v1/jobs/", b, "/cancel"), kAlice).status, 200);
+  ASSERT_TRUE(WaitState(a, "RUNNING", 60s)) << Diag(a);
+  ASSERT_EQ(Req("POST", StrCat("/v1/jobs/", a, "/cancel"), kAlice).status, 200);
+
+  // fp8 asked on a node that reports compute capability 8.0: bf16, and status says why.
+  json fp8 = SpecOf(1, 20);
+  fp8["gpu_types"] = {"A100"};
+  const int64_t c = Submit(fp8);
+  ASSERT_TRUE(WaitState(c, "COMPLETED")) << Diag(c);
+  EXPECT_EQ(Job(c)["precision"], "bf16");
+  const ProcessResult st =
+      RunProcess({FP8CTL_PATH, "--server", url_, "--token", kAlice, "status", std::to_string(c)},
+                 {}, dir_.str() + "/ctl.log", 30s);
+  EXPECT_TRUE(Has(st.output, "precision: bf16 (placed on 1 x A100: FP8 needs compute capability 8.9"))
+      << st.output;
+  // A GPU type no node has: pending, saying why.
+  json h200 = SpecOf(1, 20);
+  h200["gpu_types"] = {"H200"};
+  const int64_t d = Submit(h200);
+  std::this_thread::sleep_for(2s);
+  const json pending = Job(d);
+  EXPECT_EQ(pending["state"], "PENDING");
+  EXPECT_TRUE(Has(pending.value("reason", ""), "H200")) << pending.dump();
+}
+
+TEST_F(ClusterTest, StandaloneTrainsThroughFp8ctlWithTheTokenItWrote) {
+  // fp8d --standalone on its own data dir, found by fp8ctl through FP8D_DATA_DIR alone.
+  const std::string data = dir_.str() + "/standalone";
+  const std::string config = dir_.str() + "/job.yaml";
+  std::ofstream(config) << Config(20).dump();
+  Fp8dProcess alone;
+  ::setenv("FP8D_DATA_DIR", data.c_str(), 1);
+  alone.Spawn({"--standalone", "--port", "0", "--cpu-slots", "1", "--fp8train", FP8TRAIN_PATH},
+              dir_.str() + "/standalone.log");
+  ::unsetenv("FP8D_DATA_DIR");
+  for (int k = 0; k < 500 && !fs::exists(data + "/server"); ++k) std::this_thread::sleep_for(20ms);
+  struct stat st {};
+  ASSERT_EQ(::stat((data + "/token").c_str(), &st), 0) << Slurp(dir_.str() + "/standalone.log");
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  const ProcessResult run = RunProcess({FP8CTL_PATH, "submit", config, "--wait", "--poll-ms", "200"},
+                                       {"FP8D_DATA_DIR=" + data, "XDG_CONFIG_HOME=" + dir_.str()},
+                                       dir_.str() + "/ctl.log", 120s);
+  EXPECT_EQ(run.code, fp8ctl::kOk) << run.output << Slurp(dir_.str() + "/standalone.log");
+  EXPECT_TRUE(Has(run.output, "RUNNING")) << run.output;
+  EXPECT_TRUE(Has(run.output, "20/20 (100%)")) << "progress is visible: " << run.output;
+  EXPECT_TRUE(Has(run.output, "COMPLETED")) << run.output;
+  alone.Signal(SIGTERM);
+  EXPECT_EQ(alone.Wait(), 0) << Slurp(dir_.str() + "/standalone.log");
+}
+
+}  // namespace
+}  // namespace fp8rt::test

@@ -1,0 +1,119 @@
+// The node protocol from both ends: what the node daemon writes (node/protocol.h) the scheduler
+// reads (scheduler/node.h), and the commands the scheduler writes the daemon reads, field by field.
+#include <gtest/gtest.h>
+
+#include "node/protocol.h"
+#include "scheduler/node.h"
+
+namespace fp8rt {
+namespace {
+
+TEST(NodeProtocol, RegistrationsOfGpuAndCpuNodesReadBackOnTheScheduler) {
+  node::Inventory gpus;
+  gpus.source = "nvml";
+  gpus.gpus = {{0, "NVIDIA H100 80GB HBM3", 90, 79.6, 0.5}, {1, "NVIDIA A100-SXM4-40GB", 80, 40, 0}};
+  auto r = sched::ParseNodeRegistration(node::RegistrationJson("gpu-1", "10.0.0.5", gpus));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->id, "gpu-1");
+  EXPECT_EQ(r->address, "10.0.0.5");
+  ASSERT_EQ(r->gpus.size(), 2u);
+  EXPECT_EQ(r->gpus[0].name, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(r->gpus[0].compute_capability, 90);
+  EXPECT_DOUBLE_EQ(r->gpus[0].memory_gib, 79.6);
+  EXPECT_EQ(r->gpus[1].compute_capability, 80);
+
+  node::Inventory cpu;
+  cpu.source = "cpu";
+  cpu.cpu_slots = 3;
+  auto c = sched::ParseNodeRegistration(node::RegistrationJson("cpu-1", "", cpu));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->gpus.size(), 3u);
+  EXPECT_EQ(c->gpus[2].name, sched::kCpuSlotName);
+  EXPECT_EQ(c->gpus[2].compute_capability, 0);
+  // Only CPU slots go without a compute capability.
+  auto bad = sched::ParseNodeRegistration(
+      R"({"id": "n", "gpus": [{"name": "H100", "memory_gib": 80}]})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("gpus[0].compute_capability is required"),
+            std::string::npos)
+      << bad.status().message();
+}
+
+TEST(NodeProtocol, HeartbeatsReadBackWithEveryField) {
+  node::JobReport run;
+  run.job_id = 7, run.attempt = 2, run.step = 120, run.checkpoint_step = 100, run.total_steps = 200;
+  run.loss = 2.5, run.tokens_per_s = 1234.5, run.eta_s = 30;
+  node::JobReport dead;
+  dead.job_id = 8, dead.attempt = 1, dead.running = false, dead.exit_code = 137,
+  dead.failed_rank = 1, dead.reason = "no progress since step 40 for 3 s";
+  auto hb = sched::ParseHeartbeat(node::HeartbeatJson({run, dead}, {3}));
+  ASSERT_TRUE(hb.ok()) << hb.status().ToString();
+  ASSERT_EQ(hb->jobs.size(), 2u);
+  const sched::JobReport& a = hb->jobs[0];
+  EXPECT_EQ(a.job_id, 7);
+  EXPECT_EQ(a.status, sched::RankStatus::kRunning);
+  EXPECT_EQ(a.attempt, 2);
+  EXPECT_EQ(a.step, 120);
+  EXPECT_EQ(a.checkpoint_step, 100);
+  EXPECT_EQ(a.total_steps, 200);
+  EXPECT_DOUBLE_EQ(a.loss, 2.5);
+  EXPECT_DOUBLE_EQ(a.tokens_per_s, 1234.5);
+  EXPECT_DOUBLE_EQ(a.mfu, -1) << "not reported";
+  EXPECT_DOUBLE_EQ(a.eta_s, 30);
+  const sched::JobReport& b = hb->jobs[1];
+  EXPECT_EQ(b.status, sched::RankStatus::kExited);
+  EXPECT_EQ(b.exit_code, 137);
+  EXPECT_EQ(b.failed_rank, 1);
+  EXPECT_EQ(b.reason, "no progress since step 40 for 3 s");
+  ASSERT_TRUE(hb->unhealthy_gpus.has_value());
+  EXPECT_EQ(*hb->unhealthy_gpus, std::vector<int>{3});
+}
+
+TEST(NodeProtocol, CommandsReadBackOnTheNode) {
+  sched::NodeCommand start;
+  start.kind = sched::CommandKind::kStart;
+  start.job_id = 4;
+  start.precision = Precision::kBf16;
+  start.gpus = {2, 3};
+  start.node_rank = 1;
+  start.gang_nodes = {"a", "b"};
+  start.attempt = 3;
+  start.master_addr = "10.0.0.1";
+  start.master_port = 29504;
+  start.resume_step = 300;
+  start.spec.name = "job";
+  start.spec.config_yaml = R"({"train":{"total_steps":10}})";
+  start.spec.checkpoint_interval = 50;
+  sched::NodeCommand stop;
+  stop.kind = sched::CommandKind::kStop;
+  stop.job_id = 5;
+  stop.reason = "cancelled";
+  const std::string body = StrCat("{\"commands\": [", sched::CommandToJson(start), ",",
+                                  sched::CommandToJson(stop), "]}");
+  auto cmds = node::ParseCommands(body);
+  ASSERT_TRUE(cmds.ok()) << cmds.status().ToString();
+  ASSERT_EQ(cmds->size(), 2u);
+  const node::Command& c = (*cmds)[0];
+  EXPECT_EQ(c.kind, node::Command::Kind::kStart);
+  EXPECT_EQ(c.job_id, 4);
+  EXPECT_EQ(c.start.precision, "bf16");
+  EXPECT_EQ(c.start.gpus, (std::vector<int>{2, 3}));
+  EXPECT_EQ(c.start.node_rank, 1);
+  EXPECT_EQ(c.start.nodes, 2);
+  EXPECT_EQ(c.start.attempt, 3);
+  EXPECT_EQ(c.start.master_addr, "10.0.0.1");
+  EXPECT_EQ(c.start.master_port, 29504);
+  EXPECT_EQ(c.start.resume_step, 300);
+  EXPECT_EQ(c.start.config_json, R"({"train":{"total_steps":10}})");
+  EXPECT_EQ(c.start.checkpoint_interval, 50);
+  EXPECT_EQ((*cmds)[1].kind, node::Command::Kind::kStop);
+  EXPECT_EQ((*cmds)[1].reason, "cancelled");
+  // What it cannot act on is refused naming the field.
+  auto bad = node::ParseCommands(R"({"commands": [{"action": "reboot", "job_id": 1}]})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("commands[0].action = 'reboot'"), std::string::npos);
+  EXPECT_FALSE(node::ParseCommands("[]").ok());
+}
+
+}  // namespace
+}  // namespace fp8rt
