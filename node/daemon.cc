@@ -207,6 +207,33 @@ Status NodeDaemon::Heartbeat() {
     }
     reports.push_back(std::move(r));
   }
+  // The ranks' new output (valid UTF-8 is not required of a log: bytes that are not are replaced),
+  // at most 64 KiB a rank per heartbeat; what the scheduler took is not sent again.
+  std::map<int64_t, std::map<int, uint64_t>> sending;
+  {
+    size_t i = 0;
+    for (auto& [id, run] : runs_) {
+      for (const auto& [rank, path] : run.logs) {
+        std::ifstream in(path, std::ios::binary);
+        if (!in) continue;
+        in.seekg(0, std::ios::end);
+        const auto size = static_cast<uint64_t>(in.tellg());
+        uint64_t from = run.log_sent[rank];
+        if (size < from) from = 0;
+        if (size == from) continue;
+        const uint64_t n = std::min<uint64_t>(size - from, 64 << 10);
+        std::string text(n, '\0');
+        in.seekg(static_cast<std::streamoff>(from));
+        in.read(text.data(), static_cast<std::streamsize>(n));
+        for (char& c : text) {
+          if (static_cast<unsigned char>(c) >= 0x80 || (c < 0x20 && c != '\n' && c != '\t')) c = '?';
+        }
+        reports[i].logs[rank] = std::move(text);
+        sending[id][rank] = from + n;
+      }
+      ++i;
+    }
+  }
   net::HttpRequest req;
   req.method = "POST";
   req.target = StrCat("/v1/nodes/", o_.node_id, "/heartbeat");
@@ -221,6 +248,11 @@ Status NodeDaemon::Heartbeat() {
   if (res.status != 200) {
     return Status::Unavailable(
         StrCat("heartbeat answered HTTP ", res.status, ": ", res.body.substr(0, 300)));
+  }
+  for (const auto& [id, ranks] : sending) {
+    auto it = runs_.find(id);
+    if (it == runs_.end()) continue;
+    for (const auto& [rank, offset] : ranks) it->second.log_sent[rank] = offset;
   }
   FP8RT_ASSIGN_OR_RETURN(std::vector<Command> commands, ParseCommands(res.body));
   for (const Command& c : commands) Apply(c);
@@ -344,7 +376,13 @@ void NodeDaemon::Start(int64_t job_id, const StartJob& s) {
   // The metrics of this attempt only (a resumed run appends from its checkpoint step on).
   fs::remove(g.metrics_path, ec);
   run.tail = std::make_unique<MetricsTail>(g.metrics_path);
-  auto gang = Gang::Start(GangProcesses(g));
+  std::vector<RankProcess> procs = GangProcesses(g);
+  for (const RankProcess& p : procs) {
+    // Output of earlier attempts was sent with their heartbeats.
+    run.logs[p.rank] = p.log_path;
+    run.log_sent[p.rank] = fs::exists(p.log_path, ec) ? fs::file_size(p.log_path, ec) : 0;
+  }
+  auto gang = Gang::Start(std::move(procs));
   if (!gang.ok()) return fail(gang.status().message());
   run.gang = std::move(gang).value();
   Log(StrCat("job ", job_id, " attempt ", s.attempt, ": started ranks ",

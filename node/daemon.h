@@ -76,6 +76,8 @@ class NodeDaemon {
     int failed_rank = -1;
     std::string reason;  // set when the daemon ended the gang (hang, NaN) or it failed
     bool forget = false;  // told to stop: dropped once its ranks are gone
+    std::map<int, std::string> logs;      // rank -> its log file
+    std::map<int, uint64_t> log_sent;     // rank -> bytes the scheduler has
   };
 
   void Log(const std::string& line) const;

@@ -50,6 +50,11 @@ std::string HeartbeatJson(const std::vector<JobReport>& jobs, const std::vector<
                                  {"eta_s", r.eta_s}}) {
       if (v >= 0 && std::isfinite(v)) e[key] = v;
     }
+    if (!r.logs.empty()) {
+      json logs = json::object();
+      for (const auto& [rank, text] : r.logs) logs[std::to_string(rank)] = text;
+      e["logs"] = std::move(logs);
+    }
     arr.push_back(std::move(e));
   }
   return json{{"jobs", arr}, {"unhealthy_gpus", unhealthy}}.dump();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@ struct JobReport {
   int64_t checkpoint_step = -1;
   int64_t total_steps = -1;
   double loss = -1, tokens_per_s = -1, mfu = -1, eta_s = -1;
+  std::map<int, std::string> logs;  // rank -> output since the last heartbeat (<= 64 KiB each)
 };
 // POST /v1/nodes/{id}/heartbeat.
 std::string HeartbeatJson(const std::vector<JobReport>& jobs, const std::vector<int>& unhealthy);

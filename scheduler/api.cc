@@ -236,7 +236,7 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
   if (parts.size() >= 2 && parts[0] == "v1" && parts[1] == "nodes") {
     return RouteNodes(req, path, parts);
   }
-  // /v1/jobs[/{id}[/cancel|/preempt|/resume|/events]]
+  // /v1/jobs[/{id}[/cancel|/preempt|/resume|/events|/logs]]
   if (parts.size() < 2 || parts.size() > 4 || parts[0] != "v1" || parts[1] != "jobs") {
     return Error(404, StrCat("no route for ", req.method, " ", path));
   }
@@ -247,7 +247,7 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
   }
   const std::string action = parts.size() == 4 ? parts[3] : "";
   const bool post_action = action == "cancel" || action == "preempt" || action == "resume";
-  if (!action.empty() && !post_action && action != "events") {
+  if (!action.empty() && !post_action && action != "events" && action != "logs") {
     return Error(404, StrCat("no route for ", req.method, " ", path));
   }
   const char* allowed = parts.size() == 2 ? "GET, HEAD, POST" : post_action ? "POST" : "GET, HEAD";
@@ -280,6 +280,7 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
     for (const Event& e : *events) arr.push_back(json::parse(EventToJson(e)));
     return Json(200, json{{"job_id", *id}, {"events", arr}});
   }
+  if (action == "logs") return Logs(req, *id);
   if (action == "preempt" || action == "resume") {
     if (scheduler_ == nullptr) {
       return Error(503, StrCat("this server runs no scheduler; ", action, " is not available"));
@@ -309,6 +310,49 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
   const Status put = store_->Put(job, *ev);
   if (!put.ok()) return Error(500, put.ToString());
   return Respond(200, "application/json", JobToJson(job));
+}
+
+// GET /v1/jobs/{id}/logs[?rank=R][&tail=N]: rank R's stored output (default rank 0), its last N
+// lines with tail; the ranks that have a log.
+HttpResponse Api::Logs(const HttpRequest& req, int64_t id) {
+  int rank = 0;
+  int64_t tail = -1;
+  const size_t q = req.target.find('?');
+  std::string query = q == std::string::npos ? "" : req.target.substr(q + 1);
+  for (size_t start = 0; start < query.size();) {
+    const size_t amp = std::min(query.find('&', start), query.size());
+    const std::string kv = query.substr(start, amp - start);
+    start = amp + 1;
+    const size_t eq = kv.find('=');
+    const std::string key = kv.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : kv.substr(eq + 1);
+    const std::optional<int64_t> n = ParseId(value);  // a positive integer
+    if (key == "rank" && (value == "0" || (n && *n < 1'000'000))) {
+      rank = value == "0" ? 0 : static_cast<int>(*n);
+    } else if (key == "tail" && (value == "0" || n)) {
+      tail = value == "0" ? 0 : *n;
+    } else {
+      return Error(400, StrCat("query '", kv, "': expected rank=R and tail=N (non-negative integers)"));
+    }
+  }
+  auto ranks = store_->LogRanks(id);
+  if (!ranks.ok()) return Error(500, ranks.status().ToString());
+  auto text = store_->Log(id, rank);
+  if (!text.ok()) return Error(500, text.status().ToString());
+  std::string out = std::move(text).value();
+  if (tail >= 0) {
+    size_t at = out.size();
+    if (!out.empty() && out.back() == '\n') --at;
+    for (int64_t lines = 0; at > 0 && lines < tail; ) {
+      --at;
+      if (out[at] == '\n' && ++lines == tail) {
+        ++at;
+        break;
+      }
+    }
+    out = tail == 0 ? "" : out.substr(at);
+  }
+  return Json(200, json{{"job_id", id}, {"rank", rank}, {"ranks", *ranks}, {"text", out}});
 }
 
 HttpResponse Api::ListJobs(const Principal& p) {

@@ -86,6 +86,7 @@ class Api final : public net::HttpHandler {
   double TakeToken(const std::string& key);
   void TrimBuckets(double now);
   HttpResponse ListJobs(const Principal& p);
+  HttpResponse Logs(const HttpRequest& req, int64_t id);
   HttpResponse SubmitJob(const HttpRequest& req, const Principal& p);
   // Get that sets aside a record that does not read back, then reads again.
   Result<Job> GetJob(int64_t id);

@@ -63,6 +63,28 @@ strict::Reader IndexList(std::vector<int>* out) {
   };
 }
 
+// {"0": "text", "1": "..."}: rank -> output, each at most 64 KiB.
+strict::Reader LogsReader(std::map<int, std::string>* out) {
+  return [out](const Value& v, const std::string& path) -> Status {
+    if (v.kind != Kind::kMap) return strict::WrongKind(v, path, "a mapping of rank to text");
+    for (const auto& [key, text] : v.fields) {
+      const std::string where = StrCat(path, ".", key);
+      int rank = -1;
+      for (char c : key) {
+        if (c < '0' || c > '9' || key.size() > 7) return Status::InvalidArgument(StrCat(where, ": not a rank"));
+      }
+      if (key.empty()) return Status::InvalidArgument(StrCat(path, ": an empty rank"));
+      rank = std::stoi(key);
+      if (text.kind != Kind::kString) return strict::WrongKind(text, where, "a string");
+      if (text.text.size() > (size_t{64} << 10)) {
+        return Status::InvalidArgument(StrCat(where, ": ", text.text.size(), " bytes; at most 65536"));
+      }
+      (*out)[rank] = text.text;
+    }
+    return Status::Ok();
+  };
+}
+
 // Reads the object `v` with `readers`, then refuses it if a key of `required` is missing.
 Status ReadObject(const Value& v, const std::string& where,
                   const std::vector<std::pair<std::string, strict::Reader>>& readers,
@@ -221,7 +243,8 @@ Result<HeartbeatRequest> ParseHeartbeat(const std::string& body) {
                                       {"loss", strict::Number(&r.loss, -1, 1e30)},
                                       {"tokens_per_s", strict::Number(&r.tokens_per_s, -1, 1e15)},
                                       {"mfu", strict::Number(&r.mfu, -1, 100)},
-                                      {"eta_s", strict::Number(&r.eta_s, -1, 1e12)}},
+                                      {"eta_s", strict::Number(&r.eta_s, -1, 1e12)},
+                                      {"logs", LogsReader(&r.logs)}},
                                      {"job_id", "status"}));
     if (!seen.insert(r.job_id).second) {
       return Status::InvalidArgument(StrCat(where, ".job_id = ", r.job_id, " is reported twice"));

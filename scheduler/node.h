@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,6 +54,8 @@ struct JobReport {
   double tokens_per_s = -1;
   double mfu = -1;
   double eta_s = -1;
+  // Output the ranks of this node wrote since the last heartbeat, by rank (at most 64 KiB each).
+  std::map<int, std::string> logs;
 };
 
 // POST /v1/nodes/{id}/heartbeat:

@@ -218,7 +218,13 @@ Result<std::vector<NodeCommand>> Scheduler::Heartbeat(const std::string& node_id
   node.info = info;
   node.info.last_heartbeat = now;
   node.reports.clear();
-  for (const JobReport& r : hb.jobs) node.reports[r.job_id] = r;
+  for (const JobReport& r : hb.jobs) {
+    node.reports[r.job_id] = r;
+    node.reports[r.job_id].logs.clear();  // stored below, not kept in memory
+    for (const auto& [rank, text] : r.logs) {
+      if (!text.empty()) FP8RT_RETURN_IF_ERROR(store_->AppendLog(r.job_id, rank, text));
+    }
+  }
 
   Batch batch;
   for (const auto& [id, job] : active_) {

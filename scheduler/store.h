@@ -75,7 +75,20 @@ class JobStore {
   // without one, removes the record. FailedPrecondition if the record no longer holds rec.raw.
   virtual Status SetAside(const UnreadableRecord& rec,
                           const std::optional<JobWrite>& replacement) = 0;
+
+  // Ranks' output as their daemons upload it: `text` appended to rank `rank`'s log of the job,
+  // of which the last kMaxLogBytes are kept. Not synced (a crash may lose the newest lines: logs
+  // are not scheduling state).
+  virtual Status AppendLog(int64_t job_id, int rank, const std::string& text) = 0;
+  // The ranks with a stored log, ascending, and one rank's log ("" if none).
+  virtual Result<std::vector<int>> LogRanks(int64_t job_id) const = 0;
+  virtual Result<std::string> Log(int64_t job_id, int rank) const = 0;
 };
+
+// What a job store keeps of one rank's log: its last 1 MiB.
+inline constexpr size_t kMaxLogBytes = size_t{1} << 20;
+// `log` + `text`, cut to its last kMaxLogBytes at a line start where there is one.
+std::string AppendCapped(std::string log, const std::string& text);
 
 // Keeps everything in memory; for tests and for callers that want a store without a disk.
 std::unique_ptr<JobStore> NewMemoryJobStore();

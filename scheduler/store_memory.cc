@@ -1,5 +1,6 @@
 // The in-memory JobStore twin (same contract as the RocksDB store, no durability), and the checks
 // both implementations share.
+#include <cstdint>
 #include <map>
 #include <mutex>
 
@@ -137,8 +138,29 @@ class MemoryJobStore final : public JobStore {
     return Status::Ok();
   }
 
+  Status AppendLog(int64_t job_id, int rank, const std::string& text) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string& log = logs_[{job_id, rank}];
+    log = AppendCapped(std::move(log), text);
+    return Status::Ok();
+  }
+  Result<std::vector<int>> LogRanks(int64_t job_id) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<int> out;
+    for (auto it = logs_.lower_bound({job_id, INT32_MIN}); it != logs_.end() && it->first.first == job_id; ++it) {
+      out.push_back(it->first.second);
+    }
+    return out;
+  }
+  Result<std::string> Log(int64_t job_id, int rank) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = logs_.find({job_id, rank});
+    return it == logs_.end() ? std::string() : it->second;
+  }
+
  private:
   mutable std::mutex mu_;
+  std::map<std::pair<int64_t, int>, std::string> logs_;
   std::map<int64_t, Job> jobs_;
   std::map<int64_t, std::vector<Event>> events_;
   std::map<std::string, NodeInfo> nodes_;
@@ -149,5 +171,14 @@ class MemoryJobStore final : public JobStore {
 }  // namespace
 
 std::unique_ptr<JobStore> NewMemoryJobStore() { return std::make_unique<MemoryJobStore>(); }
+
+std::string AppendCapped(std::string log, const std::string& text) {
+  log += text;
+  if (log.size() <= kMaxLogBytes) return log;
+  size_t cut = log.size() - kMaxLogBytes;
+  const size_t nl = log.find('\n', cut);
+  if (nl != std::string::npos && nl + 1 < log.size()) cut = nl + 1;
+  return log.substr(cut);
+}
 
 }  // namespace fp8rt::sched

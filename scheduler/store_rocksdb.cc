@@ -8,6 +8,7 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
+#include <algorithm>
 #include <iomanip>
 #include <mutex>
 #include <sstream>
@@ -28,6 +29,7 @@ std::string Hex(int64_t v) {
 }
 
 std::string JobKey(int64_t id) { return "job/" + Hex(id); }
+std::string LogKey(int64_t id, int rank) { return StrCat("log/", Hex(id), "/", rank); }
 // The id in "job/<016x>"; 0 if the key does not hold one.
 int64_t IdOfKey(const std::string& key) {
   try {
@@ -172,6 +174,34 @@ class RocksDbJobStore final : public JobStore {
       return Status::IOError(StrCat("job store: setting aside ", rec.key, ": ", s.ToString()));
     last_event_seq_ = seq;
     return Status::Ok();
+  }
+
+  Status AppendLog(int64_t job_id, int rank, const std::string& text) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string log;
+    const std::string key = LogKey(job_id, rank);
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &log);
+    if (!s.ok() && !s.IsNotFound()) return Status::IOError(StrCat("job store log read: ", s.ToString()));
+    s = db_->Put(rocksdb::WriteOptions(), key, AppendCapped(std::move(log), text));
+    if (!s.ok()) return Status::IOError(StrCat("job store log write: ", s.ToString()));
+    return Status::Ok();
+  }
+  Result<std::vector<int>> LogRanks(int64_t job_id) const override {
+    std::vector<int> out;
+    const std::string prefix = "log/" + Hex(job_id) + "/";
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      out.push_back(std::stoi(it->key().ToString().substr(prefix.size())));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  Result<std::string> Log(int64_t job_id, int rank) const override {
+    std::string v;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), LogKey(job_id, rank), &v);
+    if (s.IsNotFound()) return std::string();
+    if (!s.ok()) return Status::IOError(StrCat("job store log read: ", s.ToString()));
+    return v;
   }
 
   Result<int64_t> NextJobId() override {

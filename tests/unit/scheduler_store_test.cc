@@ -196,6 +196,27 @@ TEST_P(SchedJobStoreTest, PutManyWritesEveryTransitionInOrder) {
   EXPECT_TRUE(store_->PutMany({}).ok());
 }
 
+TEST_P(SchedJobStoreTest, RankLogsAppendKeepTheirLastMebibyteAndListsStayJobsOnly) {
+  ASSERT_TRUE(store_->Put(MakeJob(3, "alice", JobState::kRunning), std::nullopt).ok());
+  ASSERT_TRUE(store_->AppendLog(3, 1, "one\n").ok());
+  ASSERT_TRUE(store_->AppendLog(3, 0, "a\nb\n").ok());
+  ASSERT_TRUE(store_->AppendLog(3, 1, "two\n").ok());
+  ASSERT_TRUE(store_->AppendLog(30, 0, "other job\n").ok());
+  Reopen();
+  EXPECT_EQ(*store_->LogRanks(3), (std::vector<int>{0, 1}));
+  EXPECT_EQ(*store_->Log(3, 1), "one\ntwo\n");
+  EXPECT_EQ(*store_->Log(3, 7), "");
+  EXPECT_EQ(store_->List()->size(), 1u) << "log records are not jobs";
+  // Past 1 MiB the oldest lines go, cut at a line start.
+  const std::string line(1000, 'x');
+  for (int i = 0; i < 1100; ++i) ASSERT_TRUE(store_->AppendLog(3, 0, line + "\n").ok());
+  const std::string log = *store_->Log(3, 0);
+  EXPECT_LE(log.size(), kMaxLogBytes);
+  EXPECT_GT(log.size(), kMaxLogBytes - 1001);
+  EXPECT_EQ(log.front(), 'x');
+  EXPECT_EQ(log.size() % 1001, 0u) << "whole lines only";
+}
+
 TEST_P(SchedJobStoreTest, NodesAreStoredWithoutOccupancy) {
   NodeInfo n;
   n.id = "node-b";
