@@ -254,6 +254,15 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
   preempt->add_flag("--hold", hold, "keep it PREEMPTED until `fp8ctl resume`");
   auto* resume = app.add_subcommand("resume", "requeue a job preempted with --hold");
   resume->add_option("ID", id, "job id")->required();
+  int rank = 0;
+  int64_t tail = -1;
+  bool follow = false;
+  auto* logs = app.add_subcommand("logs", "a rank's output, as its node uploads it");
+  logs->add_option("ID", id, "job id")->required();
+  logs->add_option("--rank", rank, "which rank (default 0)")->check(CLI::Range(0, 999999));
+  logs->add_option("--tail", tail, "only the last N lines")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  logs->add_flag("-f,--follow", follow, "keep printing new output until the job ends");
+  logs->add_option("--poll-ms", wait_poll_ms, "--follow's polling period")->check(CLI::Range(10, 60000));
   auto* events = app.add_subcommand("events", "a job's state transitions");
   events->add_option("ID", id, "job id")->required();
   app.add_subcommand("nodes", "the cluster's nodes and their GPUs");
@@ -395,6 +404,53 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
       out << "job " << id << ": " << Str(reply, "state") << " (" << Str(reply, "reason") << ")\n";
     }
     return kOk;
+  }
+  if (cmd == "logs") {
+    size_t printed = 0;
+    bool first = true;
+    while (true) {
+      const std::string query = StrCat("/v1/jobs/", id, "/logs?rank=", rank,
+                                       first && tail >= 0 ? StrCat("&tail=", tail) : "");
+      if (int rc = Call(c, "GET", query, "", &reply, err); rc != kOk) return rc;
+      const std::string text = reply.value("text", std::string());
+      if (as_json) {
+        out << reply.dump() << "\n";
+        return kOk;
+      }
+      if (first) {
+        out << text;
+        if (follow && tail >= 0) {
+          // Followed from here on: the whole log's length is what has been shown.
+          if (int rc = Call(c, "GET", StrCat("/v1/jobs/", id, "/logs?rank=", rank), "", &reply, err);
+              rc != kOk) {
+            return rc;
+          }
+          printed = reply.value("text", std::string()).size();
+        } else {
+          printed = text.size();
+        }
+      } else {
+        out << (text.size() >= printed ? text.substr(printed) : text);  // shorter: it was cut
+        printed = text.size();
+      }
+      out << std::flush;
+      first = false;
+      if (!follow) return kOk;
+      json job;
+      if (int rc = Call(c, "GET", StrCat("/v1/jobs/", id), "", &job, err); rc != kOk) return rc;
+      if (Terminal(Str(job, "state"))) {
+        // One more read: what the last heartbeat brought.
+        std::this_thread::sleep_for(std::chrono::milliseconds(wait_poll_ms));
+        if (int rc = Call(c, "GET", StrCat("/v1/jobs/", id, "/logs?rank=", rank), "", &reply, err);
+            rc != kOk) {
+          return rc;
+        }
+        const std::string last = reply.value("text", std::string());
+        if (last.size() > printed) out << last.substr(printed);
+        return kOk;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(wait_poll_ms));
+    }
   }
   if (cmd == "events") {
     if (int rc = Call(c, "GET", StrCat("/v1/jobs/", id, "/events"), "", &reply, err); rc != kOk) {

@@ -34,9 +34,6 @@ int64_t NowSeconds() {
       .count();
 }
 
-Status WritePortFile(const std::string& path, uint16_t port) {
-  return WriteFileAtomic(path, StrCat(port, "\n"));
-}
 
 void LogTick(const TickResult& r) {
   if (!r.scheduled.empty()) spdlog::info("scheduled {} job(s)", r.scheduled.size());
@@ -105,11 +102,11 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Start(const Options&
       p->scheduler.get(), std::chrono::milliseconds(o.tick_interval_ms), NowSeconds, LogTick,
       [](const Status& s) { spdlog::error("scheduling tick failed: {}", s.ToString()); });
   p->loop->Start();
-  std::unique_ptr<SchedulerService> service(new SchedulerService(std::move(p)));
-  if (!o.port_file.empty()) {
-    FP8RT_RETURN_IF_ERROR(WritePortFile(o.port_file, service->port()));
-  }
-  return service;
+  return std::unique_ptr<SchedulerService>(new SchedulerService(std::move(p)));
+}
+
+Status WritePortFile(const std::string& path, uint16_t port) {
+  return WriteFileAtomic(path, StrCat(port, "\n"));
 }
 
 int WaitForStopSignal() {
@@ -127,6 +124,8 @@ Status RunScheduler(const Options& o) {
   FP8RT_ASSIGN_OR_RETURN(std::unique_ptr<SchedulerService> service, SchedulerService::Start(o));
   std::cout << "fp8d: scheduler listening on " << (o.tls_cert.empty() ? "http" : "https") << "://"
             << o.bind << ":" << service->port() << " (data dir " << o.data_dir << ")" << std::endl;
+  // After the line above: whoever waits for the file may read the log at once.
+  if (!o.port_file.empty()) FP8RT_RETURN_IF_ERROR(WritePortFile(o.port_file, service->port()));
   WaitForStopSignal();
   service->Stop();
   return Status::Ok();

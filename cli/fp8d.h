@@ -86,6 +86,8 @@ class SchedulerService {
   std::unique_ptr<Parts> p_;
 };
 
+// Writes `port` to `path` atomically (--port-file).
+Status WritePortFile(const std::string& path, uint16_t port);
 // Blocks until SIGTERM or SIGINT (blocked in every thread); returns which.
 int WaitForStopSignal();
 // The node daemon's options from fp8d's (inventory discovered, token read, fp8train found).

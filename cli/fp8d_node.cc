@@ -113,7 +113,8 @@ Result<node::DaemonOptions> NodeOptions(const Options& o) {
     FP8RT_ASSIGN_OR_RETURN(d.token, ReadToken(o.token_file));
   }
   d.data_dir = (fs::path(o.data_dir) / "node").string();
-  d.checkpoint_root = o.checkpoint_root;
+  d.checkpoint_root = o.checkpoint_root.empty() ? (fs::path(o.data_dir) / "checkpoints").string()
+                                                : o.checkpoint_root;
   d.config_dir = o.config_dir.empty() ? fs::current_path().string() : o.config_dir;
   if (o.fp8train.empty()) {
     FP8RT_ASSIGN_OR_RETURN(d.fp8train, FindFp8train());
@@ -196,6 +197,7 @@ Status RunStandalone(const Options& given) {
   FP8RT_RETURN_IF_ERROR(WriteFileAtomic((dir / "server").string(), url + "\n"));
   std::cout << "fp8d: standalone: scheduler on http://" << o.bind << ":" << service->port()
             << ", data dir " << o.data_dir << std::endl;
+  if (!o.port_file.empty()) FP8RT_RETURN_IF_ERROR(WritePortFile(o.port_file, service->port()));
   o.scheduler_url = url;
   if (o.address.empty()) o.address = "127.0.0.1";
   auto d = NodeOptions(o);

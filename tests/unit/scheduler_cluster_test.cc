@@ -165,6 +165,13 @@ TEST_F(ClusterTest, ATwoNodeJobCompletesAndAPreemptedRunResumesToTheSameFinalLos
   EXPECT_EQ(done["checkpoint_step"], 100);
   const auto reference = Losses(plain);
   ASSERT_EQ(reference.size(), 100u);
+  // The ranks' output came up with the heartbeats: fp8ctl logs shows rank 0's last lines.
+  const ProcessResult logs = RunProcess({FP8CTL_PATH, "--server", url_, "--token", kAlice, "logs",
+                                         std::to_string(plain), "--tail", "2"},
+                                        {}, dir_.str() + "/ctl.log", 30s);
+  EXPECT_EQ(logs.code, fp8ctl::kOk) << logs.output;
+  EXPECT_TRUE(Has(logs.output, "step 100/100")) << logs.output;
+  EXPECT_EQ(Count(logs.output, "\n"), 2u) << logs.output;
 
   // The same job, preempted through fp8ctl once it is past its step-20 checkpoint.
   const int64_t id = Submit(SpecOf(2, 100));
