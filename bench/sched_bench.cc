@@ -188,7 +188,7 @@ Setup Open(const std::string& dir, int nodes) {
   ApiOptions ao;
   ao.rate_per_s = 1e9;
   ao.burst = 1e9;
-  s.api = std::make_unique<Api>(s.store.get(), *auth, SystemClockSeconds, ao, s.scheduler.get());
+  s.api = std::make_unique<Api>(s.scheduler.get(), s.store.get(), *auth, SystemClockSeconds, ao);
   std::mt19937 rng(1);
   for (int i = 0; i < nodes; ++i) {
     int pick = std::uniform_int_distribution<int>(0, 99)(rng), t = 0;

@@ -88,8 +88,8 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Start(const Options&
   ao.burst = o.rate_burst;
   ao.max_user_priority = o.max_user_priority;
   ao.config_roots = o.config_roots;
-  p->api = std::make_unique<Api>(p->store.get(), std::move(auth).value(), SystemClockSeconds, ao,
-                                 p->scheduler.get());
+  p->api = std::make_unique<Api>(p->scheduler.get(), p->store.get(), std::move(auth).value(),
+                                 SystemClockSeconds, ao);
   HttpServerOptions ho;
   ho.address = o.bind;
   ho.threads = o.threads;

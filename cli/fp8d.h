@@ -9,15 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "common/exit_codes.h"
 #include "common/status.h"
 #include "node/daemon.h"
 
 namespace fp8rt::fp8d {
 
-// Exit codes.
-inline constexpr int kExitOk = 0;     // clean shutdown (SIGTERM / SIGINT)
-inline constexpr int kExitError = 1;  // could not run: store, port, ...
-inline constexpr int kExitUsage = 2;  // bad command line, tokens file or TLS files
+// Exit codes (common/exit_codes.h): kExitOk after SIGTERM / SIGINT, kExitError when it cannot
+// run (store, port, ...), kExitUsage for a bad command line, tokens file, TLS files or a token the
+// scheduler refuses.
 
 enum class Mode { kScheduler, kStandalone, kNode };
 

@@ -93,7 +93,7 @@ double SystemClockSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-Api::Api(JobStore* store, TokenAuth auth, ApiClock clock, ApiOptions options, Scheduler* scheduler)
+Api::Api(Scheduler* scheduler, JobStore* store, TokenAuth auth, ApiClock clock, ApiOptions options)
     : store_(store),
       scheduler_(scheduler),
       auth_(std::move(auth)),
@@ -169,8 +169,7 @@ void Api::TrimBuckets(double now) {
 
 Status Api::SetAsideUnreadable() {
   const auto now = static_cast<int64_t>(clock_());
-  auto lines = scheduler_ != nullptr ? scheduler_->SetAsideUnreadable(now)
-                                     : sched::SetAsideUnreadable(store_, now, nullptr);
+  auto lines = scheduler_->SetAsideUnreadable(now);
   if (!lines.ok()) return lines.status();
   for (const std::string& l : *lines) std::fprintf(stderr, "fp8rt scheduler api: %s\n", l.c_str());
   return Status::Ok();
@@ -197,7 +196,7 @@ HttpResponse Api::Metrics() {
   os << "# HELP fp8rt_jobs Jobs in the store, by state.\n# TYPE fp8rt_jobs gauge\n";
   for (const auto& [s, n] : by_state)
     os << "fp8rt_jobs{state=\"" << JobStateName(s) << "\"} " << n << "\n";
-  if (scheduler_ != nullptr) {
+  {
     std::map<std::string, int64_t> nodes{{"READY", 0}, {"LOST", 0}, {"DRAINING", 0}};
     int64_t gpus = 0, busy = 0;
     for (const NodeInfo& n : scheduler_->Nodes()) {
@@ -282,9 +281,6 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
   }
   if (action == "logs") return Logs(req, *id);
   if (action == "preempt" || action == "resume") {
-    if (scheduler_ == nullptr) {
-      return Error(503, StrCat("this server runs no scheduler; ", action, " is not available"));
-    }
     bool hold = false;
     if (action == "preempt" && !req.body.empty()) {
       auto body = strict::Parse(req.body, "preempt request");
@@ -299,21 +295,11 @@ HttpResponse Api::Route(const HttpRequest& req, const std::string& path) {
     return Respond(200, "application/json", JobToJson(*done));
   }
   // cancel
-  if (scheduler_ != nullptr) {
-    auto cancelled = scheduler_->Cancel(*id, p.name, static_cast<int64_t>(clock_()));
-    if (!cancelled.ok()) return FromStatus(cancelled.status());
-    return Respond(200, "application/json", JobToJson(*cancelled));
-  }
-  auto ev = Transition(&job, JobState::kCancelled, static_cast<int64_t>(clock_()),
-                       StrCat("cancelled by ", p.name));
-  if (!ev.ok()) return Error(409, ev.status().message());
-  const Status put = store_->Put(job, *ev);
-  if (!put.ok()) return Error(500, put.ToString());
-  return Respond(200, "application/json", JobToJson(job));
+  auto cancelled = scheduler_->Cancel(*id, p.name, static_cast<int64_t>(clock_()));
+  if (!cancelled.ok()) return FromStatus(cancelled.status());
+  return Respond(200, "application/json", JobToJson(*cancelled));
 }
 
-// GET /v1/jobs/{id}/logs[?rank=R][&tail=N]: rank R's stored output (default rank 0), its last N
-// lines with tail; the ranks that have a log.
 HttpResponse Api::Logs(const HttpRequest& req, int64_t id) {
   int rank = 0;
   int64_t tail = -1;
@@ -387,25 +373,9 @@ HttpResponse Api::SubmitJob(const HttpRequest& req, const Principal& p) {
                         ", the most a user may set; an admin token may set up to ", kMaxPriority));
   }
   const auto now = static_cast<int64_t>(clock_());
-  if (scheduler_ != nullptr) {
-    auto job = scheduler_->Submit(p.name, std::move(spec).value(), now);
-    if (!job.ok()) return FromStatus(job.status());
-    return Respond(201, "application/json", JobToJson(*job));
-  }
-  auto next = store_->NextJobId();
-  if (!next.ok()) return Error(500, next.status().ToString());
-  Job job;
-  job.id = *next;
-  job.owner = p.name;
-  job.spec = std::move(spec).value();
-  job.state = JobState::kPending;
-  job.submitted_at = job.updated_at = now;
-  job.reason = "submitted";
-  const Event ev{now, job.id, JobState::kPending, JobState::kPending,
-                 StrCat("submitted by ", p.name)};
-  const Status put = store_->Put(job, ev);
-  if (!put.ok()) return FromStatus(put);
-  return Respond(201, "application/json", JobToJson(job));
+  auto job = scheduler_->Submit(p.name, std::move(spec).value(), now);
+  if (!job.ok()) return FromStatus(job.status());
+  return Respond(201, "application/json", JobToJson(*job));
 }
 
 std::optional<HttpResponse> Api::Authorize(const HttpRequest& req, const std::string& node_id,
@@ -420,8 +390,8 @@ std::optional<HttpResponse> Api::Authorize(const HttpRequest& req, const std::st
   // Limits are per principal. One node token is normally shared by every daemon, so each
   // registered node id has a bucket of its own; any other id (made up, or registering) shares
   // the token's, so inventing ids buys nothing and the table stays bounded.
-  const bool own_bucket = who->role == Role::kNode && !node_id.empty() && scheduler_ != nullptr &&
-                          scheduler_->HasNode(node_id);
+  const bool own_bucket =
+      who->role == Role::kNode && !node_id.empty() && scheduler_->HasNode(node_id);
   const std::string key = own_bucket ? StrCat(who->token_sha256, "/", node_id) : who->token_sha256;
   if (const double wait = TakeToken(key); wait > 0) {
     HttpResponse res = Error(
@@ -447,9 +417,6 @@ HttpResponse Api::RouteNodes(const HttpRequest& req, const std::string& path,
   const bool post = reg || beat;
   if (post ? req.method != "POST" : !IsGet(req.method)) {
     return MethodNotAllowed(req, post ? "POST" : "GET, HEAD");
-  }
-  if (scheduler_ == nullptr) {
-    return Error(503, "this server runs no scheduler; /v1/nodes is not available");
   }
   Principal p;
   const std::string node_id = parts.size() >= 3 ? parts[2] : "";

@@ -1,6 +1,6 @@
-// The scheduler's HTTP API as a transport-free handler: HttpRequest -> HttpResponse over an
-// injected JobStore, TokenAuth, clock and (optionally) Scheduler, so every route and error is
-// tested without sockets.
+// The scheduler's HTTP API as a transport-free handler: HttpRequest -> HttpResponse over a
+// Scheduler (and its JobStore), TokenAuth and an injected clock, so every route and error is
+// tested without sockets, on the one code path fp8d runs.
 // net/http_server.h puts it on a Boost.Beast server; docs/API.md documents the routes.
 #pragma once
 
@@ -47,12 +47,11 @@ double SystemClockSeconds();
 
 class Api final : public net::HttpHandler {
  public:
-  // `store` (and `scheduler`, if given) must outlive the Api. Handle may be called from several
-  // threads. With a scheduler, submissions and cancels go through it (so the scheduling loop
-  // sees them) and the /v1/nodes routes exist; without one, jobs only wait in the store and
-  // /v1/nodes answers 503.
-  Api(JobStore* store, TokenAuth auth, ApiClock clock = SystemClockSeconds, ApiOptions options = {},
-      Scheduler* scheduler = nullptr);
+  // `scheduler` and its `store` must outlive the Api. Handle may be called from several threads.
+  // Every change goes through the scheduler (so the scheduling loop sees it); reads come from the
+  // store.
+  Api(Scheduler* scheduler, JobStore* store, TokenAuth auth, ApiClock clock = SystemClockSeconds,
+      ApiOptions options = {});
 
   // Never throws; every error is a JSON body {"error": "..."} with its status code.
   HttpResponse Handle(const HttpRequest& request) override;

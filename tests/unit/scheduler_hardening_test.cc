@@ -94,7 +94,7 @@ class HardeningTest : public ::testing::Test {
     ASSERT_TRUE(sch.ok()) << sch.status().ToString();
     sched_ = std::move(sch).value();
     api_ = std::make_unique<Api>(
-        store_.get(), Tokens(), [this] { return now_; }, api_options, sched_.get());
+        sched_.get(), store_.get(), Tokens(), [this] { return now_; }, api_options);
   }
   void Close() {
     api_.reset();

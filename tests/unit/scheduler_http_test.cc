@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "scheduler/api.h"
+#include "scheduler/scheduler.h"
 #include "scheduler/auth.h"
 #include "net/http_server.h"
 #include "scheduler/store.h"
@@ -163,8 +164,10 @@ TEST(SchedulerHttpApi, RateLimitPerTokenWithInjectedClock) {
   ApiOptions opt;
   opt.rate_per_s = 1;
   opt.burst = 2;
+  auto sched = Scheduler::Open(store.get(), {}, 1000);
+  ASSERT_TRUE(sched.ok());
   Api api(
-      store.get(), Tokens(), [&now] { return now; }, opt);
+      sched->get(), store.get(), Tokens(), [&now] { return now; }, opt);
 
   EXPECT_EQ(api.Handle(Req("POST", "/v1/jobs", kAlice, kSpec)).status, 201);
   EXPECT_EQ(api.Handle(Req("GET", "/v1/jobs", kAlice)).status, 200);
@@ -193,8 +196,10 @@ TEST(SchedulerHttpApi, RoutesMethodsAndBodyLimit) {
   auto store = NewMemoryJobStore();
   ApiOptions opt;
   opt.max_body_bytes = 16;
+  auto sched = Scheduler::Open(store.get(), {}, 5);
+  ASSERT_TRUE(sched.ok());
   Api api(
-      store.get(), Tokens(), [] { return 5.0; }, opt);
+      sched->get(), store.get(), Tokens(), [] { return 5.0; }, opt);
   EXPECT_EQ(api.Handle(Req("POST", "/v1/jobs", kAlice, kSpec)).status, 413);
   EXPECT_EQ(api.Handle(Req("GET", "/v2/jobs", kAlice)).status, 404);
   EXPECT_EQ(api.Handle(Req("GET", "/v1/jobs/abc", kAlice)).status, 404);
@@ -237,8 +242,13 @@ class SchedulerHttpServerTest : public ::testing::Test {
   }
   void StartServer(const ApiOptions& api_options, const HttpServerOptions& server_options) {
     server_.reset();
+    api_.reset();
+    sched_.reset();
+    auto sched = Scheduler::Open(store_.get(), {}, static_cast<int64_t>(now_.load()));
+    ASSERT_TRUE(sched.ok()) << sched.status().ToString();
+    sched_ = std::move(sched).value();
     api_ = std::make_unique<Api>(
-        store_.get(), Tokens(), [this] { return now_.load(); }, api_options);
+        sched_.get(), store_.get(), Tokens(), [this] { return now_.load(); }, api_options);
     server_ = std::make_unique<HttpServer>(api_.get(), server_options);
     const Status st = server_->Start(0);
     ASSERT_TRUE(st.ok()) << st.ToString();
@@ -296,6 +306,7 @@ class SchedulerHttpServerTest : public ::testing::Test {
   TempDir dir_;
   std::atomic<double> now_{1'700'000'000.0};
   std::unique_ptr<JobStore> store_;
+  std::unique_ptr<Scheduler> sched_;
   std::unique_ptr<Api> api_;
   std::unique_ptr<HttpServer> server_;
 };
