@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli/fp8ctl_view.h"
 #include "cli/local_daemon.h"
 #include "common/strict_yaml.h"
 #include "net/http_client.h"
@@ -22,7 +23,6 @@
 namespace fp8rt::fp8ctl {
 namespace {
 
-using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 struct Conn {
@@ -84,84 +84,6 @@ int Call(const Conn& c, const std::string& method, const std::string& target,
   return kOk;
 }
 
-std::string Str(const json& j, const char* key) {
-  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
-}
-
-// The job as fp8ctl shows it: the server's job plus `name`, `user` and `progress`.
-json View(const json& job) {
-  json v = job;
-  v["name"] = job.contains("spec") ? Str(job["spec"], "name") : "";
-  v["user"] = Str(job, "owner");
-  // Why the precision is what it is (the scheduler's reason when it fell back).
-  const std::string asked = job.contains("spec") ? Str(job["spec"], "precision") : "";
-  const std::string got = Str(job, "precision");
-  v["fallback_reason"] = !got.empty() && got != asked ? Str(job, "precision_reason") : "";
-  const json p = job.value("progress", json::object());
-  auto num = [&](const char* key) {
-    return p.contains(key) && p[key].is_number() && p[key].get<double>() >= 0 ? p[key] : json(nullptr);
-  };
-  v["progress"] = {{"step", num("step")},       {"total", num("total_steps")},
-                   {"loss", num("loss")},       {"tokens_per_s", num("tokens_per_s")},
-                   {"mfu", num("mfu")},         {"eta_s", num("eta_s")}};
-  return v;
-}
-
-std::string Fixed(double v, int digits) {
-  std::ostringstream o;
-  o << std::fixed << std::setprecision(digits) << v;
-  return o.str();
-}
-
-std::string Duration(double s) {
-  const auto t = static_cast<int64_t>(s);
-  if (t < 120) return StrCat(t, "s");
-  if (t < 7200) return StrCat(t / 60, "m", t % 60, "s");
-  return StrCat(t / 3600, "h", (t % 3600) / 60, "m");
-}
-
-// "[#######-------------]  1200/5000 (24%)  loss 3.412  52.1K tok/s  MFU 41%  ETA 12m3s"
-std::string ProgressLine(const json& v) {
-  const json& p = v["progress"];
-  if (p["step"].is_null()) return "no progress reported yet";
-  const int64_t step = p["step"].get<int64_t>();
-  std::string line;
-  if (!p["total"].is_null() && p["total"].get<int64_t>() > 0) {
-    const int64_t total = p["total"].get<int64_t>();
-    const double f = std::min(1.0, static_cast<double>(step) / static_cast<double>(total));
-    const int bar = 20, filled = static_cast<int>(f * bar);
-    line = StrCat("[", std::string(filled, '#'), std::string(bar - filled, '-'), "] ", step, "/",
-                  total, " (", static_cast<int>(f * 100), "%)");
-  } else {
-    line = StrCat("step ", step);
-  }
-  if (!p["loss"].is_null()) line += StrCat("  loss ", Fixed(p["loss"].get<double>(), 4));
-  if (!p["tokens_per_s"].is_null()) {
-    const double t = p["tokens_per_s"].get<double>();
-    line += t >= 1000 ? StrCat("  ", Fixed(t / 1000, 1), "K tok/s") : StrCat("  ", Fixed(t, 0), " tok/s");
-  }
-  if (!p["mfu"].is_null() && p["mfu"].get<double>() > 0) {
-    line += StrCat("  MFU ", Fixed(100 * p["mfu"].get<double>(), 1), "%");
-  }
-  if (!p["eta_s"].is_null()) line += StrCat("  ETA ", Duration(p["eta_s"].get<double>()));
-  return line;
-}
-
-std::string Age(int64_t since) {
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
-  const int64_t s = std::max<int64_t>(0, now - since);
-  if (s < 120) return StrCat(s, "s");
-  if (s < 7200) return StrCat(s / 60, "m");
-  if (s < 172800) return StrCat(s / 3600, "h");
-  return StrCat(s / 86400, "d");
-}
-
-bool Terminal(const std::string& state) {
-  return state == "COMPLETED" || state == "FAILED" || state == "CANCELLED";
-}
-
 // The token and URL a local `fp8d --standalone` wrote, for a user who gave neither.
 void LocalDaemon(std::string* server, std::string* token) {
   const fs::path dir = cli::DefaultStandaloneDataDir();
@@ -187,29 +109,6 @@ void AbsoluteDataPaths(json* config, const std::string& file) {
       d[key] = (fs::absolute(fs::path(file)).parent_path() / p).lexically_normal().string();
     }
   }
-}
-
-void PrintStatus(const json& v, std::ostream& out) {
-  out << "job " << v["id"].get<int64_t>() << " (" << Str(v, "name") << ", " << Str(v, "user")
-      << "): " << Str(v, "state") << "\n  reason: " << Str(v, "reason") << "\n  precision: "
-      << (Str(v, "precision").empty() ? "not decided yet" : Str(v, "precision"));
-  if (!Str(v, "fallback_reason").empty()) out << " (" << Str(v, "fallback_reason") << ")";
-  std::string placement;
-  for (const auto& a : v.value("placement", json::array())) {
-    placement += StrCat(placement.empty() ? "" : ", ", Str(a, "node"), " ",
-                        a.value("gpus", json::array()).dump());
-  }
-  out << "\n  placement: " << (placement.empty() ? "-" : placement);
-  out << "\n  progress: " << ProgressLine(v) << "\n  restarts: " << v.value("restarts", 0);
-  const int64_t ck = v.value("checkpoint_step", int64_t{-1});
-  out << "\n  last checkpoint: ";
-  if (ck < 0) {
-    out << "none";
-  } else {
-    out << "step " << ck;
-    if (v.value("checkpoint_at", int64_t{0}) > 0) out << ", " << Age(v["checkpoint_at"].get<int64_t>()) << " ago";
-  }
-  out << "\n";
 }
 
 }  // namespace

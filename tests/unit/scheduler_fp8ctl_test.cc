@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "cli/fp8ctl.h"
+#include "cli/fp8ctl_view.h"
 #include "tests/common/fp8d_process.h"
 #include "tests/common/subprocess.h"
 
@@ -38,6 +39,27 @@ class Fp8ctl : public SchedProcessTest {
   }
   std::string url_;
 };
+
+TEST(Fp8ctlView, TheProgressBarAndTheFallbackReason) {
+  const json job = json::parse(R"({"id": 3, "owner": "alice", "state": "RUNNING",
+      "spec": {"name": "gpt", "precision": "fp8"}, "precision": "bf16",
+      "precision_reason": "placed on 1 x A100: FP8 needs compute capability 8.9; running bf16",
+      "reason": "running", "progress": {"step": 1200, "total_steps": 5000, "loss": 3.41234,
+      "tokens_per_s": 52100, "mfu": 0.41, "eta_s": 723, "at": 5}})");
+  const json v = fp8ctl::View(job);
+  EXPECT_EQ(v["name"], "gpt");
+  EXPECT_EQ(v["user"], "alice");
+  EXPECT_EQ(v["fallback_reason"], job["precision_reason"]);
+  EXPECT_EQ(v["progress"]["total"], 5000);
+  EXPECT_EQ(fp8ctl::ProgressLine(v),
+            "[####----------------] 1200/5000 (24%)  loss 3.4123  52.1K tok/s  MFU 41.0%  ETA 12m3s");
+  json none = job;
+  none["progress"] = {{"step", -1}, {"total_steps", -1}, {"loss", nullptr}, {"at", 0}};
+  EXPECT_EQ(fp8ctl::ProgressLine(fp8ctl::View(none)), "no progress reported yet");
+  json fp8 = job;
+  fp8["precision"] = "fp8";
+  EXPECT_EQ(fp8ctl::View(fp8)["fallback_reason"], "") << "no fallback, nothing to explain";
+}
 
 TEST_F(Fp8ctl, SubmitListStatusEventsCancel) {
   const ProcessResult sub = Ctl({"submit", FP8RT_CONFIGS_DIR "/tiny.yaml", "--gpus", "2"});
