@@ -201,6 +201,8 @@ Status NodeDaemon::Heartbeat() {
       r.tokens_per_s = run.progress.tokens_per_s;
       r.mfu = run.progress.mfu;
       const double per_step = run.hang.MedianStepSeconds();
+      if (per_step > 0) r.step_s = per_step;
+      r.save_s = run.progress.checkpoint_s;
       if (per_step > 0 && run.total_steps > run.progress.step) {
         r.eta_s = per_step * static_cast<double>(run.total_steps - run.progress.step);
       }
@@ -274,8 +276,12 @@ void NodeDaemon::Apply(const Command& c) {
     case Command::Kind::kCheckpoint:
       if (it == runs_.end() || it->second.exited || !it->second.gang) return;
       if (!it->second.gang->terminating()) {
-        Log(StrCat("job ", c.job_id, ": checkpoint and stop (", c.reason, ")"));
-        it->second.gang->Terminate(o_.stop_grace);
+        // At least the grace the scheduler allows (the job's measured save time).
+        const auto grace = std::max(
+            o_.stop_grace, std::chrono::milliseconds(static_cast<int64_t>(c.grace_s * 1000)));
+        Log(StrCat("job ", c.job_id, ": checkpoint and stop within ", grace.count() / 1000.0,
+                   " s (", c.reason, ")"));
+        it->second.gang->Terminate(grace);
       }
       return;
     case Command::Kind::kStop:
@@ -398,7 +404,13 @@ void NodeDaemon::Supervise(JobRun* run) {
   const auto now = Clock::now();
   run->gang->Tick(o_.stop_grace);
   const int64_t before = run->progress.step;
-  if (run->tail->Poll(&run->progress)) {
+  const double saved_before = run->progress.checkpoint_s;
+  const bool stepped = run->tail->Poll(&run->progress);
+  if (run->progress.checkpoint_s > saved_before) {
+    run->hang.set_save_time(
+        std::chrono::milliseconds(static_cast<int64_t>(run->progress.checkpoint_s * 1000) + 1));
+  }
+  if (stepped) {
     const int64_t step = run->progress.step;
     const int64_t ce = run->checkpoint_every;
     const int64_t stride = before >= 0 ? std::max<int64_t>(1, step - before) : 1;

@@ -27,6 +27,11 @@ bool MetricsTail::Poll(Progress* p) {
     const auto j = nlohmann::json::parse(partial_.begin() + static_cast<std::ptrdiff_t>(start),
                                          partial_.begin() + static_cast<std::ptrdiff_t>(nl),
                                          nullptr, false);
+    if (!j.is_discarded() && j.is_object() && j.contains("checkpoint_s") &&
+        j["checkpoint_s"].is_number()) {
+      p->checkpoint_s = std::max(p->checkpoint_s, j["checkpoint_s"].get<double>());
+      continue;
+    }
     if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j.contains("loss")) continue;
     if (!j["step"].is_number_integer()) continue;
     p->step = j["step"].get<int64_t>();

@@ -25,6 +25,7 @@ struct Progress {
   // that log it.
   bool loss_not_finite = false;
   int64_t lines = 0;             // step lines read so far
+  double checkpoint_s = -1;      // the longest checkpoint save seen (seconds); -1: none yet
 };
 
 // Reads the lines a metrics file gained since the last Poll (complete lines only; a half-written

@@ -47,7 +47,9 @@ std::string HeartbeatJson(const std::vector<JobReport>& jobs, const std::vector<
     for (const auto& [key, v] : {std::pair<const char*, double>{"loss", r.loss},
                                  {"tokens_per_s", r.tokens_per_s},
                                  {"mfu", r.mfu},
-                                 {"eta_s", r.eta_s}}) {
+                                 {"eta_s", r.eta_s},
+                                 {"step_s", r.step_s},
+                                 {"save_s", r.save_s}}) {
       if (v >= 0 && std::isfinite(v)) e[key] = v;
     }
     if (!r.logs.empty()) {
@@ -81,6 +83,7 @@ Result<std::vector<Command>> ParseCommands(const std::string& body) {
         cmd.kind = Command::Kind::kStop;
       } else if (action == "checkpoint") {
         cmd.kind = Command::Kind::kCheckpoint;
+        cmd.grace_s = c.value("grace_s", 0.0);
       } else if (action == "start") {
         cmd.kind = Command::Kind::kStart;
         StartJob& s = cmd.start;

@@ -31,6 +31,8 @@ struct JobReport {
   int64_t checkpoint_step = -1;
   int64_t total_steps = -1;
   double loss = -1, tokens_per_s = -1, mfu = -1, eta_s = -1;
+  double step_s = -1;  // median seconds per step
+  double save_s = -1;  // longest checkpoint save measured
   std::map<int, std::string> logs;  // rank -> output since the last heartbeat (<= 64 KiB each)
 };
 // POST /v1/nodes/{id}/heartbeat.
@@ -56,6 +58,7 @@ struct Command {
   int64_t job_id = 0;
   std::string reason;
   StartJob start;  // kStart only
+  double grace_s = 0;  // kCheckpoint: the time the job has to save before SIGKILL
 };
 
 // The heartbeat answer {"commands": [...]}. InvalidArgument naming the field for anything this

@@ -232,7 +232,15 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
     }
     if ((lead || all_save) && !o.checkpoint_dir.empty() && c.train.checkpoint_every > 0 &&
         step % c.train.checkpoint_every == 0 && step < stop) {
+      const auto s0 = std::chrono::steady_clock::now();
       FP8RT_RETURN_IF_ERROR(SaveCheckpoint(o, pd.precision, *model, step, loader.cursor(), place));
+      // How long a save takes: what a supervisor allows a preempted job before it kills it.
+      if (metrics) {
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+        *metrics << nlohmann::json({{"step", step}, {"checkpoint_s", s}}).dump() << "\n"
+                 << std::flush;
+      }
     }
   }
   if (o.profile_ops) result.op_profile = model->OpProfile();

@@ -145,7 +145,9 @@ std::string JobToJson(const Job& job) {
   for (const auto& [key, v] : {std::pair<const char*, double>{"loss", p.loss},
                                {"tokens_per_s", p.tokens_per_s},
                                {"mfu", p.mfu},
-                               {"eta_s", p.eta_s}}) {
+                               {"eta_s", p.eta_s},
+                               {"step_s", p.step_s},
+                               {"save_s", p.save_s}}) {
     prog[key] = v >= 0 ? json(v) : json(nullptr);
   }
   j["progress"] = prog;
@@ -184,8 +186,10 @@ Result<Job> JobFromJson(const std::string& text) {
       for (const auto& [key, out] : {std::pair<const char*, double*>{"loss", &job.progress.loss},
                                      {"tokens_per_s", &job.progress.tokens_per_s},
                                      {"mfu", &job.progress.mfu},
-                                     {"eta_s", &job.progress.eta_s}}) {
-        *out = p.at(key).is_null() ? -1 : p.at(key).get<double>();
+                                     {"eta_s", &job.progress.eta_s},
+                                     {"step_s", &job.progress.step_s},
+                                     {"save_s", &job.progress.save_s}}) {
+        *out = !p.contains(key) || p.at(key).is_null() ? -1 : p.at(key).get<double>();
       }
     }
     job.submitted_at = j.at("submitted_at").get<int64_t>();

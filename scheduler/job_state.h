@@ -40,6 +40,8 @@ struct JobProgress {
   double tokens_per_s = -1;
   double mfu = -1;
   double eta_s = -1;
+  double step_s = -1;  // median seconds per step
+  double save_s = -1;  // the longest checkpoint save measured (what a preemption waits for)
   int64_t at = 0;  // seconds: when it was reported
   bool operator==(const JobProgress&) const = default;
 };

@@ -244,6 +244,8 @@ Result<HeartbeatRequest> ParseHeartbeat(const std::string& body) {
                                       {"tokens_per_s", strict::Number(&r.tokens_per_s, -1, 1e15)},
                                       {"mfu", strict::Number(&r.mfu, -1, 100)},
                                       {"eta_s", strict::Number(&r.eta_s, -1, 1e12)},
+                                      {"step_s", strict::Number(&r.step_s, -1, 1e9)},
+                                      {"save_s", strict::Number(&r.save_s, -1, 1e9)},
                                       {"logs", LogsReader(&r.logs)}},
                                      {"job_id", "status"}));
     if (!seen.insert(r.job_id).second) {
@@ -296,6 +298,7 @@ std::string CommandToJson(const NodeCommand& c) {
     j["master_port"] = c.master_port;
     j["spec"] = ordered::parse(c.spec.ToJson());
   }
+  if (c.kind == CommandKind::kCheckpoint) j["grace_s"] = c.grace_s;
   j["reason"] = c.reason;
   return j.dump();
 }

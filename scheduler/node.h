@@ -54,6 +54,8 @@ struct JobReport {
   double tokens_per_s = -1;
   double mfu = -1;
   double eta_s = -1;
+  double step_s = -1;  // median seconds per step
+  double save_s = -1;  // the longest checkpoint save the node measured (seconds)
   // Output the ranks of this node wrote since the last heartbeat, by rank (at most 64 KiB each).
   std::map<int, std::string> logs;
 };
@@ -89,6 +91,9 @@ struct NodeCommand {
   int attempt = 0;                      // the job's placements so far; reports carry it back
   std::string master_addr;              // gang node 0's address: the rendezvous host
   int master_port = 0;                  // 0: a one-node gang; its daemon picks a free port
+  // kCheckpoint only: seconds the ranks have to save before they are killed (the grace period,
+  // at least the job's measured save time).
+  int64_t grace_s = 0;
 };
 std::string CommandToJson(const NodeCommand& c);
 

@@ -32,8 +32,8 @@ std::optional<PreemptionPlan> ChooseVictims(const ClusterSnapshot& cluster, cons
     if (r.preemptible && r.priority < job.spec.priority) eligible.push_back(r);
   }
   std::sort(eligible.begin(), eligible.end(), [](const RunningJob& a, const RunningJob& b) {
-    return std::make_tuple(a.steps_since_checkpoint, a.priority, -a.started_at, -a.id) <
-           std::make_tuple(b.steps_since_checkpoint, b.priority, -b.started_at, -b.id);
+    return std::make_tuple(a.lost_s, a.steps_since_checkpoint, a.priority, -a.started_at, -a.id) <
+           std::make_tuple(b.lost_s, b.steps_since_checkpoint, b.priority, -b.started_at, -b.id);
   });
 
   std::vector<int64_t> chosen;

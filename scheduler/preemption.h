@@ -17,6 +17,9 @@ struct RunningJob {
   bool preemptible = true;
   int64_t steps_since_checkpoint = 0;  // work lost if stopped now
   int64_t started_at = 0;              // seconds, same clock as ClusterSnapshot::now
+  // Seconds lost if stopped now: the steps since its checkpoint at its measured step time, plus its
+  // measured save time; 0 where neither is known (then steps decide).
+  double lost_s = 0;
 };
 
 struct PreemptionPlan {
@@ -25,7 +28,8 @@ struct PreemptionPlan {
 };
 
 // Chooses victims among running jobs with lower priority than `job` that are preemptible,
-// preferring those that lose the least work (fewest steps since their last checkpoint), then the
+// preferring those that cost the least to stop (lost_s: redoing the steps since their checkpoint
+// plus the save; then the fewest steps since their last checkpoint), then the
 // lowest priority, then the newest (latest started_at, then highest id). Victims are added in that
 // order until the job fits; victims the final placement turns out not to need are then dropped,
 // so no gang is stopped for nothing. nullopt when the job already fits, or when even stopping every

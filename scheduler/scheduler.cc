@@ -4,6 +4,7 @@
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <set>
 
@@ -148,6 +149,14 @@ Result<Job> Scheduler::Resume(int64_t id, const std::string& by, int64_t now) {
   return job;
 }
 
+int64_t Scheduler::PreemptionGrace(const Job& job) const {
+  const double save = job.progress.save_s;
+  if (!(save > 0)) return options_.preemption_grace_s;
+  return std::max<int64_t>(options_.preemption_grace_s,
+                           static_cast<int64_t>(std::ceil(1.5 * save)) +
+                               options_.heartbeat_interval_s);
+}
+
 bool Scheduler::OnNode(const Job& job, const std::string& node_id) const {
   if (!HoldsGpus(job.state)) return false;
   for (const auto& a : job.placement) {
@@ -277,10 +286,10 @@ Status Scheduler::FinishPreemptionsLocked(int64_t now, TickResult* out) {
   Batch batch;
   for (const auto& [id, job] : active_) {
     if (job.state != JobState::kPreempting) continue;
-    if (now - job.updated_at < options_.preemption_grace_s) continue;
+    if (now - job.updated_at < PreemptionGrace(job)) continue;
     Job j = job;
     AddRequeueAfterPreemption(
-        &j, now, StrCat("grace period of ", options_.preemption_grace_s, "s over; ranks stopped"),
+        &j, now, StrCat("grace period of ", PreemptionGrace(job), "s over; ranks stopped"),
         &batch);
     out->requeued.push_back(id);
   }
@@ -347,7 +356,11 @@ Status Scheduler::PreemptLocked(const PlacementDecision& d, int64_t now, TickRes
       if (r != n->second.reports.end()) step = std::max(step, r->second.step);
     }
     const int64_t lost = step < 0 ? 0 : step - std::max<int64_t>(job.checkpoint_step, 0);
-    running.push_back({id, job.spec.priority, true, std::max<int64_t>(lost, 0), job.updated_at});
+    RunningJob r{id, job.spec.priority, true, std::max<int64_t>(lost, 0), job.updated_at};
+    // What stopping it costs in seconds: the steps since its checkpoint, redone, and the save.
+    if (job.progress.step_s > 0) r.lost_s = static_cast<double>(r.steps_since_checkpoint) * job.progress.step_s;
+    if (job.progress.save_s > 0) r.lost_s += job.progress.save_s;
+    running.push_back(r);
     lowest = std::min(lowest, job.spec.priority);
   }
   if (running.empty()) return Status::Ok();
@@ -381,7 +394,7 @@ Status Scheduler::PreemptLocked(const PlacementDecision& d, int64_t now, TickRes
           Transition(&victim, JobState::kPreempting, now,
                      StrCat("preempted for job ", job.id, " (priority ", job.spec.priority, " > ",
                             victim.spec.priority, "); checkpoint requested, stopped after ",
-                            options_.preemption_grace_s, "s")));
+                            PreemptionGrace(victim), "s")));
       batch.Add(victim, ev);
       out->preempting.push_back(v);
     }

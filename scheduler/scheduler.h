@@ -109,6 +109,9 @@ class Scheduler {
 
   Scheduler(JobStore* store, SchedulerOptions options) : store_(store), options_(options) {}
 
+  // Seconds a PREEMPTING job has before it is stopped: the configured grace, or more when its
+  // measured save time needs it (1.5 x save time + a heartbeat).
+  int64_t PreemptionGrace(const Job& job) const;
   // The node's report of `job` if it is of the job's current attempt; nullptr otherwise.
   static const JobReport* CurrentReport(const NodeRt& node, const Job& job);
   ClusterSnapshot SnapshotLocked(int64_t now) const;

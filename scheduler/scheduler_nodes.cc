@@ -93,8 +93,8 @@ void Scheduler::ApplyReport(const NodeRt& node, const Job& job, const JobReport*
   // Progress comes from the node of rank 0 (the gang's first).
   if (rep != nullptr && !j.placement.empty() && j.placement[0].node_id == node.info.id &&
       rep->step >= 0) {
-    JobProgress p{rep->step, rep->total_steps, rep->loss, rep->tokens_per_s, rep->mfu, rep->eta_s,
-                  now};
+    JobProgress p{rep->step,  rep->total_steps, rep->loss,   rep->tokens_per_s, rep->mfu,
+                  rep->eta_s, rep->step_s,      std::max(rep->save_s, j.progress.save_s), now};
     if (!(p == j.progress)) {
       j.progress = p;
       updated = true;
@@ -280,6 +280,7 @@ std::vector<NodeCommand> Scheduler::CommandsLocked(const NodeRt& node,
       NodeCommand c;
       c.kind = CommandKind::kCheckpoint;
       c.job_id = id;
+      c.grace_s = PreemptionGrace(job);
       c.reason = job.reason;
       out.push_back(std::move(c));
     }

@@ -41,6 +41,12 @@ TEST(MetricsTail, ReadsCompleteLinesAsTheyArriveAndSkipsTheRest) {
   EXPECT_EQ(p.mfu, 0.4);
   EXPECT_FALSE(tail.Poll(&p)) << "nothing new";
   EXPECT_FALSE(p.loss_not_finite);
+  // Checkpoint saves are timed: the longest is kept (no new step, so Poll says false).
+  EXPECT_EQ(p.checkpoint_s, -1);
+  { std::ofstream(path, std::ios::app) << R"({"step":2,"checkpoint_s":0.75})" << "\n" << R"({"step":2,"checkpoint_s":0.5})" << "\n"; }
+  EXPECT_FALSE(tail.Poll(&p));
+  EXPECT_EQ(p.checkpoint_s, 0.75);
+  EXPECT_EQ(p.step, 2);
   { std::ofstream(path, std::ios::app) << R"({"step":3,"loss":null,"tokens_per_s":1})" << "\n"; }
   EXPECT_TRUE(tail.Poll(&p));
   EXPECT_TRUE(p.loss_not_finite) << "a NaN or infinite loss is JSON null";

@@ -163,6 +163,9 @@ TEST_F(ClusterTest, ATwoNodeJobCompletesAndAPreemptedRunResumesToTheSameFinalLos
   EXPECT_EQ(Step(done), 100);
   EXPECT_EQ(done["progress"]["total_steps"], 100);
   EXPECT_EQ(done["checkpoint_step"], 100);
+  ASSERT_TRUE(done["progress"]["save_s"].is_number()) << done.dump();
+  EXPECT_GT(done["progress"]["save_s"].get<double>(), 0) << "the measured save time";
+  EXPECT_GT(done["progress"]["step_s"].get<double>(), 0);
   const auto reference = Losses(plain);
   ASSERT_EQ(reference.size(), 100u);
   // The ranks' output came up with the heartbeats: fp8ctl logs shows rank 0's last lines.
@@ -256,6 +259,35 @@ TEST_F(ClusterTest, AKilledDaemonLosesItsNodeAndARestartedOneLeavesNoOrphans) {
   std::this_thread::sleep_for(200ms);
   EXPECT_FALSE(Running(orphans[0])) << "the orphaned rank is gone";
   ASSERT_TRUE(WaitState(id, "COMPLETED")) << Diag(id);
+}
+
+TEST_F(ClusterTest, TheDaemonsRideOutASchedulerRestartAndRegisterAgainWithAFreshOne) {
+  StartNode(0);
+  const int64_t id = Submit(SpecOf(1, 100));
+  ASSERT_TRUE(WaitFor(id, [](const json& j) { return Step(j) >= 5; })) << Diag(id);
+  // kill -9 of the scheduler; the ranks train on. It comes back on the same port and data dir.
+  auto restart = [&](const std::string& data) {
+    proc_.Kill(SIGKILL);
+    fs::remove(port_file_);
+    proc_.Spawn({"--scheduler", "--port", std::to_string(port_), "--data-dir", data, "--tokens",
+                 tokens_, "--port-file", port_file_, "--rate-limit", "100000", "--rate-burst",
+                 "100000", "--heartbeat-interval", "1", "--heartbeat-timeout", "4"},
+                log_);
+    for (int i = 0; i < 1000 && !fs::exists(port_file_) && proc_.Alive(); ++i) {
+      std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_TRUE(fs::exists(port_file_)) << Slurp(log_);
+  };
+  restart(data_);
+  ASSERT_TRUE(WaitState(id, "COMPLETED")) << Diag(id);
+  EXPECT_EQ(Job(id)["restarts"], 0) << "the job never stopped";
+  // A scheduler with an empty store does not know the node: the daemon registers again.
+  restart(dir_.str() + "/fresh");
+  for (int k = 0; k < 200 && Req("GET", "/v1/nodes/n0", kAdmin).status != 200; ++k) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(Req("GET", "/v1/nodes/n0", kAdmin).status, 200) << Slurp(NodeLog(0));
+  EXPECT_TRUE(Has(Slurp(NodeLog(0)), "registering again")) << Slurp(NodeLog(0));
 }
 
 TEST_F(ClusterTest, PriorityPreemptsByItselfCancelFreesTheSlotsAndTheFallbackIsShown) {

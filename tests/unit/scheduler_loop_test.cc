@@ -186,6 +186,34 @@ TEST_F(SchedLoopTest, AFailedGangRestartsFromItsCheckpointUpToMaxRestartsAndANan
             "NaN/inf: not restarted");
 }
 
+TEST_F(SchedLoopTest, APreemptedJobGetsAtLeastItsMeasuredSaveTimeBeforeItIsStopped) {
+  options_.preemption_grace_s = 60;
+  options_.heartbeat_interval_s = 5;
+  OpenAgain();
+  Register(Node("h1", "H100", 90, 8));
+  const int64_t a = Submit(Spec("slow-saver", 8));
+  Tick();
+  JobReport r = Running(a, 100, 90);
+  r.step_s = 0.5, r.save_s = 100;  // a save takes 100 s
+  Beat("h1", {r});
+  ASSERT_EQ(Get(a).state, JobState::kRunning);
+  EXPECT_DOUBLE_EQ(Get(a).progress.save_s, 100);
+  ASSERT_TRUE(sched_->Preempt(a, "alice", false, now_).ok());
+  auto cmds = Beat("h1", {r});
+  ASSERT_EQ(cmds.size(), 1u);
+  EXPECT_EQ(cmds[0].kind, CommandKind::kCheckpoint);
+  EXPECT_EQ(cmds[0].grace_s, 155) << "1.5 x 100 s + a heartbeat, above the 60 s configured";
+  now_ += 100;  // past the configured grace, within the job's own
+  Tick();
+  EXPECT_EQ(Get(a).state, JobState::kPreempting);
+  now_ += 60;
+  Tick();
+  EXPECT_EQ(Get(a).state, JobState::kPending);
+  EXPECT_TRUE(Events(a).back().reason.find("grace period of 155s over") != std::string::npos ||
+              Events(a)[Events(a).size() - 2].reason.find("grace period of 155s over") !=
+                  std::string::npos);
+}
+
 TEST_F(SchedLoopTest, AUserPreemptsWithHoldAndResumes) {
   Register(Node("h1", "H100", 90, 8));
   const int64_t a = Submit(Spec("a", 8));
@@ -504,7 +532,7 @@ class SchedNodesApiTest : public SchedLoopTest {
     ApiOptions ao;
     ao.burst = 1000;
     api_ = std::make_unique<Api>(
-        store_.get(), *auth, [this] { return static_cast<double>(now_); }, ao, sched_.get());
+        sched_.get(), store_.get(), *auth, [this] { return static_cast<double>(now_); }, ao);
   }
   HttpResponse Call(const std::string& method, const std::string& target, const char* token,
                     const std::string& body = "") {
@@ -596,7 +624,7 @@ TEST_F(SchedNodesApiTest, NodeTokensAreRateLimitedPerRegisteredNodeOtherTokensPe
   ao.rate_per_s = 0.001;
   ao.burst = 2;
   Api api(
-      store_.get(), *auth, [this] { return static_cast<double>(now_); }, ao, sched_.get());
+      sched_.get(), store_.get(), *auth, [this] { return static_cast<double>(now_); }, ao);
   auto call = [&](const char* target, const char* token) {
     HttpRequest r{"GET", target, {{"authorization", StrCat("Bearer ", token)}}, ""};
     return api.Handle(r).status;
@@ -619,14 +647,6 @@ TEST_F(SchedNodesApiTest, NodeTokensAreRateLimitedPerRegisteredNodeOtherTokensPe
   EXPECT_EQ(call("/v1/nodes/c", kNodeToken), 404);
   EXPECT_EQ(call("/v1/nodes/d", kNodeToken), 404);
   EXPECT_EQ(call("/v1/nodes/e", kNodeToken), 429);
-}
-
-TEST_F(SchedNodesApiTest, WithoutASchedulerNodesAre503) {
-  auto auth = TokenAuth::Parse(StrCat("node: [{name: d, sha256: ", HashToken(kNodeToken), "}]"));
-  ASSERT_TRUE(auth.ok());
-  Api plain(store_.get(), *auth);
-  HttpRequest r{"GET", "/v1/nodes", {{"authorization", StrCat("Bearer ", kNodeToken)}}, ""};
-  EXPECT_EQ(plain.Handle(r).status, 503);
 }
 
 }  // namespace

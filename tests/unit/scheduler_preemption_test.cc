@@ -38,6 +38,17 @@ TEST(SchedPreemption, PrefersTheVictimThatLosesLeastWork) {
   EXPECT_EQ(plan->placement.assignment, (std::vector<NodeAssignment>{{"a", {4, 5, 6, 7}}}));
 }
 
+TEST(SchedPreemption, MeasuredStepAndSaveTimesDecideWhatStoppingCosts) {
+  // Job 11 has fewer steps since its checkpoint, but they are slow and its save takes 10 minutes:
+  // 20 x 3 s + 600 s = 660 s lost, against 500 x 0.1 s + 5 s = 55 s for job 10.
+  auto running = Running();
+  running[0].lost_s = 500 * 0.1 + 5;
+  running[1].lost_s = 20 * 3.0 + 600;
+  auto plan = ChooseVictims(TwoJobs(), HighJob(4), running);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->victims, (std::vector<int64_t>{10}));
+}
+
 TEST(SchedPreemption, TakesSeveralGangsWhenNeeded) {
   auto plan = ChooseVictims(TwoJobs(), HighJob(8), Running());
   ASSERT_TRUE(plan.has_value());
