@@ -3,6 +3,7 @@
 # carried: collectives, data-parallel equivalence, ZeRO-1, a killed rank, and scaling, with every
 # log under $OUT. NVLink multicast stays off (NCCL_NVLS_ENABLE=0, as the device's KINDS.md asks).
 # Usage: scripts/multigpu-session.sh [comm] [equiv] [fault] [scaling] [overlap] [tpequiv] [tpscale]
+#        [product] (fp8d --standalone + fp8ctl on this node: scripts/multigpu-product.sh)
 #        (default: all but overlap, which compares gradient-reduction settings at dp 2)
 # Environment: NGPU (default: nvidia-smi's count), STEPS (scaling steps, default 12), FP8RT_BIN
 # (the binaries, default bundle/bin). Exits 1 when a check fails, 77 (skipped) with fewer than 2 GPUs;
@@ -249,5 +250,10 @@ if [[ $parts == *tpscale* ]]; then
       --steps "$STEPS" --metrics "$OUT/tp13_2_$p.jsonl" > "$OUT/tp13_2_$p.log" 2>&1
     echo "| gpt-1.3b $p | tp 1: $(median_tps "$OUT/tp13_1_$p.jsonl") tok/s, $(median_tps "$OUT/tp13_1_$p.jsonl" step_ms) ms | tp 2 (2 GPUs, one replica): $(median_tps "$OUT/tp13_2_$p.jsonl") tok/s, $(median_tps "$OUT/tp13_2_$p.jsonl" step_ms) ms | memory $(median_tps "$OUT/tp13_1_$p.jsonl" device_used_gib) -> $(median_tps "$OUT/tp13_2_$p.jsonl" device_used_gib) GiB |" | tee -a "$OUT/tp.md"
   done
+fi
+
+if [[ $parts == *product* ]]; then
+  echo "== the product: fp8d --standalone + fp8ctl on $NGPU GPUs"
+  OUT="$OUT" FP8RT_BIN="$B" NGPU="$NGPU" bash scripts/multigpu-product.sh || rc=1
 fi
 exit $rc
