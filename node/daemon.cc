@@ -79,13 +79,21 @@ std::string LastLine(const std::string& path) {
 
 }  // namespace
 
-NodeDaemon::NodeDaemon(DaemonOptions o) : o_(std::move(o)) {
+namespace {
+std::vector<double> UsedAtStart(const Inventory& inv) {
+  std::vector<double> out;
+  if (inv.source == "nvml") {
+    for (const Gpu& g : inv.gpus) out.push_back(g.used_gib);
+  }
+  return out;
+}
+}  // namespace
+
+NodeDaemon::NodeDaemon(DaemonOptions o)
+    : o_(std::move(o)), dirty_(UsedAtStart(o_.inventory), o_.dirty_gib) {
   if (o_.address.empty()) o_.address = o_.node_id;
   if (o_.checkpoint_root.empty()) o_.checkpoint_root = (fs::path(o_.data_dir) / "checkpoints").string();
   if (o_.config_dir.empty()) o_.config_dir = ".";
-  if (o_.inventory.source == "nvml") {
-    for (const Gpu& g : o_.inventory.gpus) baseline_used_gib_.push_back(g.used_gib);
-  }
 }
 
 NodeDaemon::~NodeDaemon() {
@@ -240,7 +248,7 @@ Status NodeDaemon::Heartbeat() {
   req.method = "POST";
   req.target = StrCat("/v1/nodes/", o_.node_id, "/heartbeat");
   req.headers["authorization"] = "Bearer " + o_.token;
-  req.body = HeartbeatJson(reports, std::vector<int>(dirty_.begin(), dirty_.end()));
+  req.body = HeartbeatJson(reports, dirty_.Dirty());
   FP8RT_ASSIGN_OR_RETURN(net::HttpResponse res, net::HttpCall(o_.scheduler_url, req));
   if (res.status == 404) {
     // The scheduler does not know this node (a fresh job store): register again.
@@ -450,33 +458,14 @@ void NodeDaemon::Supervise(JobRun* run) {
   run->failed_rank = failed;
   Log(StrCat("job ", run->id, ": ranks ended, exit code ", code,
              run->reason.empty() ? "" : StrCat(" (", run->reason, ")")));
-  if (o_.inventory.source == "nvml") check_dirty_.insert(run->gpus.begin(), run->gpus.end());
+  if (o_.inventory.source == "nvml") dirty_.JobEnded(run->gpus);
 }
 
 void NodeDaemon::CheckDirtyGpus() {
-  if (check_dirty_.empty()) return;
+  if (!dirty_.Pending()) return;
   auto gpus = DiscoverNvmlGpus();
   if (!gpus.ok()) return;
-  for (auto it = check_dirty_.begin(); it != check_dirty_.end();) {
-    const int g = *it;
-    if (g < 0 || static_cast<size_t>(g) >= gpus->size() ||
-        static_cast<size_t>(g) >= baseline_used_gib_.size()) {
-      it = check_dirty_.erase(it);
-      continue;
-    }
-    const double used = (*gpus)[g].used_gib;
-    const bool is_dirty = used > baseline_used_gib_[g] + o_.dirty_gib;
-    if (is_dirty && dirty_.insert(g).second) {
-      Log(StrCat("GPU ", g, " is dirty: ", used, " GiB in use after its job ended (", baseline_used_gib_[g],
-                 " GiB when fp8d started); not offered until it is freed"));
-    }
-    if (!is_dirty) {
-      if (dirty_.erase(g) > 0) Log(StrCat("GPU ", g, " is free again"));
-      it = check_dirty_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  for (const std::string& line : dirty_.Update(*gpus)) Log(line);
 }
 
 Status NodeDaemon::Run(const std::atomic<bool>& stop) {

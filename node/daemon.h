@@ -93,8 +93,7 @@ class NodeDaemon {
   DaemonOptions o_;
   std::map<int64_t, JobRun> runs_;
   std::chrono::milliseconds heartbeat_{5000};
-  std::vector<double> baseline_used_gib_;  // per GPU, at start (NVML nodes)
-  std::set<int> check_dirty_, dirty_;
+  DirtyGpus dirty_;  // NVML nodes
   std::string recorded_;  // ranks.json as last written
 };
 

@@ -170,4 +170,33 @@ Result<Inventory> DiscoverInventory(const InventoryOptions& options) {
   return inv;
 }
 
+void DirtyGpus::JobEnded(const std::vector<int>& gpus) {
+  for (int g : gpus) {
+    if (g >= 0 && static_cast<size_t>(g) < baseline_.size()) pending_.insert(g);
+  }
+}
+
+std::vector<std::string> DirtyGpus::Update(const std::vector<Gpu>& now) {
+  std::vector<std::string> lines;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    const int g = *it;
+    if (static_cast<size_t>(g) >= now.size()) {
+      ++it;
+      continue;
+    }
+    const double used = now[g].used_gib;
+    if (used > baseline_[g] + margin_) {
+      if (dirty_.insert(g).second) {
+        lines.push_back(StrCat("GPU ", g, " is dirty: ", used, " GiB in use after its job ended (",
+                               baseline_[g], " GiB when fp8d started); not offered until freed"));
+      }
+      ++it;
+    } else {
+      if (dirty_.erase(g) > 0) lines.push_back(StrCat("GPU ", g, " is free again"));
+      it = pending_.erase(it);
+    }
+  }
+  return lines;
+}
+
 }  // namespace fp8rt::node

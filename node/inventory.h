@@ -3,6 +3,7 @@
 // number of CPU slots. The node daemon registers this with the scheduler.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,5 +41,25 @@ struct InventoryOptions {
 };
 // The fake list if given, else NVML's GPUs, else a CPU node (with the reason in `note`).
 Result<Inventory> DiscoverInventory(const InventoryOptions& options);
+
+// Dirty GPUs: after a job ends on a GPU, its used memory must fall back to what it was when fp8d
+// started (plus a margin) before the GPU is offered again; until then it is reported unhealthy.
+class DirtyGpus {
+ public:
+  DirtyGpus(std::vector<double> baseline_used_gib, double margin_gib)
+      : baseline_(std::move(baseline_used_gib)), margin_(margin_gib) {}
+  // A job on these GPUs ended: check them from now on.
+  void JobEnded(const std::vector<int>& gpus);
+  // Whether any GPU still waits to be seen freed (then the caller reads NVML again).
+  bool Pending() const { return !pending_.empty(); }
+  // Judges the pending GPUs by `now` (their current readings, by index); a log line per change.
+  std::vector<std::string> Update(const std::vector<Gpu>& now);
+  std::vector<int> Dirty() const { return {dirty_.begin(), dirty_.end()}; }
+
+ private:
+  std::vector<double> baseline_;
+  double margin_;
+  std::set<int> pending_, dirty_;
+};
 
 }  // namespace fp8rt::node

@@ -71,5 +71,28 @@ TEST(NodeInventory, WithoutADriverTheNodeOffersCpuSlotsAndSaysWhy) {
   EXPECT_EQ(all->cpu_slots, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
 }
 
+TEST(DirtyGpus, AGpuIsOfferedAgainOnlyOnceItsMemoryIsFreed) {
+  // 0.5 GiB in use on both GPUs when fp8d started (a display, say); a margin of 0.5 GiB.
+  DirtyGpus d({0.5, 0.5}, 0.5);
+  EXPECT_FALSE(d.Pending());
+  d.JobEnded({0, 1, 7});  // 7 does not exist: ignored
+  ASSERT_TRUE(d.Pending());
+  auto reading = [](double g0, double g1) {
+    return std::vector<Gpu>{{0, "H100", 90, 80, g0}, {1, "H100", 90, 80, g1}};
+  };
+  // GPU 0 still holds 12 GiB (a leaked context); GPU 1 is back to its baseline.
+  auto lines = d.Update(reading(12.5, 0.9));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("GPU 0 is dirty: 12.5 GiB in use"), std::string::npos) << lines[0];
+  EXPECT_EQ(d.Dirty(), std::vector<int>{0});
+  EXPECT_TRUE(d.Pending()) << "GPU 0 is watched until it is freed";
+  EXPECT_TRUE(d.Update(reading(12.5, 0.5)).empty()) << "said once";
+  lines = d.Update(reading(0.6, 0.5));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], "GPU 0 is free again");
+  EXPECT_TRUE(d.Dirty().empty());
+  EXPECT_FALSE(d.Pending());
+}
+
 }  // namespace
 }  // namespace fp8rt::node
