@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "scheduler/cluster.h"
 #include "scheduler/job_spec.h"
+#include "scheduler/job_state.h"
 
 namespace fp8rt::sched {
 
@@ -41,21 +42,14 @@ struct JobReport {
   int64_t job_id = 0;
   RankStatus status = RankStatus::kRunning;
   int exit_code = 0;             // kExited only. Default: 0
-  int64_t step = -1;             // latest training step; -1: unknown. Default: -1
   int64_t checkpoint_step = -1;  // latest checkpoint; -1: none. Default: -1
   // Which start of the job this is (NodeCommand::attempt); a report of an earlier attempt is
   // stale and read as no report. -1: not said (taken as the current one). Default: -1
   int attempt = -1;
   int failed_rank = -1;  // kExited with a non-zero code: the rank that failed first. Default: -1
   std::string reason;    // kExited: why, in the daemon's words ("no progress since ..."). Default: ""
-  // Progress from rank 0's metrics; -1: not known.
-  int64_t total_steps = -1;
-  double loss = -1;
-  double tokens_per_s = -1;
-  double mfu = -1;
-  double eta_s = -1;
-  double step_s = -1;  // median seconds per step
-  double save_s = -1;  // the longest checkpoint save the node measured (seconds)
+  // The latest training step and, from the node of rank 0, the rest of its metrics (`at` unused).
+  JobProgress progress;
   // Output the ranks of this node wrote since the last heartbeat, by rank (at most 64 KiB each).
   std::map<int, std::string> logs;
 };

@@ -353,7 +353,7 @@ Status Scheduler::PreemptLocked(const PlacementDecision& d, int64_t now, TickRes
       auto n = nodes_.find(a.node_id);
       if (n == nodes_.end()) continue;
       auto r = n->second.reports.find(id);
-      if (r != n->second.reports.end()) step = std::max(step, r->second.step);
+      if (r != n->second.reports.end()) step = std::max(step, r->second.progress.step);
     }
     const int64_t lost = step < 0 ? 0 : step - std::max<int64_t>(job.checkpoint_step, 0);
     RunningJob r{id, job.spec.priority, true, std::max<int64_t>(lost, 0), job.updated_at};

@@ -92,9 +92,10 @@ void Scheduler::ApplyReport(const NodeRt& node, const Job& job, const JobReport*
   }
   // Progress comes from the node of rank 0 (the gang's first).
   if (rep != nullptr && !j.placement.empty() && j.placement[0].node_id == node.info.id &&
-      rep->step >= 0) {
-    JobProgress p{rep->step,  rep->total_steps, rep->loss,   rep->tokens_per_s, rep->mfu,
-                  rep->eta_s, rep->step_s,      std::max(rep->save_s, j.progress.save_s), now};
+      rep->progress.step >= 0) {
+    JobProgress p = rep->progress;
+    p.save_s = std::max(p.save_s, j.progress.save_s);
+    p.at = now;
     if (!(p == j.progress)) {
       j.progress = p;
       updated = true;

@@ -34,7 +34,7 @@ NodeRegistration Node(const std::string& id, const std::string& gpu, int cc, int
 
 JobReport Running(int64_t id, int64_t step = -1, int64_t ckpt = -1) {
   JobReport r;
-  r.job_id = id, r.status = RankStatus::kRunning, r.step = step, r.checkpoint_step = ckpt;
+  r.job_id = id, r.status = RankStatus::kRunning, r.progress.step = step, r.checkpoint_step = ckpt;
   return r;
 }
 JobReport Exited(int64_t id, int code, int64_t ckpt = -1) {
@@ -194,7 +194,7 @@ TEST_F(SchedLoopTest, APreemptedJobGetsAtLeastItsMeasuredSaveTimeBeforeItIsStopp
   const int64_t a = Submit(Spec("slow-saver", 8));
   Tick();
   JobReport r = Running(a, 100, 90);
-  r.step_s = 0.5, r.save_s = 100;  // a save takes 100 s
+  r.progress.step_s = 0.5, r.progress.save_s = 100;  // a save takes 100 s
   Beat("h1", {r});
   ASSERT_EQ(Get(a).state, JobState::kRunning);
   EXPECT_DOUBLE_EQ(Get(a).progress.save_s, 100);
