@@ -257,15 +257,16 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
       } else if (!watch) {
         PrintStatus(v, out);
       } else {
+        // A state change, then the progress while it runs; at the end the last progress first.
+        const std::string prog = ProgressLine(v);
+        const bool show_prog = (state == "RUNNING" || Terminal(state)) && prog != last_progress &&
+                               !v["progress"]["step"].is_null();
+        if (show_prog && Terminal(state)) show << "job " << id << ": " << prog << "\n";
         if (state != last_state) {
           show << "job " << id << ": " << state << " (" << Str(v, "reason") << ")\n";
         }
-        const std::string prog = ProgressLine(v);
-        if ((state == "RUNNING" || Terminal(state)) && prog != last_progress &&
-            !v["progress"]["step"].is_null()) {
-          show << "job " << id << ": " << prog << "\n";
-          last_progress = prog;
-        }
+        if (show_prog && !Terminal(state)) show << "job " << id << ": " << prog << "\n";
+        if (show_prog) last_progress = prog;
       }
       last_state = state;
       if (!watch) return kOk;
