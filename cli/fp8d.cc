@@ -242,6 +242,12 @@ int Main(int argc, char** argv) {
     return kExitUsage;
   }
   std::string missing;
+  // Refuses a mode whose required flags are missing, naming them.
+  auto missing_for = [&](const char* mode) {
+    if (missing.empty()) return false;
+    std::cerr << "fp8d: " << mode << " needs" << missing << "\n";
+    return true;
+  };
   Status s;
   if (node) {
     o.mode = Mode::kNode;
@@ -249,10 +255,7 @@ int Main(int argc, char** argv) {
     if (scheduler_url.empty()) missing += " --scheduler URL";
     if (o.token_file.empty()) missing += " --token-file";
     if (o.data_dir.empty()) missing += " --data-dir";
-    if (!missing.empty()) {
-      std::cerr << "fp8d: --node needs" << missing << "\n";
-      return kExitUsage;
-    }
+    if (missing_for("--node")) return kExitUsage;
     s = RunNode(o);
   } else if (standalone) {
     o.mode = Mode::kStandalone;
@@ -269,10 +272,7 @@ int Main(int argc, char** argv) {
     if (app.count("--port") == 0) missing += " --port";
     if (o.data_dir.empty()) missing += " --data-dir";
     if (o.tokens_file.empty()) missing += " --tokens";
-    if (!missing.empty()) {
-      std::cerr << "fp8d: --scheduler needs" << missing << "\n";
-      return kExitUsage;
-    }
+    if (missing_for("--scheduler")) return kExitUsage;
     s = RunScheduler(o);
   }
   if (!s.ok()) {

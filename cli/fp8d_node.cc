@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "cli/fp8d.h"
@@ -19,17 +20,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Trimmed(std::string s) {
+// A token file's token (its text less trailing whitespace); nullopt when it cannot be read.
+std::optional<std::string> ReadTokenFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::string s((std::istreambuf_iterator<char>(in)), {});
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
   return s;
 }
 
 Result<std::string> ReadToken(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::InvalidArgument(StrCat("--token-file ", path, ": cannot be read"));
-  std::string t = Trimmed(std::string((std::istreambuf_iterator<char>(in)), {}));
-  if (t.empty()) return Status::InvalidArgument(StrCat("--token-file ", path, " is empty"));
-  return t;
+  const std::optional<std::string> t = ReadTokenFile(path);
+  if (!t) return Status::InvalidArgument(StrCat("--token-file ", path, ": cannot be read"));
+  if (t->empty()) return Status::InvalidArgument(StrCat("--token-file ", path, " is empty"));
+  return *t;
 }
 
 std::string HostNodeId() {
@@ -84,11 +88,7 @@ Result<std::string> NewToken() {
 
 // The token in `path`, made (mode 0600) if there is none yet.
 Result<std::string> TokenFile(const std::string& path) {
-  std::ifstream in(path);
-  if (in) {
-    std::string t = Trimmed(std::string((std::istreambuf_iterator<char>(in)), {}));
-    if (!t.empty()) return t;
-  }
+  if (std::optional<std::string> old = ReadTokenFile(path); old && !old->empty()) return *old;
   FP8RT_ASSIGN_OR_RETURN(std::string t, NewToken());
   FP8RT_RETURN_IF_ERROR(WriteFileAtomic(path, t + "\n", 0600));
   return t;
