@@ -154,10 +154,19 @@ class CudaOps {
   void EndProfileStep() { prof_.EndStep(); }
   std::vector<OpTime> ProfileReport() const { return prof_.Report(); }
 
+  // Zeroed on the compute stream, so that the zeroing comes before anything enqueued after it
+  // (an Upload right away, a collective forked from it). Not cudaMemset: the legacy default
+  // stream it runs on is not ordered with the non-blocking compute stream, and a late memset
+  // wiped uploads (the FP8 formats of one rank, so its gradient scales were 128x off).
   void* Alloc(size_t bytes) {
     void* p = nullptr;
-    if (cudaMalloc(&p, std::max<size_t>(bytes, 256)) != cudaSuccess) return nullptr;
-    if (cudaMemset(p, 0, std::max<size_t>(bytes, 256)) != cudaSuccess) return nullptr;
+    bytes = std::max<size_t>(bytes, 256);
+    if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
+    if (cudaMemsetAsync(p, 0, bytes, stream_) != cudaSuccess ||
+        cudaStreamSynchronize(stream_) != cudaSuccess) {
+      cudaFree(p);
+      return nullptr;
+    }
     return p;
   }
   void Free(void* p) { cudaFree(p); }

@@ -800,6 +800,9 @@ Status CudnnAttention::Prepare(const AttentionShape& s) {
     plans->seq_lens.reset(p);
     FP8RT_CUDA_TRY(
         cudaMemcpy(p, lens.data(), lens.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    // cudaMemcpy from pageable memory may return before the copy lands, and the legacy stream
+    // it runs on is not ordered with the (non-blocking) stream the attention runs on.
+    FP8RT_CUDA_TRY(cudaDeviceSynchronize());
   }
   impl_->plans.emplace(KeyOf(s), std::move(plans));
   return Status::Ok();
