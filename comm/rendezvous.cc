@@ -549,6 +549,28 @@ Result<std::string> Rendezvous::Get(const std::string& key) {
   return m.kv.at(key);
 }
 
+Status Rendezvous::Agree(const std::string& what, const std::string& value) {
+  const int rank = impl_->o.rank, n = impl_->o.world_size;
+  auto key = [&](int r) { return StrCat("agree/", what, "/", r); };
+  auto host = [&](int r) {
+    for (const PeerInfo& p : peers()) {
+      if (p.rank == r) return p.host;
+    }
+    return std::string("?");
+  };
+  FP8RT_RETURN_IF_ERROR(Set(key(rank), value));
+  std::string differ;
+  for (int r = rank == 0 ? 1 : 0; r < (rank == 0 ? n : 1); ++r) {
+    FP8RT_ASSIGN_OR_RETURN(const std::string theirs, Get(key(r)));
+    if (theirs != value) {
+      differ += StrCat(differ.empty() ? "" : ", ", "rank ", r, " (", host(r), ") ", theirs);
+    }
+  }
+  if (differ.empty()) return Status::Ok();
+  return Status::InvalidArgument(StrCat("every rank must use the same ", what, ": rank ", rank,
+                                        " (", host(rank), ") uses ", value, ", ", differ));
+}
+
 Status Rendezvous::Finish() {
   Impl& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);

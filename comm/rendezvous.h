@@ -50,6 +50,11 @@ class Rendezvous {
   // Waits (up to the timeout) until some rank has set `key`.
   Result<std::string> Get(const std::string& key);
 
+  // Every rank must hold the same `value` of `what` (e.g. the collective backend): each sets its
+  // own, rank 0 compares them all, the others compare theirs with rank 0's. InvalidArgument
+  // naming the ranks, their hosts and values when they differ.
+  Status Agree(const std::string& what, const std::string& value);
+
   const std::vector<PeerInfo>& peers() const;
   int port() const;  // rank 0: the port it serves on
   // This rank's address as the others reach it: the local end of its connection to rank 0

@@ -75,6 +75,10 @@ Result<std::unique_ptr<World>> World::Init(const LaunchInfo& launch, const World
     }
   }
   FP8RT_ASSIGN_OR_RETURN(w->rendezvous_, Rendezvous::Start(ro, w->monitor_.get()));
+  // A rank on the CPU among GPU ranks (or the reverse) would wait in collectives the others never
+  // join: refuse it here, naming it.
+  FP8RT_RETURN_IF_ERROR(
+      w->rendezvous_->Agree("collective backend", o.gpu ? "GPU buffers (NCCL)" : "CPU buffers"));
 
   if (o.gpu) {
     Rendezvous* r = w->rendezvous_.get();

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -86,9 +87,20 @@ int main(int argc, char** argv) {
   const std::string who = launch->world_size > 1 ? StrCat("fp8train: rank ", launch->rank, ": ")
                                                  : std::string("fp8train: ");
   if (device == "auto") {
-    // One GPU per rank: the local rank picks it (CUDA_VISIBLE_DEVICES applies first).
+    // One GPU per rank: the local rank picks it (CUDA_VISIBLE_DEVICES applies first). The CPU
+    // only where this host has no GPU at all: a rank whose GPU is missing is a launch error.
     const std::string gpu = StrCat("cuda:", launch->local_rank);
-    device = QueryDevice(gpu).ok() ? gpu : "cpu";
+    auto mine = QueryDevice(gpu);
+    device = mine.ok() ? gpu : "cpu";
+    if (!mine.ok() && QueryDevice("cuda:0").ok()) {
+      const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+      std::cerr << who << "local rank " << launch->local_rank << " has no GPU of its own ("
+                << mine.status().message() << "; CUDA_VISIBLE_DEVICES="
+                << (visible != nullptr ? visible : "(unset)")
+                << "): give each rank on a host its own local rank (FP8RT_LOCAL_RANK) and GPU, "
+                   "or name one with --device\n";
+      return kExitUsage;
+    }
   }
   auto dev = QueryDevice(device);
   if (!dev.ok()) {

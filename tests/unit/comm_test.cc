@@ -128,6 +128,43 @@ TEST(CommRendezvous, ConnectsSharesKeysAndFinishes) {
   for (auto& f : ranks) EXPECT_EQ(f.get(), "v0v1v2");
 }
 
+// A rank that fell back to the CPU among GPU ranks must be refused at the start, by name, on
+// every rank that can tell (not left waiting in a collective the others never join).
+TEST(CommRendezvous, RanksThatDisagreeOnTheBackendAreNamed) {
+  constexpr int kWorld = 3;
+  Rendezvous::Options o;
+  o.master_addr = "127.0.0.1";
+  o.master_port = test::FreePort();
+  o.world_size = kWorld;
+  o.job = "t";
+  o.timeout = std::chrono::milliseconds(20'000);
+  std::vector<std::future<std::pair<Status, Status>>> ranks;
+  for (int r = 0; r < kWorld; ++r) {
+    ranks.push_back(std::async(std::launch::async, [o, r]() mutable -> std::pair<Status, Status> {
+      o.rank = r;
+      auto rv = Rendezvous::Start(o, nullptr);
+      if (!rv.ok()) return {rv.status(), rv.status()};
+      const Status same = (*rv)->Agree("color", "blue");
+      const Status differ = (*rv)->Agree("backend", r == 2 ? "CPU buffers" : "GPU buffers (NCCL)");
+      (void)(*rv)->Finish();
+      return {same, differ};
+    }));
+  }
+  std::vector<std::pair<Status, Status>> got;
+  for (auto& f : ranks) got.push_back(f.get());
+  for (const auto& [same, differ] : got) EXPECT_TRUE(same.ok()) << same.ToString();
+  // Rank 0 sees every rank; rank 1 agrees with rank 0; rank 2 learns that it differs.
+  EXPECT_EQ(got[0].second.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Has(got[0].second.message(),
+                  "every rank must use the same backend: rank 0 (")) << got[0].second.ToString();
+  EXPECT_TRUE(Has(got[0].second.message(), ") uses GPU buffers (NCCL), rank 2 (")) << got[0].second.ToString();
+  EXPECT_TRUE(Has(got[0].second.message(), ") CPU buffers")) << got[0].second.ToString();
+  EXPECT_FALSE(Has(got[0].second.message(), "rank 1")) << got[0].second.ToString();
+  EXPECT_TRUE(got[1].second.ok()) << got[1].second.ToString();
+  EXPECT_EQ(got[2].second.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Has(got[2].second.message(), "uses CPU buffers, rank 0 (")) << got[2].second.ToString();
+}
+
 TEST(CommRendezvous, RefusesAnotherJobAndNamesMissingRanks) {
   Rendezvous::Options o;
   o.master_addr = "127.0.0.1";
