@@ -7,7 +7,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "comm/backends.h"
@@ -35,9 +37,12 @@ ncclRedOp_t Op(ReduceOp op) {
   return op == ReduceOp::kSum ? ncclSum : op == ReduceOp::kMax ? ncclMax : ncclMin;
 }
 
+// Non-blocking unless FP8RT_NCCL_BLOCKING=1 (diagnostics: rules NCCL's asynchronous enqueue in or
+// out when results look wrong; an aborted peer can then hang a call until the watchdog exits).
 ncclConfig_t NonBlocking() {
   ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
-  c.blocking = 0;
+  const char* b = std::getenv("FP8RT_NCCL_BLOCKING");
+  c.blocking = b != nullptr && std::string(b) == "1" ? 1 : 0;
   return c;
 }
 

@@ -132,6 +132,11 @@ class GptModel {
   // Every rank's `value`, in rank order (ModelOptions::world, else dp; just `value` alone): an
   // all-gather through the model's buffers, for cross-rank checks.
   virtual Result<std::vector<uint64_t>> GatherAcrossReplicas(uint64_t value) = 0;
+  // Diagnostics for replicas that drift apart (FP8RT_STATE_HASHES=1 logs them every step): 64-bit
+  // hashes of what this rank holds after the last step, bit for bit: "grads" (the gradients as the
+  // optimizer read them, after the reduction across ranks), "master", "adam_m", "adam_v" (its
+  // owned parts) and "scales" (the FP8 scale state).
+  virtual Result<std::vector<std::pair<std::string, uint64_t>>> StateHashes() = 0;
   // Names and (whole-model) sizes of the parameter tensors, in order.
   virtual std::vector<std::pair<std::string, int64_t>> ParamTensors() const = 0;
 };

@@ -74,6 +74,7 @@ class Gpt final : public GptModel {
     FP8RT_RETURN_IF_ERROR(ops_->Download(all.data(), gather_, n * sizeof(uint64_t)));
     return all;
   }
+  Result<std::vector<std::pair<std::string, uint64_t>>> StateHashes() override;
   std::vector<std::pair<std::string, int64_t>> ParamTensors() const override {
     const Layout whole(o_.model);
     std::vector<std::pair<std::string, int64_t>> out;

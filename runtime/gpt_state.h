@@ -125,4 +125,42 @@ Status Gpt<Ops, T>::ImportState(const std::vector<float>& whole_master,
   return RefreshWorkingCopy(&master);
 }
 
+// FNV-1a over 64-bit words (the tail byte by byte): fast enough to hash every buffer each step.
+inline uint64_t HashWords(const void* data, size_t bytes, uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+  }
+  for (; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+template <typename Ops, typename T>
+Result<std::vector<std::pair<std::string, uint64_t>>> Gpt<Ops, T>::StateHashes() {
+  const size_t owned = static_cast<size_t>(Zero() ? shard_total_ : layout_.total);
+  std::vector<float> host(owned);
+  std::vector<std::pair<std::string, uint64_t>> out;
+  auto hash = [&](const char* name, const float* dev) -> Status {
+    FP8RT_RETURN_IF_ERROR(ops_->Download(host.data(), dev, owned * sizeof(float)));
+    out.emplace_back(name, HashWords(host.data(), owned * sizeof(float)));
+    return Status::Ok();
+  };
+  FP8RT_RETURN_IF_ERROR(hash("grads", Zero() ? gshard_ : grads_));
+  FP8RT_RETURN_IF_ERROR(hash("master", master_));
+  FP8RT_RETURN_IF_ERROR(hash("adam_m", m_));
+  FP8RT_RETURN_IF_ERROR(hash("adam_v", v_));
+  FP8RT_ASSIGN_OR_RETURN(auto recs, fp8_.ExportScales());
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& r : recs) {
+    h = HashWords(&r.scale, sizeof r.scale, h);
+    h = HashWords(&r.pos, sizeof r.pos, h);
+    h = HashWords(r.amax_history.data(), r.amax_history.size() * sizeof(float), h);
+  }
+  out.emplace_back("scales", h);
+  return out;
+}
+
 }  // namespace fp8rt::gpt_detail

@@ -5,7 +5,9 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -103,6 +105,10 @@ class CudaOps {
     }
     FP8RT_CUDA_TRY(cudaSetDevice(device));
     FP8RT_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // Diagnostics: FP8RT_COMM_STREAM=compute runs every collective on the compute stream, in
+    // order (no overlap), to tell a stream-ordering race from anything else.
+    const char* cs = std::getenv("FP8RT_COMM_STREAM");
+    comm_on_compute_ = cs != nullptr && std::string(cs) == "compute";
     FP8RT_ASSIGN_OR_RETURN(gemm_, GemmRunner::Create());
     if (Wants(AttentionMode::kCudnn)) {
       auto c = cuda::CudnnAttention::Create();
@@ -345,6 +351,7 @@ class CudaOps {
   // parallelism's all-reduces).
   void* ComputeStream() { return stream_; }
   void* ForkComm() {
+    if (comm_on_compute_) return stream_;
     if (!EnsureCommStream()) return nullptr;
     cudaEventRecord(forked_, stream_);
     cudaStreamWaitEvent(comm_stream_, forked_, 0);
@@ -357,7 +364,7 @@ class CudaOps {
     return Status::Ok();
   }
   void CommTimerStart(int k) {
-    if (!EnsureCommStream() || timer_started_[k]) return;
+    if (comm_on_compute_ || !EnsureCommStream() || timer_started_[k]) return;
     cudaEventRecord(timer_[k][0], comm_stream_);
     timer_started_[k] = true;
   }
@@ -435,6 +442,7 @@ class CudaOps {
     return true;
   }
   cudaStream_t comm_stream_ = nullptr;
+  bool comm_on_compute_ = false;
   cudaEvent_t forked_ = nullptr, joined_ = nullptr;
   // Gradients, amaxes, the ZeRO-1 weight all-gather: (start, stop) events each.
   cudaEvent_t timer_[3][2] = {{nullptr, nullptr}, {nullptr, nullptr}, {nullptr, nullptr}};

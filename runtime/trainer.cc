@@ -3,8 +3,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <nlohmann/json.hpp>
 
@@ -130,6 +132,8 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   std::vector<int32_t> x(static_cast<size_t>(M * c.train.grad_accum)), y(x.size());
   const double flops_per_token = 6.0 * static_cast<double>(c.model.num_params()) +
                                  12.0 * c.model.n_layer * c.model.n_embd * c.train.seq_len;
+  const char* hashes_env = std::getenv("FP8RT_STATE_HASHES");  // every N steps (and the last)
+  const long hash_every = hashes_env != nullptr ? std::strtol(hashes_env, nullptr, 10) : 0;
   while (step < stop) {
     // Alone, a signal stops before the next step; with several ranks the ranks vote in the
     // step (StepStats::stop) and all stop after the same one, so none waits on a stopped peer.
@@ -183,6 +187,29 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                    "stopping rather than training replicas that have drifted apart"));
       }
     }
+    // Diagnostics (FP8RT_STATE_HASHES=N: every N steps): every rank's hashes of its state
+    // (GptModel::StateHashes), in rank order; under plain data parallelism all must be equal.
+    nlohmann::json state_hash;
+    if (hash_every > 0 && (step % hash_every == 0 || step == stop)) {
+      FP8RT_ASSIGN_OR_RETURN(auto hashes, model->StateHashes());
+      for (const auto& [name, h] : hashes) {
+        FP8RT_ASSIGN_OR_RETURN(state_hash[name], model->GatherAcrossReplicas(h));
+      }
+      // FP8RT_STATE_DUMP=DIR: each rank's scale state as --inspect-scales prints it, to diff.
+      if (const char* dump = std::getenv("FP8RT_STATE_DUMP"); dump != nullptr && *dump != '\0') {
+        FP8RT_ASSIGN_OR_RETURN(auto recs, model->ExportScales());
+        std::ofstream f(StrCat(dump, "/rank", rank, ".step", step, ".txt"));
+        f << std::setprecision(9);
+        for (const auto& r : recs) {
+          f << r.name << " pos " << r.pos << " scale " << r.scale << " scale_inv " << r.scale_inv
+            << " history";
+          for (int h = 0; h < r.pos && h < static_cast<int>(r.amax_history.size()); ++h) {
+            f << " " << r.amax_history[h];
+          }
+          f << "\n";
+        }
+      }
+    }
     if (metrics && (step % c.train.log_every == 0 || step == stop)) {
       nlohmann::json j = {{"step", step},
                           {"loss", st.loss},
@@ -205,6 +232,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
         if (zero) j["weight_gather_ms"] = st.weight_gather_ms;
       }
       if (!device.is_cpu) j["device_used_gib"] = DeviceMemoryUsedBytes(device) / 1073741824.0;
+      if (!state_hash.is_null()) j["state_hash"] = state_hash;
       if (!pd.fallback_reason.empty()) j["fallback_reason"] = pd.fallback_reason;
       *metrics << j.dump() << "\n" << std::flush;
     }

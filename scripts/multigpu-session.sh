@@ -2,8 +2,9 @@
 # One call on a multi-GPU node (issue [9 of 9]), from the repository root with bundle/ and data/
 # carried: collectives, data-parallel equivalence, ZeRO-1, a killed rank, and scaling, with every
 # log under $OUT. NVLink multicast stays off (NCCL_NVLS_ENABLE=0, as the device's KINDS.md asks).
-# Usage: scripts/multigpu-session.sh [comm] [equiv] [fault] [scaling] [overlap] [tpequiv] [tpscale]
-#        [product] (fp8d --standalone + fp8ctl on this node: scripts/multigpu-product.sh)
+# Usage: scripts/multigpu-session.sh [comm] [equiv] [determinism] [fault] [scaling] [overlap]
+#        [tpequiv] [tpscale] [product] (fp8d --standalone + fp8ctl on this node:
+#        scripts/multigpu-product.sh; determinism: scripts/dp-determinism.sh)
 #        (default: all but overlap, which compares gradient-reduction settings at dp 2)
 # Environment: NGPU (default: nvidia-smi's count), STEPS (scaling steps, default 12), FP8RT_BIN
 # (the binaries, default bundle/bin). Exits 1 when a check fails, 77 (skipped) with fewer than 2 GPUs;
@@ -13,7 +14,7 @@ set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 B=${FP8RT_BIN:-bundle/bin}
-parts=${*:-comm equiv fault scaling tpequiv tpscale}
+parts=${*:-comm equiv determinism fault scaling tpequiv tpscale}
 NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 if [ "$NGPU" -lt 2 ]; then
   echo "multigpu-session: needs 2 or more GPUs, found $NGPU: skipped"; exit 77
@@ -125,6 +126,16 @@ print("\nfailed: " + (", ".join(bad) if bad else "none"))
 sys.exit(1 if bad else 0)
 PY
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+
+if [[ $parts == *determinism* ]]; then
+  # gpt2-124m at dp 2, five runs (fp8 x 3, bf16 x 2): every rank's gradients, weights, moments and
+  # FP8 scale state hashed after every step must agree, and runs must repeat bit for bit.
+  echo "== determinism: replicas identical after every step, runs identical"
+  BATCH=16 WARMUP=100 HASH_EVERY=1 RUN_TIMEOUT=120 FP8RT_BIN="$B" OUT="$OUT/determinism" \
+    RUNS="det_a:fp8:overlap det_b:fp8:overlap det_c:fp8:overlap det_d:bf16:overlap det_e:bf16:overlap" \
+    bash scripts/dp-determinism.sh 12
+  c=$?; echo "determinism exit $c"; [ $c -eq 0 ] || rc=1
 fi
 
 if [[ $parts == *fault* ]]; then

@@ -293,6 +293,35 @@ TEST_F(TrainerTest, GradientsStartFreshEachStepAndAccumulateOverMicroBatches) {
   EXPECT_NEAR(st.grad_norm, std::sqrt(norm_sq), 1e-5 * std::sqrt(norm_sq));
 }
 
+// The drift diagnostics (FP8RT_STATE_HASHES): equal state hashes equally, and each hash moves
+// with its own part of the state.
+TEST_F(TrainerTest, StateHashesFollowEachPartOfTheState) {
+  auto a = TinyCpuModel(Precision::kFp8, 1, 9, 13, 5);
+  auto b = TinyCpuModel(Precision::kFp8, 1, 9, 13, 5);
+  auto c = TinyCpuModel(Precision::kFp8, 1, 10, 13, 5);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  auto hashes = [](GptModel& m) {
+    auto h = m.StateHashes();
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    std::map<std::string, uint64_t> out(h->begin(), h->end());
+    return out;
+  };
+  auto ha = hashes(*a->model), hb = hashes(*b->model), hc = hashes(*c->model);
+  EXPECT_EQ(ha.size(), 5u);
+  for (const char* k : {"grads", "master", "adam_m", "adam_v", "scales"}) EXPECT_TRUE(ha.count(k)) << k;
+  EXPECT_EQ(ha, hb);
+  EXPECT_NE(ha["master"], hc["master"]);  // another seed
+  EXPECT_EQ(ha["adam_m"], hc["adam_m"]);  // zero moments either way
+  StepStats st;
+  ASSERT_TRUE(a->model->Step(1, 1e-3f, a->x.data(), a->y.data(), &st).ok());
+  const auto after = hashes(*a->model);
+  for (const char* k : {"grads", "master", "adam_m", "adam_v", "scales"}) {
+    EXPECT_NE(after.at(k), ha[k]) << k << " did not change with a step";
+  }
+  ASSERT_TRUE(b->model->Step(1, 1e-3f, b->x.data(), b->y.data(), &st).ok());
+  EXPECT_EQ(hashes(*b->model), after) << "the same step from the same state hashes the same";
+}
+
 TEST_F(TrainerTest, LaterMicroBatchesUseThisStepsFp8WeightBytes) {
   auto tiny = TinyCpuModel(Precision::kFp8, 3, 5, 7, 11);
   ASSERT_TRUE(tiny.ok()) << tiny.status().ToString();
