@@ -99,14 +99,20 @@ TEST(CommLaunch, SlurmHostLists) {
 
 // ---- the rendezvous, ranks as threads on loopback ----
 
-TEST(CommRendezvous, ConnectsSharesKeysAndFinishes) {
-  constexpr int kWorld = 3;
+// Options for a world of `n` on a free loopback port (the rank is each thread's to set).
+Rendezvous::Options Loopback(int n, const std::string& job, int timeout_ms) {
   Rendezvous::Options o;
   o.master_addr = "127.0.0.1";
   o.master_port = test::FreePort();
-  o.world_size = kWorld;
-  o.job = "t";
-  o.timeout = std::chrono::milliseconds(20'000);
+  o.world_size = n;
+  o.job = job;
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  return o;
+}
+
+TEST(CommRendezvous, ConnectsSharesKeysAndFinishes) {
+  constexpr int kWorld = 3;
+  Rendezvous::Options o = Loopback(kWorld, "t", 20'000);
   std::vector<std::future<std::string>> ranks;
   for (int r = 0; r < kWorld; ++r) {
     ranks.push_back(std::async(std::launch::async, [o, r]() mutable -> std::string {
@@ -132,12 +138,7 @@ TEST(CommRendezvous, ConnectsSharesKeysAndFinishes) {
 // every rank that can tell (not left waiting in a collective the others never join).
 TEST(CommRendezvous, RanksThatDisagreeOnTheBackendAreNamed) {
   constexpr int kWorld = 3;
-  Rendezvous::Options o;
-  o.master_addr = "127.0.0.1";
-  o.master_port = test::FreePort();
-  o.world_size = kWorld;
-  o.job = "t";
-  o.timeout = std::chrono::milliseconds(20'000);
+  Rendezvous::Options o = Loopback(kWorld, "t", 20'000);
   std::vector<std::future<std::pair<Status, Status>>> ranks;
   for (int r = 0; r < kWorld; ++r) {
     ranks.push_back(std::async(std::launch::async, [o, r]() mutable -> std::pair<Status, Status> {
@@ -166,12 +167,7 @@ TEST(CommRendezvous, RanksThatDisagreeOnTheBackendAreNamed) {
 }
 
 TEST(CommRendezvous, RefusesAnotherJobAndNamesMissingRanks) {
-  Rendezvous::Options o;
-  o.master_addr = "127.0.0.1";
-  o.master_port = test::FreePort();
-  o.world_size = 2;
-  o.job = "mine";
-  o.timeout = std::chrono::milliseconds(2'000);
+  Rendezvous::Options o = Loopback(2, "mine", 2'000);
   auto server = std::async(std::launch::async, [o]() mutable {
     o.rank = 0;
     return Rendezvous::Start(o, nullptr).status();
