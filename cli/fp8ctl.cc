@@ -164,7 +164,14 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
   logs->add_option("--poll-ms", wait_poll_ms, "--follow's polling period")->check(CLI::Range(10, 60000));
   auto* events = app.add_subcommand("events", "a job's state transitions");
   events->add_option("ID", id, "job id")->required();
-  app.add_subcommand("nodes", "the cluster's nodes and their GPUs");
+  app.add_subcommand("nodes", "the cluster's nodes, their GPUs and jobs");
+  std::string node_id, drain_reason;
+  auto* drain = app.add_subcommand(
+      "drain", "admin: no new jobs on a node; its running jobs checkpoint and move elsewhere");
+  drain->add_option("NODE", node_id, "node id")->required();
+  drain->add_option("--reason", drain_reason, "why (shown by `fp8ctl nodes`)");
+  auto* undrain = app.add_subcommand("undrain", "admin: make a drained node schedulable again");
+  undrain->add_option("NODE", node_id, "node id")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -366,20 +373,48 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
     }
     return kOk;
   }
+  if (cmd == "drain" || cmd == "undrain") {
+    const std::string body =
+        cmd == "drain" && !drain_reason.empty() ? json{{"reason", drain_reason}}.dump() : "";
+    if (int rc = Call(c, "POST", StrCat("/v1/nodes/", node_id, "/", cmd), body, &reply, err);
+        rc != kOk) {
+      return rc;
+    }
+    const json& n = reply.at("node");
+    if (as_json) {
+      out << n.dump() << "\n";
+    } else {
+      const auto jobs = n.value("jobs", json::array());
+      out << "node " << node_id << ": " << Str(n, "state")
+          << (cmd == "drain" && !jobs.empty()
+                  ? StrCat(" (", jobs.size(), " job(s) checkpointing to move: ", jobs.dump(), ")")
+                  : "")
+          << "\n";
+    }
+    return kOk;
+  }
   // nodes
   if (int rc = Call(c, "GET", "/v1/nodes", "", &reply, err); rc != kOk) return rc;
   if (as_json) {
     out << reply.at("nodes").dump() << "\n";
     return kOk;
   }
-  out << std::left << std::setw(20) << "NODE" << std::setw(10) << "STATE" << "GPUS\n";
+  out << std::left << std::setw(20) << "NODE" << std::setw(10) << "STATE" << std::setw(24) << "GPUS"
+      << "JOBS\n";
   for (const auto& n : reply.at("nodes")) {
     std::map<std::string, int> kinds;
     for (const auto& g : n.value("gpus", json::array())) ++kinds[Str(g, "name")];
     std::string gpus_text;
     for (const auto& [k, count] : kinds) gpus_text += StrCat(gpus_text.empty() ? "" : ", ", count, "x", k);
+    std::string jobs_text;
+    for (const auto& j : n.value("jobs", json::array())) {
+      jobs_text += StrCat(jobs_text.empty() ? "" : ",", j.get<int64_t>());
+    }
     out << std::left << std::setw(20) << Str(n, "id") << std::setw(10) << Str(n, "state")
-        << (gpus_text.empty() ? "-" : gpus_text) << "\n";
+        << std::setw(24) << (gpus_text.empty() ? "-" : gpus_text)
+        << (jobs_text.empty() ? "-" : jobs_text)
+        << (n.value("drained", false) ? StrCat("  (drained: ", Str(n, "drain_reason"), ")") : "")
+        << "\n";
   }
   return kOk;
 }

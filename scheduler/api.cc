@@ -404,17 +404,19 @@ std::optional<HttpResponse> Api::Authorize(const HttpRequest& req, const std::st
 }
 
 // /v1/nodes (GET), /v1/nodes/register (POST), /v1/nodes/{id} (GET), /v1/nodes/{id}/heartbeat
-// (POST). Node tokens are shared by daemons, so their rate-limit bucket is per node id.
+// (POST), /v1/nodes/{id}/drain and /undrain (POST, admin). Node tokens are shared by daemons, so
+// their rate-limit bucket is per node id.
 HttpResponse Api::RouteNodes(const HttpRequest& req, const std::string& path,
                              const std::vector<std::string>& parts) {
   const bool list = parts.size() == 2;
   const bool reg = parts.size() == 3 && parts[2] == "register";
   const bool get = parts.size() == 3 && !reg;
   const bool beat = parts.size() == 4 && parts[3] == "heartbeat";
-  if (!list && !reg && !get && !beat) {
+  const bool drain = parts.size() == 4 && (parts[3] == "drain" || parts[3] == "undrain");
+  if (!list && !reg && !get && !beat && !drain) {
     return Error(404, StrCat("no route for ", req.method, " ", path));
   }
-  const bool post = reg || beat;
+  const bool post = reg || beat || drain;
   if (post ? req.method != "POST" : !IsGet(req.method)) {
     return MethodNotAllowed(req, post ? "POST" : "GET, HEAD");
   }
@@ -427,7 +429,23 @@ HttpResponse Api::RouteNodes(const HttpRequest& req, const std::string& path,
   if (reg && p.role == Role::kUser) {
     return Error(403, StrCat("user '", p.name, "': only node or admin tokens may register nodes"));
   }
+  if (drain && p.role != Role::kAdmin) {
+    return Error(403, StrCat(RoleName(p.role), " '", p.name, "': only admin tokens may ",
+                             parts[3], " nodes"));
+  }
   const auto now = static_cast<int64_t>(clock_());
+  if (drain) {
+    std::string reason;
+    if (parts[3] == "drain" && !req.body.empty()) {
+      auto body = strict::Parse(req.body, "drain request");
+      Status read = body.ok() ? strict::ReadFields(*body, "", {{"reason", strict::String(&reason)}})
+                              : body.status();
+      if (!read.ok()) return Error(400, read.message());
+    }
+    auto n = scheduler_->DrainNode(node_id, parts[3] == "drain", reason, p.name, now);
+    if (!n.ok()) return FromStatus(n.status());
+    return Json(200, json{{"node", json::parse(NodeToJson(*n, true))}});
+  }
   if (list) {
     json arr = json::array();
     for (const NodeInfo& n : scheduler_->Nodes()) arr.push_back(json::parse(NodeToJson(n, true)));

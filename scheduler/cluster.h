@@ -23,6 +23,7 @@ struct GpuInfo {
   bool operator==(const GpuInfo&) const = default;
 };
 
+// kDraining: alive but drained by an admin (no new placements; its jobs were moved off).
 enum class NodeState { kReady, kLost, kDraining };
 
 struct NodeInfo {
@@ -32,6 +33,13 @@ struct NodeInfo {
   int64_t last_heartbeat = 0;    // seconds, same clock as ClusterSnapshot::now
   NodeState state = NodeState::kReady;
   std::string address;  // where the node's ranks can be reached (a gang's rendezvous). Default: ""
+  // Drained by an admin (`fp8ctl drain`): kDraining while alive, kLost when silent; it stays
+  // drained through loss, re-registration and scheduler restarts until undrained.
+  bool drained = false;
+  std::string drain_reason;  // Default: ""
+
+  // The state of a node that heartbeats: kDraining when drained, else kReady.
+  NodeState alive_state() const { return drained ? NodeState::kDraining : NodeState::kReady; }
 
   bool free(size_t gpu) const { return gpu >= gpu_job.size() || gpu_job[gpu] == kNoJob; }
 };

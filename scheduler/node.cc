@@ -309,6 +309,15 @@ std::string NodeToJson(const NodeInfo& n, bool with_jobs) {
   if (!n.address.empty()) j["address"] = n.address;
   j["state"] = NodeStateName(n.state);
   j["last_heartbeat"] = n.last_heartbeat;
+  j["drained"] = n.drained;
+  if (!n.drain_reason.empty()) j["drain_reason"] = n.drain_reason;
+  if (with_jobs) {  // the jobs holding its GPUs, ascending
+    std::set<int64_t> jobs;
+    for (int64_t id : n.gpu_job) {
+      if (id != kNoJob) jobs.insert(id);
+    }
+    j["jobs"] = std::vector<int64_t>(jobs.begin(), jobs.end());
+  }
   ordered gpus = ordered::array();
   for (size_t i = 0; i < n.gpus.size(); ++i) {
     const GpuInfo& g = n.gpus[i];
@@ -334,6 +343,8 @@ Result<NodeInfo> NodeFromJson(const std::string& text) {
     state = j.at("state").get<std::string>();
     n.last_heartbeat = j.at("last_heartbeat").get<int64_t>();
     n.address = j.value("address", std::string());
+    n.drained = j.value("drained", false);
+    n.drain_reason = j.value("drain_reason", std::string());
     for (const auto& g : j.at("gpus")) {
       GpuInfo gi;
       gi.name = g.at("name").get<std::string>();

@@ -250,7 +250,7 @@ ClusterSnapshot Scheduler::SnapshotLocked(int64_t now) const {
 
 Status Scheduler::HandleLostNodesLocked(int64_t now, TickResult* out) {
   for (auto& [id, n] : nodes_) {
-    if (n.info.state != NodeState::kReady) continue;
+    if (n.info.state == NodeState::kLost) continue;
     if (now - n.info.last_heartbeat <= options_.heartbeat_timeout_s) continue;
     NodeInfo lost = n.info;
     lost.state = NodeState::kLost;
@@ -266,7 +266,7 @@ Status Scheduler::HandleLostNodesLocked(int64_t now, TickResult* out) {
     if (!HoldsGpus(job.state)) continue;
     for (const auto& a : job.placement) {
       auto n = nodes_.find(a.node_id);
-      if (n != nodes_.end() && n->second.info.state == NodeState::kReady) continue;
+      if (n != nodes_.end() && n->second.info.state != NodeState::kLost) continue;
       Job j = job;
       FP8RT_ASSIGN_OR_RETURN(
           Event ev, RequeueAfterLoss(&j, now,

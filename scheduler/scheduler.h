@@ -79,6 +79,12 @@ class Scheduler {
   // Adds or updates a node's inventory; a lost node that registers is ready again. Jobs on GPU
   // indices the new inventory no longer has are requeued as after a node loss.
   Result<NodeInfo> RegisterNode(const NodeRegistration& reg, int64_t now);
+  // An admin's drain (`drain` true) or undrain of a registered node (NotFound otherwise). A drained
+  // node gets no new placements; its RUNNING jobs are preempted (checkpoint, then requeued to run
+  // elsewhere: no restart counted, held jobs aside) and its SCHEDULED ones requeued at once. It
+  // stays drained through loss, re-registration and restarts. Undrain makes it READY (if alive).
+  Result<NodeInfo> DrainNode(const std::string& node_id, bool drain, const std::string& reason,
+                             const std::string& by, int64_t now);
   // Applies a daemon's reports (stored before returning) and returns its commands. NotFound for a
   // node that never registered.
   Result<std::vector<NodeCommand>> Heartbeat(const std::string& node_id, const HeartbeatRequest& hb,

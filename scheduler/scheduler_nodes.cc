@@ -64,7 +64,11 @@ Result<NodeInfo> Scheduler::RegisterNode(const NodeRegistration& reg, int64_t no
   info.id = reg.id;
   info.gpus = reg.gpus;
   info.address = reg.address;
-  info.state = NodeState::kReady;
+  if (auto known = nodes_.find(reg.id); known != nodes_.end()) {  // a drain outlives a restart
+    info.drained = known->second.info.drained;
+    info.drain_reason = known->second.info.drain_reason;
+  }
+  info.state = info.alive_state();
   info.last_heartbeat = now;
   FP8RT_RETURN_IF_ERROR(store_->PutNode(info));
   NodeRt& n = nodes_[reg.id];
@@ -77,6 +81,46 @@ Result<NodeInfo> Scheduler::RegisterNode(const NodeRegistration& reg, int64_t no
   MarkDirtyLocked();
   info.gpu_job.assign(info.gpus.size(), kNoJob);
   return info;
+}
+
+Result<NodeInfo> Scheduler::DrainNode(const std::string& node_id, bool drain,
+                                      const std::string& reason, const std::string& by,
+                                      int64_t now) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = nodes_.find(node_id);
+    if (it == nodes_.end()) return Status::NotFound(StrCat("node ", node_id, " is not registered"));
+    NodeInfo info = it->second.info;
+    info.drained = drain;
+    info.drain_reason = drain ? (reason.empty() ? StrCat("drained by ", by) : reason) : "";
+    if (info.state != NodeState::kLost) info.state = info.alive_state();
+    Batch batch;
+    for (const auto& [id, job] : active_) {
+      if (!drain || !OnNode(job, node_id)) continue;
+      Job j = job;
+      const std::string why = StrCat("node ", node_id, " drained by ", by,
+                                     reason.empty() ? "" : StrCat(" (", reason, ")"));
+      if (j.state == JobState::kRunning) {
+        j.hold = false;
+        FP8RT_ASSIGN_OR_RETURN(
+            Event ev, Transition(&j, JobState::kPreempting, now,
+                                 StrCat(why, "; checkpointing to move to another node")));
+        batch.Add(j, ev);
+      } else if (j.state == JobState::kScheduled) {
+        FP8RT_ASSIGN_OR_RETURN(Event ev, Transition(&j, JobState::kPending, now,
+                                                    StrCat(why, " before the job started; requeued")));
+        j.placement.clear();
+        batch.Add(j, ev);
+      }
+    }
+    FP8RT_RETURN_IF_ERROR(store_->PutNode(info));
+    it->second.info = info;
+    FP8RT_RETURN_IF_ERROR(CommitLocked(&batch));
+    MarkDirtyLocked();
+  }
+  auto n = Node(node_id);
+  if (!n) return Status::NotFound(StrCat("node ", node_id, " is not registered"));
+  return *n;
 }
 
 // One job on `node`, given the daemon's report (nullptr: not reported). Adds the transitions the
@@ -202,8 +246,8 @@ Result<std::vector<NodeCommand>> Scheduler::Heartbeat(const std::string& node_id
     }
   }
   NodeInfo info = node.info;
-  bool changed = info.state != NodeState::kReady;
-  info.state = NodeState::kReady;
+  bool changed = info.state != info.alive_state();
+  info.state = info.alive_state();
   if (hb.unhealthy_gpus) {
     const std::set<int> bad(hb.unhealthy_gpus->begin(), hb.unhealthy_gpus->end());
     for (size_t g = 0; g < info.gpus.size(); ++g) {

@@ -331,6 +331,53 @@ TEST_F(ClusterTest, PriorityPreemptsByItselfCancelFreesTheSlotsAndTheFallbackIsS
   EXPECT_TRUE(Has(pending.value("reason", ""), "H200")) << pending.dump();
 }
 
+// fp8ctl drain (what ansible/rolling-upgrade.yml runs): the job on the drained node checkpoints
+// and moves to the other node without a restart counted and ends with the losses of an
+// uninterrupted run; the node takes no jobs until fp8ctl undrain.
+TEST_F(ClusterTest, DrainMovesAJobToTheOtherNodeAndUndrainTakesJobsAgain) {
+  StartNode(0);
+  StartNode(1);
+  const int64_t id = Submit(SpecOf(1, 80));
+  ASSERT_TRUE(WaitFor(id, [](const json& j) {
+    return j.value("state", "") == "RUNNING" && j.value("checkpoint_step", -1) >= 20;
+  })) << Diag(id);
+  const std::string from = Job(id)["placement"][0]["node"];
+  const std::string to = from == "n0" ? "n1" : "n0";
+  auto ctl = [&](std::vector<std::string> args, const char* token = kAdmin) {
+    std::vector<std::string> argv = {FP8CTL_PATH, "--server", url_, "--token", token};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunProcess(argv, {}, dir_.str() + "/ctl.log", 30s);
+  };
+  const ProcessResult refused = ctl({"drain", from}, kAlice);
+  EXPECT_NE(refused.code, fp8ctl::kOk);
+  EXPECT_TRUE(Has(refused.output, "only admin tokens may drain")) << refused.output;
+  const ProcessResult drained = ctl({"drain", from, "--reason", "kernel upgrade"});
+  ASSERT_EQ(drained.code, fp8ctl::kOk) << drained.output;
+  EXPECT_TRUE(Has(drained.output, StrCat("node ", from, ": DRAINING (1 job(s) checkpointing")))
+      << drained.output;
+  ASSERT_TRUE(WaitFor(id, [&](const json& j) {
+    return j.value("state", "") == "RUNNING" && !j["placement"].empty() &&
+           j["placement"][0]["node"] == to;
+  })) << Diag(id);
+  const ProcessResult nodes = ctl({"nodes"});
+  EXPECT_TRUE(Has(nodes.output, "DRAINING")) << nodes.output;
+  EXPECT_TRUE(Has(nodes.output, "(drained: kernel upgrade)")) << nodes.output;
+  ASSERT_TRUE(WaitState(id, "COMPLETED")) << Diag(id);
+  EXPECT_EQ(Job(id)["restarts"], 0) << "a drain is not a restart";
+  EXPECT_TRUE(Has(Events(id), "drained by ops (kernel upgrade); checkpointing to move")) << Events(id);
+  const auto losses = Losses(id);
+  ASSERT_EQ(losses.size(), 80u) << "every step once, from the two attempts' metrics";
+
+  // Still drained: a new job waits for the other node; undrained, the node takes one again.
+  const int64_t two = Submit(SpecOf(2, 20));
+  std::this_thread::sleep_for(3s);
+  EXPECT_EQ(Job(two)["state"], "PENDING") << Diag(two);
+  const ProcessResult back = ctl({"undrain", from});
+  ASSERT_EQ(back.code, fp8ctl::kOk) << back.output;
+  EXPECT_TRUE(Has(back.output, StrCat("node ", from, ": READY"))) << back.output;
+  ASSERT_TRUE(WaitState(two, "COMPLETED")) << Diag(two);
+}
+
 TEST_F(ClusterTest, StandaloneTrainsThroughFp8ctlWithTheTokenItWrote) {
   // fp8d --standalone on its own data dir, found by fp8ctl through FP8D_DATA_DIR alone.
   const std::string data = dir_.str() + "/standalone";

@@ -98,6 +98,7 @@ class SchedLoopTest : public ::testing::Test {
 
 inline constexpr char kNodeToken[] = "node-secret";
 inline constexpr char kUserToken[] = "alice-secret";
+inline constexpr char kAdminToken[] = "ops-secret";
 
 class SchedNodesApiTest : public SchedLoopTest {
  protected:
@@ -105,7 +106,8 @@ class SchedNodesApiTest : public SchedLoopTest {
     SchedLoopTest::SetUp();
     auto auth =
         TokenAuth::Parse(StrCat("node: [{name: daemons, sha256: ", HashToken(kNodeToken),
-                                "}]\nuser: [{name: alice, sha256: ", HashToken(kUserToken), "}]"));
+                                "}]\nuser: [{name: alice, sha256: ", HashToken(kUserToken),
+                                "}]\nadmin: [{name: ops, sha256: ", HashToken(kAdminToken), "}]"));
     ASSERT_TRUE(auth.ok());
     ApiOptions ao;
     ao.burst = 1000;
