@@ -69,6 +69,10 @@ int main(int argc, char** argv) {
     std::cerr << "fp8train: " << cfg.status().ToString() << "\n";
     return kExitUsage;
   }
+  // Before the rendezvous: a SIGTERM/SIGUSR1 (a preemption, Slurm's warning) that comes while the
+  // ranks connect stops the run after its first step with a checkpoint, instead of killing it.
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGUSR1, OnSignal);
   TrainOptions o;
   o.config = *cfg;
   o.stop_step = steps;
@@ -87,12 +91,16 @@ int main(int argc, char** argv) {
   const std::string who = launch->world_size > 1 ? StrCat("fp8train: rank ", launch->rank, ": ")
                                                  : std::string("fp8train: ");
   if (device == "auto") {
-    // One GPU per rank: the local rank picks it (CUDA_VISIBLE_DEVICES applies first). The CPU
-    // only where this host has no GPU at all: a rank whose GPU is missing is a launch error.
+    // One GPU per rank: the local rank picks it (CUDA_VISIBLE_DEVICES applies first), unless the
+    // rank sees exactly one GPU (a launcher that gives each task its own, e.g. srun
+    // --gpus-per-task 1): that one. The CPU only where this host has no GPU at all: a rank whose
+    // GPU is missing among several is a launch error.
     const std::string gpu = StrCat("cuda:", launch->local_rank);
     auto mine = QueryDevice(gpu);
     device = mine.ok() ? gpu : "cpu";
-    if (!mine.ok() && QueryDevice("cuda:0").ok()) {
+    const bool only_one = !mine.ok() && QueryDevice("cuda:0").ok() && !QueryDevice("cuda:1").ok();
+    if (only_one) device = "cuda:0";
+    if (!mine.ok() && !only_one && QueryDevice("cuda:0").ok()) {
       const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
       std::cerr << who << "local rank " << launch->local_rank << " has no GPU of its own ("
                 << mine.status().message() << "; CUDA_VISIBLE_DEVICES="
@@ -139,8 +147,6 @@ int main(int argc, char** argv) {
   }
   o.progress = &std::cerr;
   o.stop_flag = &g_stop;
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGUSR1, OnSignal);
   if (launch->rank == 0) {
     std::cerr << "fp8train: " << o.config.name << " on " << dev->name << ", "
               << o.config.model.num_params() << " parameters\n";
