@@ -11,6 +11,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin libgloo-dev
   libgtest-dev libgmock-dev
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libssl-dev
+  slurm-wlm munge ansible ansible-lint iproute2
 )
 
 missing=()

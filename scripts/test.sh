@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command (2): installs dependencies, builds everything (every CUDA file too, when a
 # CUDA toolkit is present) and runs the unit tests, then the GPU tests (which skip, each with a
-# message, on a machine without a GPU).
+# message, on a machine without a GPU), then the deployment tests (Ansible, Slurm, a cluster in
+# network namespaces; each skips with a message without its tools or root).
 # Environment: BUILD_DIR (default: build), FP8RT_CUDA_ARCHITECTURES (default: 80;89;90a),
 # JOBS (default: nproc).
 set -euo pipefail
@@ -21,3 +22,5 @@ cmake --build "$BUILD_DIR" -j "$JOBS"
 cd "$BUILD_DIR"
 ctest -L gpu --output-on-failure -j "$JOBS" --timeout 600
 ctest -L unit --output-on-failure -j "$JOBS" --timeout 900
+# Deployment: Ansible lint, a real Slurm, a namespaced cluster (one at a time: they start daemons).
+ctest -L 'ansible|slurm|cluster' --output-on-failure -j 1 --timeout 1200

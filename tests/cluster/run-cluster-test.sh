@@ -1,0 +1,239 @@
+#!/usr/bin/env bash
+# A multi-host fp8rt cluster on one machine (issue [6 of 9]; ctest label `cluster`): a scheduler
+# and two node daemons, each in its own network namespace with its own address, joined by veth
+# pairs on a bridge that lives in a namespace of its own (nothing outside loopback and these
+# namespaces is touched). There is no systemd here: the daemons run the commands that the Ansible
+# units run (ansible/roles/*/templates/*.service.j2: fp8d --scheduler / fp8d --node with the same
+# flags), under `ip netns exec`. On it:
+#   1. a 2-node data-parallel job (CPU ranks on both hosts, the rendezvous across the veth
+#      network) completes;
+#   2. cutting one node's link (`ip link set down`) makes the scheduler mark it LOST within the
+#      heartbeat timeout and requeue the job, which resumes from its checkpoint once the link is
+#      back and ends with the uninterrupted run's final loss;
+#   3. draining a node with a job running (what ansible/rolling-upgrade.yml does first), then
+#      restarting its daemon as an upgrade would and undraining it: the job checkpoints, waits
+#      for capacity (it needs both nodes), resumes and completes.
+# Everything it creates (namespaces, links, processes, files) is removed at the end, also when it
+# fails or is interrupted. Needs root and iproute2; exits 77 (skipped) without them.
+# Environment: FP8RT_BUILD (the build directory: cli/fp8d, cli/fp8ctl, runtime/fp8train; default
+# build), KEEP=1 (keep the temp dir for a post-mortem), PARTS (default "job linkcut drain").
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+BUILD=$(cd "${FP8RT_BUILD:-build}" 2>/dev/null && pwd) || { echo "cluster: no build dir"; exit 1; }
+PARTS=${PARTS:-job linkcut drain}
+FP8D=$BUILD/cli/fp8d FP8CTL=$BUILD/cli/fp8ctl FP8TRAIN=$BUILD/runtime/fp8train
+for b in "$FP8D" "$FP8CTL" "$FP8TRAIN"; do
+  [ -x "$b" ] || { echo "cluster: $b is missing (build first)"; exit 1; }
+done
+if [ "$(id -u)" -ne 0 ] || ! ip netns list >/dev/null 2>&1; then
+  echo "cluster: needs root and iproute2 (ip netns): skipped"; exit 77
+fi
+
+ID=$(( $$ % 250 + 1 ))              # the subnet 10.77.ID.0/24 and the names' suffix
+NS=fp8c$ID
+HUB=$NS-hub
+HOSTS=(sched n1 n2)
+declare -A ADDR=([sched]=10.77.$ID.1 [n1]=10.77.$ID.2 [n2]=10.77.$ID.3)
+TMP=$(mktemp -d /tmp/fp8rt-cluster.XXXXXX)
+PORT=8080
+SERVER=http://${ADDR[sched]}:$PORT
+HB_TIMEOUT=5
+rc=0
+
+log() { echo "cluster: $*"; }
+fail() { echo "cluster: FAIL: $*"; rc=1; }
+in_ns() { local h=$1; shift; ip netns exec "$NS-$h" "$@"; }
+
+cleanup() {
+  trap - EXIT INT TERM
+  for h in "${HOSTS[@]}" hub; do
+    local pids; pids=$(ip netns pids "$NS-$h" 2>/dev/null)
+    [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+  done
+  sleep 0.2
+  for h in "${HOSTS[@]}" hub; do ip netns del "$NS-$h" 2>/dev/null; done
+  if [ "${KEEP:-0}" = 1 ]; then log "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap 'cleanup; exit $rc' EXIT
+trap 'rc=130; exit' INT TERM
+
+# ---- the network: a bridge in the hub namespace, one veth pair per host ----
+ip netns add "$HUB" || { echo "cluster: cannot create namespaces"; rc=1; exit; }
+ip -n "$HUB" link set lo up
+ip -n "$HUB" link add br0 type bridge
+ip -n "$HUB" link set br0 up
+for h in "${HOSTS[@]}"; do
+  ip netns add "$NS-$h"
+  ip -n "$NS-$h" link set lo up
+  ip -n "$HUB" link add "v-$h" type veth peer name eth0 netns "$NS-$h"
+  ip -n "$HUB" link set "v-$h" master br0
+  ip -n "$HUB" link set "v-$h" up
+  ip -n "$NS-$h" addr add "${ADDR[$h]}/24" dev eth0
+  ip -n "$NS-$h" link set eth0 up
+done
+
+log "namespaces $NS-{${HOSTS[*]}} on 10.77.$ID.0/24, bridged in $HUB"
+
+# ---- tokens and a corpus ----
+ADMIN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+USER_T=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+NODE_T=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+sha() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
+python3 - "$TMP/corpus.txt" <<'PY'
+import sys
+words = ("the cat sat on a mat and the dog ran to the park where children play with a red ball "
+         "every morning before school while birds sing in tall green trees near the river").split()
+import random
+r = random.Random(7)
+open(sys.argv[1], "w").write(" ".join(r.choice(words) for _ in range(60000)))
+PY
+
+# ---- deploy: the commands the units run ----
+mkdir -p "$TMP/ckpt"
+start_scheduler() {
+  mkdir -p "$TMP/sched"
+  printf 'admin: [{name: ops, sha256: %s}]\nuser: [{name: alice, sha256: %s}]\nnode: [{name: daemons, sha256: %s}]\n' \
+    "$(sha "$ADMIN")" "$(sha "$USER_T")" "$(sha "$NODE_T")" > "$TMP/sched/tokens.yaml"
+  chmod 600 "$TMP/sched/tokens.yaml"
+  in_ns sched setsid "$FP8D" --scheduler --bind "${ADDR[sched]}" --port $PORT \
+    --data-dir "$TMP/sched/data" --tokens "$TMP/sched/tokens.yaml" --heartbeat-interval 1 \
+    --heartbeat-timeout $HB_TIMEOUT --preemption-grace 30 --rate-limit 1000 --rate-burst 1000 \
+    >> "$TMP/sched.log" 2>&1 &
+}
+start_node() {  # host
+  local h=$1
+  mkdir -p "$TMP/$h"
+  printf '%s\n' "$NODE_T" > "$TMP/$h/node-token"
+  chmod 600 "$TMP/$h/node-token"
+  in_ns "$h" setsid "$FP8D" --node --scheduler "$SERVER" --token-file "$TMP/$h/node-token" \
+    --data-dir "$TMP/$h/data" --node-id "$h" --address "${ADDR[$h]}" --cpu-slots 1 \
+    --fp8train "$FP8TRAIN" --checkpoint-root "$TMP/ckpt" --hang-floor 60 --stop-grace 20 \
+    >> "$TMP/$h.log" 2>&1 &
+}
+ctl() { in_ns sched "$FP8CTL" --server "$SERVER" --token "$ADMIN" "$@"; }
+# Waits (up to $1 s) until the command in the rest of the arguments succeeds.
+wait_for() {
+  local t=$1; shift
+  for _ in $(seq $((t * 5))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  return 1
+}
+node_state() {  # node -> its state in fp8ctl nodes --json
+  ctl nodes --json 2>/dev/null | python3 -c "
+import json, sys
+print(next((n['state'] for n in json.load(sys.stdin) if n['id'] == '$1'), 'absent'))"
+}
+node_is() { [ "$(node_state "$1")" = "$2" ]; }
+job_field() {  # id field
+  ctl status "$1" --json 2>/dev/null | python3 -c "
+import json, sys
+j = json.load(sys.stdin); v = j
+for k in '$2'.split('.'):
+    v = v.get(k) if isinstance(v, dict) else None
+print('' if v is None else v)"
+}
+job_is() { [ "$(job_field "$1" state)" = "$2" ]; }
+diag() {
+  echo "---- scheduler log"; tail -n 20 "$TMP/sched.log"
+  for h in n1 n2; do echo "---- $h log"; tail -n 20 "$TMP/$h.log"; done
+  for id in "$@"; do echo "---- job $id events"; ctl events "$id" 2>&1 | tail -n 20; done
+}
+
+start_scheduler
+wait_for 20 ctl nodes || { fail "the scheduler did not come up"; diag; exit; }
+start_node n1; start_node n2
+wait_for 30 node_is n1 READY && wait_for 30 node_is n2 READY ||
+  { fail "the nodes did not register"; diag; exit; }
+log "scheduler at $SERVER; nodes n1 (${ADDR[n1]}) and n2 (${ADDR[n2]}) READY"
+
+spec() {  # steps -> a 2-node job spec (one CPU rank a node), checkpoints every 10 steps
+  cat > "$TMP/job-$1.yaml" <<EOF
+name: dp2
+nodes: 2
+gpus_per_node: 1
+max_restarts: 3
+config:
+  name: dp2
+  model: {n_layer: 2, n_embd: 64, n_head: 4, block_size: 64, vocab_size: 256}
+  data: {train: $TMP/corpus.txt, format: text}
+  train: {batch_size: 4, seq_len: 64, total_steps: $1, lr: 0.003, warmup_steps: 5,
+          log_every: 1, checkpoint_every: 10}
+  precision: fp8
+  parallel: {cpu_backend: gloo, collective_timeout_s: 20}
+EOF
+  echo "$TMP/job-$1.yaml"
+}
+submit() { in_ns sched "$FP8CTL" --server "$SERVER" --token "$USER_T" submit "$1" --json |
+             python3 -c "import json, sys; print(json.load(sys.stdin)['id'])"; }
+final_loss() { job_field "$1" progress.loss; }
+
+STEPS=120
+if [[ $PARTS == *job* || $PARTS == *linkcut* ]]; then
+  log "1. a 2-node data-parallel job"
+  A=$(submit "$(spec $STEPS)")
+  if wait_for 240 job_is "$A" COMPLETED; then
+    nodes=$(ctl status "$A" --json | python3 -c "
+import json, sys; print(' '.join(sorted(a['node'] for a in json.load(sys.stdin)['placement'])))")
+    [ "$nodes" = "n1 n2" ] || fail "job $A ran on '$nodes', not on n1 and n2"
+    log "job $A COMPLETED on $nodes, final loss $(final_loss "$A")"
+  else
+    fail "job $A did not complete"; diag "$A"
+  fi
+fi
+
+if [[ $PARTS == *linkcut* ]]; then
+  log "2. n2's link cut while the same job runs"
+  B=$(submit "$(spec $STEPS)")
+  ckpt_ge_20() { [ "$(job_field "$B" checkpoint_step)" -ge 20 ] 2>/dev/null; }
+  wait_for 180 ckpt_ge_20 || { fail "job $B never checkpointed"; diag "$B"; }
+  ip -n "$HUB" link set v-n2 down
+  t0=$(date +%s)
+  if wait_for $((HB_TIMEOUT + 10)) node_is n2 LOST; then
+    log "n2 LOST after $(( $(date +%s) - t0 )) s (heartbeat timeout $HB_TIMEOUT s)"
+  else
+    fail "n2 was not marked LOST within $((HB_TIMEOUT + 10)) s"; diag "$B"
+  fi
+  requeued() { ctl events "$B" | grep -q "node n2 lost"; }
+  wait_for 20 requeued || fail "job $B was not requeued after n2 was lost"
+  sleep 3
+  ip -n "$HUB" link set v-n2 up
+  log "link back after $(( $(date +%s) - t0 )) s"
+  if wait_for 300 job_is "$B" COMPLETED; then
+    resumed=$(ctl events "$B" | grep -c "resumes from checkpoint\|requeued (restart")
+    log "job $B COMPLETED, restarts $(job_field "$B" restarts), final loss $(final_loss "$B")"
+    [ "$(job_field "$B" restarts)" -ge 1 ] || fail "job $B shows no restart"
+    if [[ $PARTS == *job* ]] && [ "$(final_loss "$B")" != "$(final_loss "$A")" ]; then
+      fail "final loss $(final_loss "$B") differs from the uninterrupted run's $(final_loss "$A")"
+    fi
+  else
+    fail "job $B did not complete after the link came back"; diag "$B"
+  fi
+fi
+
+if [[ $PARTS == *drain* ]]; then
+  log "3. n1 drained with a job running, its daemon restarted, undrained"
+  C=$(submit "$(spec 200)")
+  ckpt_c() { [ "$(job_field "$C" checkpoint_step)" -ge 10 ] 2>/dev/null; }
+  wait_for 180 ckpt_c || { fail "job $C never checkpointed"; diag "$C"; }
+  ctl drain n1 --reason "rolling upgrade" || fail "fp8ctl drain n1 failed"
+  node_is n1 DRAINING || fail "n1 is $(node_state n1), not DRAINING"
+  empty() { [ "$(ctl nodes --json | python3 -c "
+import json, sys; print(next(len(n['jobs']) for n in json.load(sys.stdin) if n['id'] == 'n1'))")" = 0 ]; }
+  wait_for 120 empty || fail "n1 still holds jobs"
+  # The upgrade: stop n1's daemon (SIGTERM, as systemd would) and start it again.
+  for p in $(ip netns pids "$NS-n1"); do kill -TERM "$p" 2>/dev/null; done
+  sleep 2
+  start_node n1
+  wait_for 30 node_is n1 DRAINING || fail "n1 did not come back drained (it is $(node_state n1))"
+  ctl undrain n1 || fail "fp8ctl undrain n1 failed"
+  wait_for 10 node_is n1 READY || fail "n1 is not READY after undrain"
+  if wait_for 300 job_is "$C" COMPLETED; then
+    log "job $C COMPLETED after the drain, restarts $(job_field "$C" restarts)"
+    ctl events "$C" | grep -q "drained by ops (rolling upgrade)" || fail "job $C was not moved by the drain"
+  else
+    fail "job $C did not complete"; diag "$C"
+  fi
+fi
+
+[ $rc -eq 0 ] && log "PASS" || diag
+exit $rc
