@@ -133,6 +133,7 @@ for k in '$2'.split('.'):
 print('' if v is None else v)"
 }
 job_is() { [ "$(job_field "$1" state)" = "$2" ]; }
+ckpt_at_least() { [ "$(job_field "$1" checkpoint_step)" -ge "$2" ] 2>/dev/null; }
 diag() {
   echo "---- scheduler log"; tail -n 20 "$TMP/sched.log"
   for h in n1 n2; do echo "---- $h log"; tail -n 20 "$TMP/$h.log"; done
@@ -184,8 +185,7 @@ fi
 if [[ $PARTS == *linkcut* ]]; then
   log "2. n2's link cut while the same job runs"
   B=$(submit "$(spec $STEPS)")
-  ckpt_ge_20() { [ "$(job_field "$B" checkpoint_step)" -ge 20 ] 2>/dev/null; }
-  wait_for 180 ckpt_ge_20 || { fail "job $B never checkpointed"; diag "$B"; }
+  wait_for 180 ckpt_at_least "$B" 20 || { fail "job $B never checkpointed"; diag "$B"; }
   ip -n "$HUB" link set v-n2 down
   t0=$(date +%s)
   if wait_for $((HB_TIMEOUT + 10)) node_is n2 LOST; then
@@ -213,8 +213,7 @@ fi
 if [[ $PARTS == *drain* ]]; then
   log "3. n1 drained with a job running, its daemon restarted, undrained"
   C=$(submit "$(spec 200)")
-  ckpt_c() { [ "$(job_field "$C" checkpoint_step)" -ge 10 ] 2>/dev/null; }
-  wait_for 180 ckpt_c || { fail "job $C never checkpointed"; diag "$C"; }
+  wait_for 180 ckpt_at_least "$C" 10 || { fail "job $C never checkpointed"; diag "$C"; }
   ctl drain n1 --reason "rolling upgrade" || fail "fp8ctl drain n1 failed"
   node_is n1 DRAINING || fail "n1 is $(node_state n1), not DRAINING"
   empty() { [ "$(ctl nodes --json | python3 -c "

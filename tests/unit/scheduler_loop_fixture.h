@@ -130,6 +130,24 @@ class SchedNodesApiTest : public SchedLoopTest {
     }
     return s;
   }
+  // A request the API must refuse with `status`, its body saying `says`, changing nothing.
+  struct BadCall {
+    const char* method;
+    const char* target;
+    const char* token;
+    std::string body;
+    int status;
+    const char* says;
+  };
+  void ExpectRefusedChangingNothing(const std::vector<BadCall>& calls) {
+    const std::string before = State();
+    for (const BadCall& b : calls) {
+      HttpResponse res = Call(b.method, b.target, b.token, b.body);
+      EXPECT_EQ(res.status, b.status) << b.target << " " << b.body << " -> " << res.body;
+      EXPECT_NE(res.body.find(b.says), std::string::npos) << res.body;
+      EXPECT_EQ(State(), before) << b.target << " " << b.body;
+    }
+  }
   std::unique_ptr<Api> api_;
 };
 
