@@ -13,15 +13,22 @@
 #   3. draining a node with a job running (what ansible/rolling-upgrade.yml does first), then
 #      restarting its daemon as an upgrade would and undraining it: the job checkpoints, waits
 #      for capacity (it needs both nodes), resumes and completes.
+#   4. (upgrade) the real Ansible playbooks against the three namespaces: site.yml deploys release
+#      v1 (a bundle of this build's binaries), a 2-node job starts, rolling-upgrade.yml moves the
+#      cluster to v2 (scheduler restart, then drain/restart/undrain of each node); the job
+#      completes, both nodes end READY and undrained, `current` is v2 everywhere. ansible-playbook
+#      runs inside the scheduler's namespace with every host `ansible_connection=local` and
+#      fp8rt_service_manager=command: a script of this test starts the rendered units' ExecStart=
+#      in the host's namespace. Skipped (with a line saying so) without ansible-playbook.
 # Everything it creates (namespaces, links, processes, files) is removed at the end, also when it
 # fails or is interrupted. Needs root and iproute2; exits 77 (skipped) without them.
 # Environment: FP8RT_BUILD (the build directory: cli/fp8d, cli/fp8ctl, runtime/fp8train; default
-# build), KEEP=1 (keep the temp dir for a post-mortem), PARTS (default "job linkcut drain").
+# build), KEEP=1 (keep the temp dir for a post-mortem), PARTS (default "job linkcut drain upgrade").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 BUILD=$(cd "${FP8RT_BUILD:-build}" 2>/dev/null && pwd) || { echo "cluster: no build dir"; exit 1; }
-PARTS=${PARTS:-job linkcut drain}
+PARTS=${PARTS:-job linkcut drain upgrade}
 FP8D=$BUILD/cli/fp8d FP8CTL=$BUILD/cli/fp8ctl FP8TRAIN=$BUILD/runtime/fp8train
 for b in "$FP8D" "$FP8CTL" "$FP8TRAIN"; do
   [ -x "$b" ] || { echo "cluster: $b is missing (build first)"; exit 1; }
@@ -137,6 +144,7 @@ ckpt_at_least() { [ "$(job_field "$1" checkpoint_step)" -ge "$2" ] 2>/dev/null; 
 diag() {
   echo "---- scheduler log"; tail -n 20 "$TMP/sched.log"
   for h in n1 n2; do echo "---- $h log"; tail -n 20 "$TMP/$h.log"; done
+  for f in "$TMP"/svc/*.log; do [ -f "$f" ] && { echo "---- ${f##*/}"; tail -n 20 "$f"; }; done
   for id in "$@"; do echo "---- job $id events"; ctl events "$id" 2>&1 | tail -n 20; done
 }
 
@@ -231,6 +239,157 @@ import json, sys; print(next(len(n['jobs']) for n in json.load(sys.stdin) if n['
     ctl events "$C" | grep -q "drained by ops (rolling upgrade)" || fail "job $C was not moved by the drain"
   else
     fail "job $C did not complete"; diag "$C"
+  fi
+fi
+
+if [[ $PARTS == *upgrade* ]] && ! command -v ansible-playbook >/dev/null 2>&1; then
+  log "4. upgrade: skipped (ansible-playbook is not installed)"
+elif [[ $PARTS == *upgrade* ]]; then
+  log "4. ansible: site.yml deploys v1, rolling-upgrade.yml moves to v2 with a job running"
+  # The daemons above go; from here on the playbooks start every daemon (through svc.sh).
+  for h in "${HOSTS[@]}"; do
+    for p in $(ip netns pids "$NS-$h"); do kill -TERM "$p" 2>/dev/null; done
+  done
+  gone() { for h in "${HOSTS[@]}"; do [ -z "$(ip netns pids "$NS-$h")" ] || return 1; done; }
+  wait_for 30 gone || fail "the hand-started daemons did not stop"
+  # Two bundles (scripts/bundle.sh's layout) that differ in VERSION only.
+  for v in v1 v2; do
+    mkdir -p "$TMP/bundle-$v/bin" "$TMP/bundle-$v/lib"
+    cp "$FP8D" "$FP8CTL" "$FP8TRAIN" "$TMP/bundle-$v/bin/"
+    echo "$v" > "$TMP/bundle-$v/VERSION"
+  done
+  # fp8rt_service_command: ACTION UNIT_NAME UNIT_FILE HOST (ansible/README.md). Runs the unit's
+  # ExecStart= (continuation lines joined; our arguments' systemd quoting is the shell's) under
+  # `ip netns exec` in the host's namespace; the pid file names the daemon (the unit's MainPID).
+  { printf '#!/usr/bin/env bash\nNSP=%s RUN=%s\n' "$NS" "$TMP/svc"; cat <<'SVC'; } > "$TMP/svc.sh"
+set -uo pipefail
+action=$1 unit=$2 file=$3 host=$4
+pidf=$RUN/$host-$unit.pid log=$RUN/$host-$unit.log
+mkdir -p "$RUN"
+alive() { local st; st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1); [ -n "$st" ] && [ "$st" != Z ]; }
+mainpid() { local p; p=$(cat "$pidf" 2>/dev/null) && [ -n "$p" ] && alive "$p" && echo "$p"; }
+case $action in
+  pid) mainpid || echo 0; exit 0 ;;
+  start) mainpid >/dev/null && exit 0 ;;
+  restart)
+    if p=$(mainpid); then
+      kill -TERM "$p"
+      for _ in $(seq 900); do alive "$p" || break; sleep 0.1; done
+      alive "$p" && { echo "svc: $unit on $host (pid $p) did not stop" >&2; exit 1; }
+    fi ;;
+  *) echo "svc: unknown action '$action'" >&2; exit 2 ;;
+esac
+cmdline=$(sed -e ':a' -e '/\\$/{N;s/\\\n//;ba' -e '}' "$file" | sed -n 's/^ExecStart=//p')
+workdir=$(sed -n 's/^WorkingDirectory=//p' "$file")
+[ -n "$cmdline" ] || { echo "svc: no ExecStart= in $file" >&2; exit 1; }
+eval "set -- $cmdline"
+eval "cd -- $workdir" || exit 1
+rm -f "$pidf"
+ip netns exec "$NSP-$host" setsid bash -c 'echo $$ > "$0.new" && mv "$0.new" "$0" && exec "$@"' \
+  "$pidf" "$@" >> "$log" 2>&1 < /dev/null &
+for _ in $(seq 100); do [ -s "$pidf" ] && break; sleep 0.05; done
+p=$(mainpid) || { echo "svc: $unit on $host did not start (see $log)" >&2; tail -n 5 "$log" >&2; exit 1; }
+echo "started $unit on $host: pid $p"
+SVC
+  chmod 755 "$TMP/svc.sh"
+  inv=$TMP/inventory.yml
+  {
+    cat <<EOF
+all:
+  vars:
+    ansible_connection: local
+    ansible_become: false
+    ansible_python_interpreter: $(command -v python3)
+    fp8rt_service_manager: command
+    fp8rt_service_command: $TMP/svc.sh
+    fp8rt_manage_user: false
+    fp8rt_user: root
+    fp8rt_group: root
+    fp8rt_cli_link: ""
+    fp8rt_gpu: false
+    fp8rt_node_cpu_slots: 1
+    fp8rt_node_checkpoint_root: $TMP/ckpt-ansible
+    fp8rt_node_hang_floor: 60
+    fp8rt_node_stop_grace: 20
+    fp8rt_scheduler_heartbeat_interval: 1
+    fp8rt_scheduler_heartbeat_timeout: $HB_TIMEOUT
+    fp8rt_scheduler_preemption_grace: 30
+    fp8rt_scheduler_rate_limit: 1000
+    fp8rt_scheduler_rate_burst: 1000
+    fp8rt_upgrade_poll_interval: 1
+    fp8rt_upgrade_drain_timeout: 180
+    fp8rt_node_register_timeout: 60
+  children:
+EOF
+    for g in scheduler nodes; do
+      echo "    $g:"; echo "      hosts:"
+      if [ $g = scheduler ]; then hs=(sched); else hs=(n1 n2); fi
+      for h in "${hs[@]}"; do
+        mkdir -p "$TMP/$h/units"
+        cat <<EOF
+        $h:
+          ansible_host: ${ADDR[$h]}
+          fp8rt_root: $TMP/$h/opt
+          fp8rt_config_dir: $TMP/$h/etc
+          fp8rt_data_dir: $TMP/$h/var
+          fp8rt_unit_dir: $TMP/$h/units
+EOF
+      done
+    done
+  } > "$inv"
+  printf '{"fp8rt_admin_token": "%s", "fp8rt_node_token": "%s", "fp8rt_user_tokens": [{"name": "alice", "token": "%s"}]}\n' \
+    "$ADMIN" "$NODE_T" "$USER_T" > "$TMP/secrets.json"
+  chmod 600 "$TMP/secrets.json"
+  playbook() {  # log-name bundle-version playbook
+    in_ns sched env ANSIBLE_HOME="$TMP/ansible-home" ANSIBLE_LOCAL_TEMP="$TMP/ansible-tmp" \
+      ANSIBLE_REMOTE_TEMP="$TMP/ansible-tmp" ANSIBLE_GATHER_SUBSET=min ANSIBLE_NOCOLOR=1 \
+      ANSIBLE_RETRY_FILES_ENABLED=0 ANSIBLE_PIPELINING=1 \
+      ansible-playbook -i "$inv" -e "@$TMP/secrets.json" -e "fp8rt_bundle_src=$TMP/bundle-$2" \
+      "$ROOT/ansible/$3" > "$TMP/ansible-$1.log" 2>&1
+    local prc=$?
+    sed -n '/^PLAY RECAP/,$p' "$TMP/ansible-$1.log" | grep -v '^$' | sed 's/^/  /'
+    [ $prc -eq 0 ] || { tail -n 40 "$TMP/ansible-$1.log"; return 1; }
+  }
+  svc_exe() { readlink "/proc/$("$TMP/svc.sh" pid "$2" "$TMP/$1/units/$2" "$1")/exe"; }
+  released() {  # version: current is it on every host and each daemon runs its fp8d
+    for h in "${HOSTS[@]}"; do
+      local unit=fp8d-node.service; [ "$h" = sched ] && unit=fp8d-scheduler.service
+      [ "$(readlink "$TMP/$h/opt/current")" = "$TMP/$h/opt/releases/$1" ] ||
+        { echo "$h: current is $(readlink "$TMP/$h/opt/current")"; return 1; }
+      [ "$(svc_exe "$h" $unit)" = "$TMP/$h/opt/releases/$1/bin/fp8d" ] ||
+        { echo "$h: $unit runs '$(svc_exe "$h" $unit)'"; return 1; }
+    done
+  }
+  t0=$(date +%s)
+  if ! playbook site v1 site.yml; then
+    fail "ansible-playbook site.yml failed"
+  elif ! why=$(released v1); then
+    fail "after site.yml: $why"
+  elif ! { wait_for 30 node_is n1 READY && wait_for 30 node_is n2 READY; }; then
+    fail "the nodes site.yml started are not READY"; diag
+  else
+    log "site.yml deployed v1 in $(( $(date +%s) - t0 )) s: scheduler, n1, n2 run releases/v1/bin/fp8d"
+    D=$(submit "$(spec 300)")
+    wait_for 180 ckpt_at_least "$D" 10 || { fail "job $D never checkpointed"; diag "$D"; }
+    log "job $D running (checkpoint at step $(job_field "$D" checkpoint_step)); rolling-upgrade.yml to v2"
+    t0=$(date +%s)
+    if ! playbook upgrade v2 rolling-upgrade.yml; then
+      fail "ansible-playbook rolling-upgrade.yml failed"; diag "$D"
+    else
+      log "rolling-upgrade.yml done in $(( $(date +%s) - t0 )) s; job $D is $(job_field "$D" state)"
+      why=$(released v2) || fail "after rolling-upgrade.yml: $why"
+      for h in n1 n2; do
+        st=$(ctl nodes --json | python3 -c "
+import json, sys; n = next(n for n in json.load(sys.stdin) if n['id'] == '$h'); print(n['state'], n['drained'])")
+        [ "$st" = "READY False" ] || fail "$h is '$st' after the upgrade, not READY and undrained"
+      done
+      if wait_for 300 job_is "$D" COMPLETED; then
+        log "job $D COMPLETED after the upgrade, restarts $(job_field "$D" restarts); current -> v2 on sched, n1, n2; n1, n2 READY, undrained"
+        ctl events "$D" | grep -q "drained by ansible" || fail "job $D was not moved by the upgrade's drain"
+      else
+        fail "job $D did not complete after the upgrade"; diag "$D"
+      fi
+    fi
   fi
 fi
 
