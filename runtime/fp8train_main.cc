@@ -97,10 +97,10 @@ int main(int argc, char** argv) {
     // GPU is missing among several is a launch error.
     const std::string gpu = StrCat("cuda:", launch->local_rank);
     auto mine = QueryDevice(gpu);
-    device = mine.ok() ? gpu : "cpu";
-    const bool only_one = !mine.ok() && QueryDevice("cuda:0").ok() && !QueryDevice("cuda:1").ok();
-    if (only_one) device = "cuda:0";
-    if (!mine.ok() && !only_one && QueryDevice("cuda:0").ok()) {
+    const bool any = mine.ok() || QueryDevice("cuda:0").ok();
+    const bool only_one = !mine.ok() && any && !QueryDevice("cuda:1").ok();
+    device = mine.ok() ? gpu : only_one ? "cuda:0" : "cpu";
+    if (!mine.ok() && any && !only_one) {
       const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
       std::cerr << who << "local rank " << launch->local_rank << " has no GPU of its own ("
                 << mine.status().message() << "; CUDA_VISIBLE_DEVICES="

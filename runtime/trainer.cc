@@ -132,8 +132,16 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   std::vector<int32_t> x(static_cast<size_t>(M * c.train.grad_accum)), y(x.size());
   const double flops_per_token = 6.0 * static_cast<double>(c.model.num_params()) +
                                  12.0 * c.model.n_layer * c.model.n_embd * c.train.seq_len;
-  const char* hashes_env = std::getenv("FP8RT_STATE_HASHES");  // every N steps (and the last)
-  const long hash_every = hashes_env != nullptr ? std::strtol(hashes_env, nullptr, 10) : 0;
+  // Diagnostics: FP8RT_STATE_HASHES=N hashes the state every N steps (and the last).
+  long hash_every = 0;
+  if (const char* env = std::getenv("FP8RT_STATE_HASHES"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    hash_every = std::strtol(env, &end, 10);
+    if (*end != '\0' || hash_every < 0) {
+      return Status::InvalidArgument(StrCat("FP8RT_STATE_HASHES = '", env,
+                                            "': expected a number of steps (0: off)"));
+    }
+  }
   while (step < stop) {
     // Alone, a signal stops before the next step; with several ranks the ranks vote in the
     // step (StepStats::stop) and all stop after the same one, so none waits on a stopped peer.
