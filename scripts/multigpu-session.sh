@@ -2,7 +2,7 @@
 # One call on a multi-GPU node (issue [9 of 9]), from the repository root with bundle/ and data/
 # carried: collectives, data-parallel equivalence, ZeRO-1, a killed rank, and scaling, with every
 # log under $OUT. NVLink multicast stays off (NCCL_NVLS_ENABLE=0, as the device's KINDS.md asks).
-# Usage: scripts/multigpu-session.sh [comm] [equiv] [determinism] [fault] [scaling] [overlap]
+# Usage: scripts/multigpu-session.sh [devices] [comm] [equiv] [determinism] [fault] [scaling] [overlap]
 #        [tpequiv] [tpscale] [product] (fp8d --standalone + fp8ctl on this node:
 #        scripts/multigpu-product.sh; determinism: scripts/dp-determinism.sh)
 #        (default: all but overlap, which compares gradient-reduction settings at dp 2)
@@ -14,7 +14,7 @@ set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 B=${FP8RT_BIN:-bundle/bin}
-parts=${*:-comm equiv determinism fault scaling tpequiv tpscale}
+parts=${*:-devices comm equiv determinism fault scaling tpequiv tpscale}
 NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 if [ "$NGPU" -lt 2 ]; then
   echo "multigpu-session: needs 2 or more GPUs, found $NGPU: skipped"; exit 77
@@ -66,6 +66,27 @@ fp8: {first_step_current: false}
 parallel: {zero: $3, scale_check_every: 1, collective_timeout_s: 60}
 EOF
 }
+# fp8train --device auto under a launcher that gives each rank one GPU (srun --gpus-per-task 1):
+# rank r sees only GPU r, its local rank says r, and it must use the one GPU it sees; a rank that
+# sees several GPUs but not its own local rank is refused (exit 2), never moved onto another GPU.
+if [[ $parts == *devices* ]]; then
+  echo "== devices: one visible GPU per rank"
+  small_config dev 2 false fp8
+  pids=()
+  for r in 0 1; do
+    CUDA_VISIBLE_DEVICES=$r FP8RT_RANK=$r FP8RT_LOCAL_RANK=$r FP8RT_WORLD_SIZE=2 \
+      FP8RT_MASTER_ADDR=127.0.0.1 FP8RT_MASTER_PORT=29591 timeout 120 $B/fp8train \
+      --config "$OUT/dev.yaml" --steps 5 --metrics "$OUT/dev.jsonl" > "$OUT/dev.r$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for r in 0 1; do wait "${pids[$r]}"; c=$?; echo "rank $r (sees GPU $r only) exit $c"
+    grep -m1 -i "device" "$OUT/dev.r$r.log"; [ $c -eq 0 ] || rc=1; done
+  CUDA_VISIBLE_DEVICES=0,1 FP8RT_RANK=0 FP8RT_LOCAL_RANK=5 FP8RT_WORLD_SIZE=1 timeout 60 \
+    $B/fp8train --config "$OUT/dev.yaml" --steps 1 > "$OUT/dev_bad.log" 2>&1
+  c=$?; echo "local rank 5 with GPUs 0,1 visible: exit $c (want 2)"; tail -1 "$OUT/dev_bad.log"
+  [ $c -eq 2 ] || { echo "devices: FAIL"; rc=1; }
+fi
+
 if [[ $parts == *equiv* ]]; then
   echo "== equivalence (losses of steps 1..10; scales checked on every rank every step)"
   for p in bf16 fp8; do
