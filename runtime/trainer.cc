@@ -27,6 +27,51 @@ float LearningRate(const TrainConfig& t, int64_t step) {
   return static_cast<float>(t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(M_PI * progress)));
 }
 
+namespace {
+
+// Every rank's FP8 scales and amax histories must be bit-identical: compares a hash of them and
+// stops the job naming the ranks that differ from rank 0.
+Status CheckScalesAgree(GptModel& model, int64_t step) {
+  FP8RT_ASSIGN_OR_RETURN(auto recs, model.ExportScales());
+  FP8RT_ASSIGN_OR_RETURN(auto hashes, model.GatherAcrossReplicas(HashScaleRecords(recs)));
+  std::string differ;
+  for (size_t r = 1; r < hashes.size(); ++r) {
+    if (hashes[r] != hashes[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (differ.empty()) return Status::Ok();
+  return Status::Internal(
+      StrCat("after step ", step, " the FP8 scales and amax histories of rank(s) ", differ,
+             " differ from rank 0's (a missed amax reduction or a rank that skipped a step); "
+             "stopping rather than training replicas that have drifted apart"));
+}
+
+// FP8RT_STATE_HASHES diagnostics: every rank's hashes of its state (GptModel::StateHashes), in
+// rank order, for the metrics line; under plain data parallelism all must be equal. With
+// FP8RT_STATE_DUMP=DIR each rank also writes its scale state as --inspect-scales prints it.
+Result<nlohmann::json> StateHashDiagnostics(GptModel& model, int64_t step, int rank) {
+  nlohmann::json out;
+  FP8RT_ASSIGN_OR_RETURN(auto hashes, model.StateHashes());
+  for (const auto& [name, h] : hashes) {
+    FP8RT_ASSIGN_OR_RETURN(out[name], model.GatherAcrossReplicas(h));
+  }
+  if (const char* dump = std::getenv("FP8RT_STATE_DUMP"); dump != nullptr && *dump != '\0') {
+    FP8RT_ASSIGN_OR_RETURN(auto recs, model.ExportScales());
+    std::ofstream f(StrCat(dump, "/rank", rank, ".step", step, ".txt"));
+    f << std::setprecision(9);
+    for (const auto& r : recs) {
+      f << r.name << " pos " << r.pos << " scale " << r.scale << " scale_inv " << r.scale_inv
+        << " history";
+      for (int h = 0; h < r.pos && h < static_cast<int>(r.amax_history.size()); ++h) {
+        f << " " << r.amax_history[h];
+      }
+      f << "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device) {
   const RunConfig& c = o.config;
   TrainResult result;
@@ -182,41 +227,12 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
     const int every = c.parallel.scale_check_every;
     if (ranks > 1 && pd.precision == Precision::kFp8 && every > 0 &&
         (step % every == 0 || step == stop)) {
-      FP8RT_ASSIGN_OR_RETURN(auto recs, model->ExportScales());
-      FP8RT_ASSIGN_OR_RETURN(auto hashes, model->GatherAcrossReplicas(HashScaleRecords(recs)));
-      std::string differ;
-      for (size_t r = 1; r < hashes.size(); ++r) {
-        if (hashes[r] != hashes[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
-      }
-      if (!differ.empty()) {
-        return Status::Internal(
-            StrCat("after step ", step, " the FP8 scales and amax histories of rank(s) ", differ,
-                   " differ from rank 0's (a missed amax reduction or a rank that skipped a step); "
-                   "stopping rather than training replicas that have drifted apart"));
-      }
+      FP8RT_RETURN_IF_ERROR(CheckScalesAgree(*model, step));
     }
-    // Diagnostics (FP8RT_STATE_HASHES=N: every N steps): every rank's hashes of its state
-    // (GptModel::StateHashes), in rank order; under plain data parallelism all must be equal.
+    // Diagnostics (FP8RT_STATE_HASHES=N: every N steps): every rank's hashes of its state.
     nlohmann::json state_hash;
     if (hash_every > 0 && (step % hash_every == 0 || step == stop)) {
-      FP8RT_ASSIGN_OR_RETURN(auto hashes, model->StateHashes());
-      for (const auto& [name, h] : hashes) {
-        FP8RT_ASSIGN_OR_RETURN(state_hash[name], model->GatherAcrossReplicas(h));
-      }
-      // FP8RT_STATE_DUMP=DIR: each rank's scale state as --inspect-scales prints it, to diff.
-      if (const char* dump = std::getenv("FP8RT_STATE_DUMP"); dump != nullptr && *dump != '\0') {
-        FP8RT_ASSIGN_OR_RETURN(auto recs, model->ExportScales());
-        std::ofstream f(StrCat(dump, "/rank", rank, ".step", step, ".txt"));
-        f << std::setprecision(9);
-        for (const auto& r : recs) {
-          f << r.name << " pos " << r.pos << " scale " << r.scale << " scale_inv " << r.scale_inv
-            << " history";
-          for (int h = 0; h < r.pos && h < static_cast<int>(r.amax_history.size()); ++h) {
-            f << " " << r.amax_history[h];
-          }
-          f << "\n";
-        }
-      }
+      FP8RT_ASSIGN_OR_RETURN(state_hash, StateHashDiagnostics(*model, step, rank));
     }
     if (metrics && (step % c.train.log_every == 0 || step == stop)) {
       nlohmann::json j = {{"step", step},
