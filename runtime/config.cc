@@ -87,6 +87,8 @@ Status RunConfig::Validate() const {
   FP8RT_RETURN_IF_ERROR(Range("train.eps", train.eps, 0, 1));
   FP8RT_RETURN_IF_ERROR(Range("train.checkpoint_every", train.checkpoint_every, 0, 1e9));
   FP8RT_RETURN_IF_ERROR(Range("train.log_every", train.log_every, 1, 1e9));
+  FP8RT_RETURN_IF_ERROR(Range("train.eval_every", train.eval_every, 0, 1e9));
+  FP8RT_RETURN_IF_ERROR(Range("train.eval_tokens", train.eval_tokens, 1, 1e12));
   FP8RT_RETURN_IF_ERROR(Range("fp8.history_len", fp8.scaling.history_len, 1, 1024));
   FP8RT_RETURN_IF_ERROR(Range("fp8.margin", fp8.scaling.margin, 0, 32));
   FP8RT_RETURN_IF_ERROR(Range("fp8.telemetry_every", fp8.telemetry_every, 0, 1e9));
@@ -155,7 +157,9 @@ Result<RunConfig> ParseRunConfig(const std::string& yaml_text) {
                                     {"grad_clip", Number(&t.grad_clip)},
                                     {"seed", Integer(&seed, 0)},
                                     {"checkpoint_every", Integer(&t.checkpoint_every)},
-                                    {"log_every", Integer(&t.log_every)}})},
+                                    {"log_every", Integer(&t.log_every)},
+                                    {"eval_every", Integer(&t.eval_every)},
+                                    {"eval_tokens", Integer(&t.eval_tokens)}})},
                   {"fp8", fields({{"history_len", Integer(&f.scaling.history_len)},
                                   {"amax_algo", Enum(&f.scaling.algo, {AmaxAlgo::kMax,
                                                                        AmaxAlgo::kMostRecent},

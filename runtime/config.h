@@ -61,6 +61,13 @@ struct TrainConfig {
   uint64_t seed = 1337;            // init and data sampling. Default: 1337
   int checkpoint_every = 0;        // steps between checkpoints; 0: only at exit. Default: 0
   int log_every = 1;               // metrics line period. Default: 1
+  // With data.val: every this many steps, and after the last, the mean loss over the first
+  // eval_tokens tokens of data.val (the same tokens every time) goes to the metrics as val_loss;
+  // 0: after the last step only. Default: 250
+  int eval_every = 250;
+  // Held-out tokens per evaluation, rounded down to whole (batch_size x seq_len) micro-batches
+  // (at least one) and capped at what data.val holds. Default: 65536
+  int64_t eval_tokens = 65536;
 };
 
 // parallel.*: how this run spreads over the ranks its launcher started (comm/README.md).

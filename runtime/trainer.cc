@@ -12,6 +12,7 @@
 
 #include "runtime/checkpoint.h"
 #include "runtime/data.h"
+#include "runtime/evaluate.h"
 #include "runtime/gpt.h"
 #include "runtime/scale_store.h"
 #include "runtime/train_checkpoint.h"
@@ -93,6 +94,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                                           data.max_token(), " >= model.vocab_size ",
                                           c.model.vocab_size));
   }
+  FP8RT_ASSIGN_OR_RETURN(std::unique_ptr<Validator> validator, Validator::Create(c));
   const int tp = c.parallel.tp;
   if (ranks % tp != 0) {
     return Status::InvalidArgument(StrCat("parallel.tp is ", tp, " but the launcher started ",
@@ -131,6 +133,10 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                 << ", collectives on " << o.world->comm().backend();
     }
     *progress << "\n";
+    if (validator) {
+      *progress << "validation: " << validator->tokens() << " held-out tokens of '"
+                << c.data.val_path << "' every " << c.train.eval_every << " steps and at the end\n";
+    }
     if (c.parallel.zero && dp == 1) {
       *progress << "parallel.zero: a single rank has no peers to shard the optimizer state with; "
                    "running without ZeRO-1\n";
@@ -277,6 +283,27 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                      {"saturated", r.saturated}});
       }
       *metrics << nlohmann::json({{"step", step}, {"fp8_telemetry", t}}).dump() << "\n";
+    }
+    if (validator && IsEvalStep(c.train, step, stop)) {
+      const auto e0 = std::chrono::steady_clock::now();
+      FP8RT_ASSIGN_OR_RETURN(const double val_loss, validator->Evaluate(*model));
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
+      result.val_losses.emplace_back(step, val_loss);
+      if (metrics) {
+        *metrics << nlohmann::json({{"step", step},
+                                    {"val_loss", val_loss},
+                                    {"val_tokens", validator->tokens()},
+                                    {"eval_s", s}})
+                        .dump()
+                 << "\n"
+                 << std::flush;
+      }
+      if (progress) {
+        *progress << "step " << step << "/" << stop << "  val_loss " << std::fixed
+                  << std::setprecision(4) << val_loss << std::defaultfloat << "  ("
+                  << validator->tokens() << " held-out tokens, " << std::setprecision(3) << s
+                  << " s)\n";
+      }
     }
     if (ranks > 1 && st.stop) {
       result.stopped_by_signal = true;

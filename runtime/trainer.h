@@ -6,6 +6,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/exit_codes.h"
@@ -42,6 +43,7 @@ struct TrainResult {
   std::string fallback_reason;
   std::vector<float> losses;       // one per step run
   std::vector<float> grad_norms;   // one per step run, before clipping
+  std::vector<std::pair<int64_t, double>> val_losses;  // (step, val_loss) per evaluation
   std::vector<int64_t> weight_casts;
   int fp8_weights = 0;
   std::string attention_kernel;    // which kernels the attention ran on

@@ -1,0 +1,51 @@
+#include "runtime/evaluate.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace fp8rt {
+
+Result<std::unique_ptr<Validator>> Validator::Create(const RunConfig& c) {
+  if (c.data.val_path.empty()) return std::unique_ptr<Validator>();
+  FP8RT_ASSIGN_OR_RETURN(TokenDataset data, TokenDataset::Load(c.data.val_path, c.data.format));
+  if (data.max_token() >= c.model.vocab_size) {
+    return Status::InvalidArgument(StrCat("data.val '", c.data.val_path, "' has token ",
+                                          data.max_token(), " >= model.vocab_size ",
+                                          c.model.vocab_size));
+  }
+  const int B = c.train.batch_size, T = c.train.seq_len;
+  const int64_t windows = (static_cast<int64_t>(data.tokens().size()) - 1) / T;
+  const int64_t available = windows / B;
+  if (available < 1) {
+    return Status::InvalidArgument(
+        StrCat("data.val '", c.data.val_path, "' has ", data.tokens().size(),
+               " tokens, fewer than one micro-batch of ", B, " x ", T,
+               " (train.batch_size x train.seq_len) + 1"));
+  }
+  const int64_t asked = std::max<int64_t>(1, c.train.eval_tokens / (int64_t{B} * T));
+  const int batches = static_cast<int>(std::min(asked, available));
+  return std::unique_ptr<Validator>(new Validator(std::move(data), B, T, batches));
+}
+
+Result<double> Validator::Evaluate(GptModel& model) {
+  const std::vector<int32_t>& tok = data_.tokens();
+  const size_t M = static_cast<size_t>(B_) * T_;
+  std::vector<int32_t> x(M), y(M);
+  double sum = 0;
+  for (int b = 0; b < batches_; ++b) {
+    for (int i = 0; i < B_; ++i) {
+      const size_t start = (static_cast<size_t>(b) * B_ + i) * T_;
+      std::copy_n(tok.begin() + start, T_, x.begin() + i * T_);
+      std::copy_n(tok.begin() + start + 1, T_, y.begin() + i * T_);
+    }
+    float loss = 0;
+    FP8RT_RETURN_IF_ERROR(model.Forward(x.data(), y.data(), &loss, nullptr));
+    if (!std::isfinite(loss)) {
+      return Status::NonFinite(StrCat("validation loss is ", loss, " on held-out micro-batch ", b));
+    }
+    sum += loss;
+  }
+  return sum / batches_;
+}
+
+}  // namespace fp8rt
