@@ -25,9 +25,11 @@ namespace fp8rt {
 //     count; NaN inputs do not), when saturated != nullptr.
 // Dequantize: out[r][c] = T(Fp8Decode(in.data[r][c]) * *in.scale_inv).
 // ComputeAmax: *amax = max(*amax, max |in[i]|) over n elements, bit-pattern max as above.
+// ScaleFromAmax: *scale = ComputeScale(*amax, *scale, Fp8MaxFinite(format), margin) (kept when
+//   the amax is 0/inf/NaN): current scaling's middle step, for an amax that was reduced over
+//   ranks between ComputeAmax and the cast (fp8.scaling: current under TP and ZeRO-1).
 // QuantizeCurrentScaling: *out.amax = max |x| of this tensor (overwritten, not accumulated;
-//   out.amax is required), *out.scale = ComputeScale(amax, *out.scale, Fp8MaxFinite(format),
-//   margin) (kept when amax is 0/inf/NaN), then Quantize.
+//   out.amax is required), ScaleFromAmax(out.amax, out.scale, ...), then Quantize.
 //
 // QuantizeDbias: Quantize (out.data_t required) and, from the same read of the input,
 //   dbias[c] += sum over rows r of in[r][c] (the bias gradient when in is a layer's output
@@ -57,6 +59,7 @@ template <typename T>
 Status Dequantize(const Fp8Tensor& in, T* out);
 template <typename T>
 Status ComputeAmax(const T* in, int64_t n, float* amax);
+Status ScaleFromAmax(const float* amax, float* scale, Fp8Format format, int margin);
 template <typename T>
 Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin = 0,
                               uint64_t* saturated = nullptr);
@@ -93,6 +96,9 @@ template <typename T>
 Status Dequantize(const Fp8Tensor& in, T* out, cudaStream_t stream);
 template <typename T>
 Status ComputeAmax(const T* in, int64_t n, float* amax, cudaStream_t stream);
+// One one-thread launch.
+Status ScaleFromAmax(const float* amax, float* scale, Fp8Format format, int margin,
+                     cudaStream_t stream);
 template <typename T>
 Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin,
                               unsigned long long* saturated, cudaStream_t stream);

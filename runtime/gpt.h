@@ -66,6 +66,10 @@ struct StepStats {
   // same step.
   bool stop = false;
   int amax_collectives = 0;
+  // fp8.scaling: current: the one-float amax all-reduces of split tensors before their casts
+  // (TP: the inputs of the row-parallel and the output gradients of the column-parallel linears,
+  // and every split weight; ZeRO-1: every weight's shards), this step.
+  int current_amax_collectives = 0;
   int grad_buckets = 0;
   double amax_reduce_ms = 0;
   double grad_reduce_ms = 0;

@@ -50,9 +50,14 @@ class Fp8State {
     }
     FP8RT_RETURN_IF_ERROR(ops_->Upload(base_ + sl.formats, formats.data(), formats.size()));
     FP8RT_RETURN_IF_ERROR(ops_->InitScaling(scaling));
-    calibrate = o_.fp8.first_step_current;
+    current = o_.fp8.mode == Fp8Scaling::kCurrent;
+    calibrate = CalibratesFresh();
     FP8RT_RETURN_IF_ERROR(
         alloc(reinterpret_cast<void**>(&saturated), int64_t{num_tensors} * sizeof(Counter)));
+    if (current) {
+      FP8RT_RETURN_IF_ERROR(
+          alloc(reinterpret_cast<void**>(&cur_amax), int64_t{num_tensors} * sizeof(float)));
+    }
     w8.assign(slots, nullptr), w8t.assign(slots, nullptr), x8t.assign(slots, nullptr);
     int64_t max_n = 0, max_k = 0;
     for (int s = 0; s < slots; ++s) {
@@ -140,19 +145,29 @@ class Fp8State {
   Status ImportScales(const std::vector<TensorScaleRecord>& records);
   Status ResetHistory() {
     if (num_tensors == 0) return Status::Ok();
-    calibrate = o_.fp8.first_step_current;
+    calibrate = CalibratesFresh();
     return ops_->InitScaling(scaling);
   }
   // Fresh scales (InitRandom).
   Status Init() {
     if (num_tensors == 0) return Status::Ok();
     FP8RT_RETURN_IF_ERROR(ops_->InitScaling(scaling));
-    calibrate = o_.fp8.first_step_current;
+    calibrate = CalibratesFresh();
     return Status::Ok();
   }
   Result<std::vector<Fp8TelemetryRow>> Telemetry();
+  // A fresh delayed-scaling state calibrates its first step (fp8.first_step_current); current
+  // scaling has nothing to calibrate.
+  bool CalibratesFresh() const { return o_.fp8.first_step_current && !current; }
 
   DelayedScalingConfig cfg;
+  // fp8.scaling: current. Every cast's scale comes from its own input's amax (in cur_amax, one
+  // slot per tensor), computed just before it; the casts still max-accumulate the step's amaxes
+  // into scaling.amax, which go through the step's amax reduction into the histories as under
+  // delayed scaling (for telemetry, --inspect-scales and the cross-rank check); the scales the
+  // delayed update writes are replaced by the next casts'.
+  bool current = false;
+  float* cur_amax = nullptr;
   ScalingState scaling;
   int num_tensors = 0, num_weights = 0;
   // The scale state is fresh (initial scale 1, empty history): the next step's first micro-batch

@@ -141,8 +141,26 @@ class Gpt final : public GptModel {
                         const T* dgelu_aux = nullptr, bool* dgelu_done = nullptr,
                         const T* dy_gelu_pre = nullptr);
   // Whether layer kind's FP8 cast of its output gradient can also apply the GELU backward (an FP8
-  // layer with a bias, outside the calibrating first step, whose cast measures dy first).
-  bool FusesGeluIntoDyCast(int kind) const { return Fp8On(kind) && !fp8_.calibrate_now; }
+  // layer with a bias, outside the calibrating first step and current scaling, whose casts
+  // measure dy first).
+  bool FusesGeluIntoDyCast(int kind) const {
+    return Fp8On(kind) && !fp8_.calibrate_now && !fp8_.current;
+  }
+  // fp8.scaling: current. Sets the scale of FP8 tensor (l, kind, role) from the amax of its input
+  // `in` (n elements), all-reduced (MAX) over `group` first when that has several ranks: the
+  // tensor is split over it. Called just before the tensor's cast.
+  template <typename U>
+  Status CurrentScale(int l, int kind, int role, const U* in, int64_t n,
+                      comm::Communicator* group);
+  // Under TP: whether role's tensor of layer kind is split over the TP group (the weights and
+  // output gradients of column-parallel layers, the weights and inputs of row-parallel ones).
+  bool SplitOverTp(int kind, int role) const {
+    if (!Tp()) return false;
+    int64_t N, K, N1, K1;
+    LinearShape(kind, &N, &K);
+    gpt_detail::LinearShape(o_.model, kind, &N1, &K1, 1);
+    return role == kRoleW ? N * K != N1 * K1 : role == kRoleX ? K != K1 : N != N1;
+  }
   Status AddBias(T* y, const T* b, int64_t M, int64_t N);
   // Runs `fused` (a GEMM with an epilogue that does more) while cuBLASLt takes it (*ok), else
   // `plain`; a refusal clears *ok for good, so the model stops asking. *done says fused ran.
@@ -254,6 +272,7 @@ class Gpt final : public GptModel {
   int next_bucket_ = 0;
   float grad_scale_ = 1.0f;  // 1 / DP while a DP step runs: SUM then gives the mean
   int amax_collectives_ = 0;
+  int current_amax_collectives_ = 0;
   static constexpr int kGradTimer = 0, kAmaxTimer = 1, kGatherTimer = 2;
   // Set during the backward of a step's first micro-batch: the linear layers' weight gradients
   // (and the tied wte's, which the LM head's wgrad writes before the embedding backward adds to
@@ -567,6 +586,7 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
         ops_->UploadAsync(step_losses_ + o_.grad_accum, staging_ + 2 * n, sizeof(float)));
   }
   amax_collectives_ = 0;
+  current_amax_collectives_ = 0;
   grad_scale_ = Dp() ? 1.0f / static_cast<float>(o_.dp->size()) : 1.0f;
   const Status s = MicroBatches();
   grad_scale_ = 1.0f;
@@ -590,6 +610,7 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
   if (Multi()) out->stop = stats[o_.grad_accum] > 0.0f;
   out->weight_casts = weight_casts_;
   out->amax_collectives = amax_collectives_;
+  out->current_amax_collectives = current_amax_collectives_;
   out->grad_buckets = Dp() ? static_cast<int>(buckets_.size()) : 0;
   out->grad_reduce_ms = Dp() ? ops_->CommTimerMs(kGradTimer) : 0;
   out->amax_reduce_ms = amax_collectives_ > 0 ? ops_->CommTimerMs(kAmaxTimer) : 0;

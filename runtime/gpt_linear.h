@@ -20,6 +20,26 @@ Status Gpt<Ops, T>::AddBias(T* y, const T* b, int64_t M, int64_t N) {
 }
 
 template <typename Ops, typename T>
+template <typename U>
+Status Gpt<Ops, T>::CurrentScale(int l, int kind, int role, const U* in, int64_t n,
+                                 comm::Communicator* group) {
+  const int i = fp8_.Index(l, kind, role);
+  float* const amax = fp8_.cur_amax + i;
+  ops_->Mark("fp8 current amax");
+  FP8RT_RETURN_IF_ERROR(ops_->Zero(amax, sizeof(float)));
+  FP8RT_RETURN_IF_ERROR(ops_->ComputeAmax(in, n, amax));
+  if (group != nullptr && group->size() > 1) {
+    ops_->Mark("fp8 current amax all-reduce");
+    FP8RT_RETURN_IF_ERROR(group->AllReduce(amax, amax, 1, comm::DataType::kFloat32,
+                                           comm::ReduceOp::kMax, ops_->ComputeStream(),
+                                           "current-scaling amax all-reduce"));
+    ++current_amax_collectives_;
+  }
+  return ops_->ScaleFromAmax(amax, fp8_.scaling.scale + i,
+                             FormatFor(fp8_.cfg.recipe, role == kRoleDy), fp8_.cfg.margin);
+}
+
+template <typename Ops, typename T>
 Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b, bool cast_w,
                                   T* gelu_out, bool* gelu_done, const T* residual) {
   int64_t N, K;
@@ -51,12 +71,21 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
   }
   const int slot = fp8_.Slot(l, kind);
   const Fp8Tensor xq = fp8_.Of(l, kind, kRoleX, fp8_.x8, fp8_.x8t[slot], M_, K);
+  comm::Communicator* const tp = o_.tp;
+  if (fp8_.current) {
+    FP8RT_RETURN_IF_ERROR(
+        CurrentScale(l, kind, kRoleX, x, M_ * K, SplitOverTp(kind, kRoleX) ? tp : nullptr));
+  }
   ops_->Mark("fp8 cast x (+T)");
   FP8RT_RETURN_IF_ERROR(fp8_.Cast(x, xq, fp8_.SaturatedOf(l, kind, kRoleX)));
   const Fp8Tensor wq = fp8_.Of(l, kind, kRoleW, fp8_.w8[slot], fp8_.w8t[slot], N, K);
   if (cast_w) {  // from the FP32 master weights
     ops_->Mark("fp8 cast w (+T)");
     const float* w = cast_src_ + layout_.offset[wp] + l * N * K;
+    if (fp8_.current) {
+      FP8RT_RETURN_IF_ERROR(
+          CurrentScale(l, kind, kRoleW, w, N * K, SplitOverTp(kind, kRoleW) ? tp : nullptr));
+    }
     FP8RT_RETURN_IF_ERROR(fp8_.Cast(w, wq, fp8_.SaturatedOf(l, kind, kRoleW)));
     ++weight_casts_;
   }
@@ -121,6 +150,10 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
   const int slot = fp8_.Slot(l, kind);
   const Fp8Tensor dyq = fp8_.Of(l, kind, kRoleDy, fp8_.dy8, fp8_.dy8t, M_, N);
   typename Ops::Counter* const dy_saturated = fp8_.SaturatedOf(l, kind, kRoleDy);
+  if (fp8_.current) {  // (never with dy_gelu_pre: FusesGeluIntoDyCast)
+    FP8RT_RETURN_IF_ERROR(CurrentScale(l, kind, kRoleDy, dy, M_ * N,
+                                       SplitOverTp(kind, kRoleDy) ? o_.tp : nullptr));
+  }
   if (dy_gelu_pre != nullptr) {  // never while calibrating (FusesGeluIntoDyCast)
     ops_->Mark("fp8 cast dy (+T, +dbias, +gelu bwd)");
     FP8RT_RETURN_IF_ERROR(ops_->QuantizeDbiasGeluGrad(dy, dy_gelu_pre, dyq, db, dy_saturated));

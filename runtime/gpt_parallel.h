@@ -152,8 +152,12 @@ Status Gpt<Ops, T>::GatherWeights() {
     uint8_t* mine = fp8_.w8[fp8_.Slot(l, kind)] + r * rows * K;
     const Fp8Tensor t = fp8_.Of(l, kind, kRoleW, mine, nullptr, rows, K);
     ++weight_casts_;
-    return fp8_.Cast(master_ + ShardOff(WeightOf(kind), kind == kLmHead ? 0 : l), t,
-                     fp8_.SaturatedOf(l, kind, kRoleW));
+    const float* shard = master_ + ShardOff(WeightOf(kind), kind == kLmHead ? 0 : l);
+    if (fp8_.current) {  // the whole weight's amax: over its shards (and its TP parts)
+      FP8RT_RETURN_IF_ERROR(CurrentScale(l, kind, kRoleW, shard, rows * K,
+                                         SplitOverTp(kind, kRoleW) ? World() : o_.dp));
+    }
+    return fp8_.Cast(shard, t, fp8_.SaturatedOf(l, kind, kRoleW));
   }));
   ops_->Mark("weight all-gather (launch)");
   void* stream = ops_->ForkComm();

@@ -131,6 +131,13 @@ class CpuOps {
   Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin, Counter* saturated) {
     return cpu::QuantizeCurrentScaling(in, out, margin, saturated);
   }
+  template <typename U>
+  Status ComputeAmax(const U* in, int64_t n, float* amax) {
+    return cpu::ComputeAmax(in, n, amax);
+  }
+  Status ScaleFromAmax(const float* amax, float* scale, Fp8Format format, int margin) {
+    return cpu::ScaleFromAmax(amax, scale, format, margin);
+  }
   template <typename T>
   Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, float* dbias,
                                Counter* saturated) {

@@ -321,6 +321,13 @@ class CudaOps {
   Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin, Counter* saturated) {
     return cuda::QuantizeCurrentScaling(in, out, margin, saturated, stream_);
   }
+  template <typename U>
+  Status ComputeAmax(const U* in, int64_t n, float* amax) {
+    return cuda::ComputeAmax(in, n, amax, stream_);
+  }
+  Status ScaleFromAmax(const float* amax, float* scale, Fp8Format format, int margin) {
+    return cuda::ScaleFromAmax(amax, scale, format, margin, stream_);
+  }
   template <typename T>
   Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, float* dbias,
                                Counter* saturated) {

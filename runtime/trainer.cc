@@ -256,6 +256,9 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
         j["dp"] = dp;
         j["tp"] = tp;
         j["amax_collectives"] = st.amax_collectives;
+        if (c.fp8.mode == Fp8Scaling::kCurrent) {
+          j["current_amax_collectives"] = st.current_amax_collectives;
+        }
         j["amax_reduce_ms"] = st.amax_reduce_ms;
         j["grad_reduce_ms"] = st.grad_reduce_ms;
         j["grad_buckets"] = st.grad_buckets;

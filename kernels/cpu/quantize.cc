@@ -99,6 +99,17 @@ Status ComputeAmax(const T* in, int64_t n, float* amax) {
   return Status::Ok();
 }
 
+Status ScaleFromAmax(const float* amax, float* scale, Fp8Format format, int margin) {
+  if (amax == nullptr || scale == nullptr) {
+    return Status::InvalidArgument("ScaleFromAmax: amax and scale must be non-null");
+  }
+  if (margin < 0 || margin > 32) {
+    return Status::InvalidArgument(StrCat("ScaleFromAmax: margin=", margin, " is outside 0..32"));
+  }
+  *scale = ComputeScale(*amax, *scale, Fp8MaxFinite(format), margin);
+  return Status::Ok();
+}
+
 template <typename T>
 Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin, uint64_t* saturated) {
   FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor("QuantizeCurrentScaling", out));
@@ -114,7 +125,7 @@ Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin, uin
   }
   *out.amax = 0.0f;
   FP8RT_RETURN_IF_ERROR(ComputeAmax(in, out.numel(), out.amax));
-  *out.scale = ComputeScale(*out.amax, *out.scale, Fp8MaxFinite(out.format), margin);
+  FP8RT_RETURN_IF_ERROR(ScaleFromAmax(out.amax, out.scale, out.format, margin));
   Fp8Tensor no_amax = out;  // the amax is already complete
   no_amax.amax = nullptr;
   return Quantize(in, no_amax, saturated);

@@ -664,6 +664,19 @@ Status ComputeAmax(const T* in, int64_t n, float* amax, cudaStream_t stream) {
   return Status::Ok();
 }
 
+Status ScaleFromAmax(const float* amax, float* scale, Fp8Format format, int margin,
+                     cudaStream_t stream) {
+  if (amax == nullptr || scale == nullptr) {
+    return Status::InvalidArgument("ScaleFromAmax: amax and scale must be non-null");
+  }
+  if (margin < 0 || margin > 32) {
+    return Status::InvalidArgument(StrCat("ScaleFromAmax: margin=", margin, " is outside 0..32"));
+  }
+  CurrentScaleKernel<<<1, 1, 0, stream>>>(amax, scale, Fp8MaxFinite(format), margin);
+  FP8RT_CUDA_TRY_LAUNCH("ScaleFromAmax");
+  return Status::Ok();
+}
+
 template <typename T>
 Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin,
                               unsigned long long* saturated, cudaStream_t stream) {
@@ -680,8 +693,7 @@ Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin,
   }
   FP8RT_CUDA_TRY(cudaMemsetAsync(out.amax, 0, sizeof(float), stream));
   FP8RT_RETURN_IF_ERROR(ComputeAmax(in, out.numel(), out.amax, stream));
-  CurrentScaleKernel<<<1, 1, 0, stream>>>(out.amax, out.scale, Fp8MaxFinite(out.format), margin);
-  FP8RT_CUDA_TRY_LAUNCH("QuantizeCurrentScaling (scale)");
+  FP8RT_RETURN_IF_ERROR(ScaleFromAmax(out.amax, out.scale, out.format, margin, stream));
   Fp8Tensor no_amax = out;  // the amax is already complete
   no_amax.amax = nullptr;
   return Quantize(in, no_amax, saturated, stream);

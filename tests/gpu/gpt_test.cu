@@ -57,9 +57,13 @@ TEST_F(GptGpu, GradientsMatchTheCpuModel) {
   }
 }
 
+// Delayed and current scaling (fp8.scaling): the GPU model's losses follow the CPU emulation's.
 TEST_F(GptGpu, Fp8TrainingTracksTheCpuEmulation) {
   if (test::ComputeCapability() < 89) GTEST_SKIP() << "FP8 needs compute capability 8.9";
+  for (const Fp8Scaling mode : {Fp8Scaling::kDelayed, Fp8Scaling::kCurrent}) {
+  SCOPED_TRACE(Fp8ScalingName(mode));
   ModelOptions o = Small(Precision::kFp8);
+  o.fp8.mode = mode;
   o.grad_accum = 2;
   auto cpu = CreateCpuGpt(o);
   auto gpu = CreateCudaGpt(o, 0);
@@ -81,6 +85,7 @@ TEST_F(GptGpu, Fp8TrainingTracksTheCpuEmulation) {
   ASSERT_TRUE(scales.ok());
   EXPECT_EQ(scales->size(), 24u);  // 8 linears x (input, weight, grad_output)
   for (const auto& r : *scales) EXPECT_NE(r.scale, 1.0f) << r.name << " never calibrated";
+  }
 }
 
 TEST_F(GptGpu, LaterMicroBatchesUseThisStepsFp8WeightBytes) {

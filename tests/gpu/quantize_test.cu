@@ -2,6 +2,7 @@
 // orientations), amax, saturation counts and scale_inv must match exactly.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -473,6 +474,31 @@ TEST_F(QuantizeGpuMisc, TransposeFp8MatchesReference) {
   }
   DeviceBuffer<uint8_t> b(16);
   EXPECT_FALSE(cuda::TransposeFp8(b.get(), b.get(), 4, 4, nullptr).ok()) << "in place is refused";
+}
+
+// ScaleFromAmax (fp8.scaling: current's middle step, after an amax reduction): the device's
+// scale equals the reference's for ordinary, tiny, huge, zero, inf and NaN amaxes (the last three
+// keep the old scale), in both formats and at margins 0 and 3.
+TEST_F(QuantizeGpuMisc, ScaleFromAmaxMatchesReference) {
+  const float amaxes[] = {1.0f, 3.7e-3f, 448.0f, 1e-30f, 1e-45f, 3e38f, 0.0f,
+                          std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()};
+  for (const Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+    for (const int margin : {0, 3}) {
+      for (const float a : amaxes) {
+        float want = 0.25f;  // the old scale
+        ASSERT_TRUE(cpu::ScaleFromAmax(&a, &want, f, margin).ok());
+        DeviceBuffer<float> d(std::vector<float>{a, 0.25f});
+        ASSERT_TRUE(cuda::ScaleFromAmax(d.get(), d.get() + 1, f, margin, nullptr).ok());
+        const float got = d.Download()[1];
+        EXPECT_EQ(std::memcmp(&got, &want, 4), 0)
+            << "amax " << a << " margin " << margin << ": " << got << " vs " << want;
+      }
+    }
+  }
+  DeviceBuffer<float> d(2);
+  EXPECT_FALSE(cuda::ScaleFromAmax(d.get(), d.get() + 1, Fp8Format::kE4M3, 33, nullptr).ok());
+  EXPECT_FALSE(cuda::ScaleFromAmax(nullptr, d.get(), Fp8Format::kE4M3, 0, nullptr).ok());
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ class ParallelRun : public ::testing::Test {
                         << ", total_steps: 20, lr: 0.003, warmup_steps: 2}\n"
                         << "precision: " << precision
                         << "\nfp8: {history_len: 4, first_step_current: "
-                        << (first_step_current ? "true" : "false") << "}\n"
+                        << (first_step_current ? "true" : "false") << fp8_extra_ << "}\n"
                         << "parallel: {scale_check_every: 1, collective_timeout_s: 60, "
                            "bucket_mb: 0.02, zero: "
                         << (zero ? "true" : "false") << ", grad_reduce_dtype: " << reduce_dtype
@@ -174,6 +174,9 @@ class ParallelRun : public ::testing::Test {
     r.metrics = Metrics(dir_.str() + "/" + tag + ".jsonl");
     return r;
   }
+
+  // More fp8: keys for the configs Config writes (e.g. ", scaling: current").
+  std::string fp8_extra_;
 
   std::vector<float> Master(const std::string& tag) {
     auto ck = ReadCheckpoint(dir_.str() + "/" + tag + ".ckpt", -1, {});
