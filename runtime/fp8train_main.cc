@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   std::string config_path, checkpoint_dir, precision, device = "auto", metrics, inspect;
   std::string attention = "auto";
   int64_t steps = -1, inspect_step = -1;
-  bool resume = false, reset_history = false, profile_ops = false;
+  bool resume = false, reset_history = false, profile_ops = false, memory_report = false;
   app.add_option("--config", config_path, "run configuration (YAML)");
   app.add_option("--steps", steps,
                  "stop after this global step (the LR schedule still follows "
@@ -43,6 +43,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "cudnn", "flash", "gemm"}));
   app.add_flag("--profile-ops", profile_ops,
                "time every op of each step (after the first two) and print a table at exit");
+  app.add_flag("--memory-report", memory_report,
+               "after the first step, print the model's memory by what it holds (master weights, "
+               "gradients, optimizer, activations, FP8 copies, workspaces) and the device's use");
   app.add_option("--inspect-scales", inspect,
                  "print the FP8 scale state checkpointed in DIR and exit");
   app.add_option("--step", inspect_step, "with --inspect-scales: the step (default: latest)");
@@ -80,6 +83,7 @@ int main(int argc, char** argv) {
   o.resume = resume;
   o.reset_fp8_history = reset_history;
   o.profile_ops = profile_ops;
+  o.memory_report = memory_report;
   o.attention = attention;
   if (!precision.empty()) o.precision = *ParsePrecision(precision);
   // Who this rank is (mpirun, srun, the FP8RT_* environment, or alone): comm/README.md.

@@ -128,6 +128,9 @@ class GptModel {
   virtual int num_fp8_weights() const = 0;
   // Peak device (or host, on the CPU) bytes allocated by the model.
   virtual size_t allocated_bytes() const = 0;
+  // allocated_bytes() by what the memory holds (gpt_layout.h's MemCategory), in a fixed order;
+  // categories with nothing allocated are left out.
+  virtual std::vector<std::pair<std::string, size_t>> MemoryReport() const = 0;
   // Which kernels the attention runs on, for logs (e.g. "cuDNN 9.14.0 fused flash attention").
   virtual std::string attention_kernel() const = 0;
   // --profile-ops: time per op of each Step (see runtime/op_profile.h), mean ms per step.

@@ -31,7 +31,7 @@ class Fp8State {
   Fp8State(const ModelOptions& o, Ops* ops) : o_(o), ops_(ops) {}
 
   // Allocates the scaling state and the FP8 buffers for M tokens per micro-batch through
-  // `alloc(void** p, int64_t bytes)`. Nothing when the model does not run in FP8.
+  // `alloc(void** p, int64_t bytes, MemCategory what)`. Nothing when the model does not run in FP8.
   template <typename AllocFn>
   Status Setup(int64_t M, AllocFn&& alloc) {
     if (o_.precision != Precision::kFp8) return Status::Ok();
@@ -42,7 +42,7 @@ class Fp8State {
     num_tensors = slots * kNumRoles;
     const ScalingStateLayout sl = ScalingStateLayout::For(num_tensors, cfg.history_len, kScaleSlot);
     FP8RT_RETURN_IF_ERROR(
-        alloc(reinterpret_cast<void**>(&base_), static_cast<int64_t>(sl.total_bytes)));
+        alloc(reinterpret_cast<void**>(&base_), static_cast<int64_t>(sl.total_bytes), kMemScaling));
     scaling = sl.Bind(base_);
     std::vector<uint8_t> formats(num_tensors);
     for (int i = 0; i < num_tensors; ++i) {
@@ -53,10 +53,11 @@ class Fp8State {
     current = o_.fp8.mode == Fp8Scaling::kCurrent;
     calibrate = CalibratesFresh();
     FP8RT_RETURN_IF_ERROR(
-        alloc(reinterpret_cast<void**>(&saturated), int64_t{num_tensors} * sizeof(Counter)));
+        alloc(reinterpret_cast<void**>(&saturated), int64_t{num_tensors} * sizeof(Counter),
+              kMemScaling));
     if (current) {
       FP8RT_RETURN_IF_ERROR(
-          alloc(reinterpret_cast<void**>(&cur_amax), int64_t{num_tensors} * sizeof(float)));
+          alloc(reinterpret_cast<void**>(&cur_amax), int64_t{num_tensors} * sizeof(float), kMemScaling));
     }
     w8.assign(slots, nullptr), w8t.assign(slots, nullptr), x8t.assign(slots, nullptr);
     int64_t max_n = 0, max_k = 0;
@@ -66,14 +67,14 @@ class Fp8State {
       int64_t N, K;
       LinearShape(o_.model, kind, &N, &K, o_.tp_size());
       max_n = std::max(max_n, N), max_k = std::max(max_k, K);
-      FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8[s]), N * K));
-      FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8t[s]), N * K));
-      FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x8t[s]), M_ * K));
+      FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8[s]), N * K, kMemFp8Weights));
+      FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8t[s]), N * K, kMemFp8Weights));
+      FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x8t[s]), M_ * K, kMemFp8Saved));
       ++num_weights;
     }
-    FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x8), M_ * max_k));
-    FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&dy8), M_ * max_n));
-    return alloc(reinterpret_cast<void**>(&dy8t), M_ * max_n);
+    FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x8), M_ * max_k, kMemFp8Scratch));
+    FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&dy8), M_ * max_n, kMemFp8Scratch));
+    return alloc(reinterpret_cast<void**>(&dy8t), M_ * max_n, kMemFp8Scratch);
   }
 
   bool On(int kind) const {

@@ -59,6 +59,13 @@ class Gpt final : public GptModel {
   int64_t num_params() const override { return Layout(o_.model).total; }
   int num_fp8_weights() const override { return fp8_.num_weights; }
   size_t allocated_bytes() const override { return allocated_bytes_; }
+  std::vector<std::pair<std::string, size_t>> MemoryReport() const override {
+    std::vector<std::pair<std::string, size_t>> out;
+    for (int c = 0; c < kNumMemCategories; ++c) {
+      if (category_bytes_[c] > 0) out.emplace_back(kMemCategoryNames[c], category_bytes_[c]);
+    }
+    return out;
+  }
   std::string attention_kernel() const override { return ops_->AttentionKernel(Att(), kT); }
   void EnableOpProfile(bool on) override { ops_->EnableProfile(on); }
   std::vector<OpTime> OpProfile() const override { return ops_->ProfileReport(); }
@@ -96,6 +103,7 @@ class Gpt final : public GptModel {
     }
     allocations_.push_back(raw);
     allocated_bytes_ += bytes;
+    category_bytes_[mem_category_] += bytes;
     *p = static_cast<U*>(raw);
     return Status::Ok();
   }
@@ -200,6 +208,8 @@ class Gpt final : public GptModel {
   Layout layout_;
   std::vector<void*> allocations_;
   size_t allocated_bytes_ = 0;
+  MemCategory mem_category_ = kMemOther;  // of the next allocations
+  size_t category_bytes_[kNumMemCategories] = {};
   int64_t M_ = 0;  // B * T tokens per micro-batch
 
   // Parameters: FP32 master, FP32 gradients and moments, T working copy.
@@ -332,10 +342,14 @@ Status Gpt<Ops, T>::Setup() {
   }
   if (Zero()) FP8RT_RETURN_IF_ERROR(SetupZero());
   const int64_t owned = Zero() ? shard_total_ : P;  // master weights and moments kept here
+  mem_category_ = kMemMaster;
   FP8RT_RETURN_IF_ERROR(Alloc(&master_, owned));
+  mem_category_ = kMemGrads;
   FP8RT_RETURN_IF_ERROR(Alloc(&grads_, P));
+  mem_category_ = kMemOptimizer;
   FP8RT_RETURN_IF_ERROR(Alloc(&m_, owned));
   FP8RT_RETURN_IF_ERROR(Alloc(&v_, owned));
+  mem_category_ = kMemGrads;
   if (Zero()) FP8RT_RETURN_IF_ERROR(Alloc(&gshard_, shard_total_));
   if (Dp() && o_.grad_reduce_bf16) {
     FP8RT_RETURN_IF_ERROR(Alloc(&g16_, P));
@@ -347,13 +361,16 @@ Status Gpt<Ops, T>::Setup() {
     work_offset_[p] = HasWorking(p) ? work_total : -1;
     if (HasWorking(p)) work_total += (layout_.size[p] + 63) / 64 * 64;
   }
+  mem_category_ = kMemWorking;
   FP8RT_RETURN_IF_ERROR(Alloc(&working_, work_total));
+  mem_category_ = kMemOther;
   FP8RT_RETURN_IF_ERROR(Alloc(&tokens_, M_));
   FP8RT_RETURN_IF_ERROR(Alloc(&targets_, M_));
   // (+1: the step's stop vote, a float)
   staging_ =
       static_cast<int32_t*>(ops_->AllocHost(sizeof(int32_t) * (2 * M_ * o_.grad_accum + 1)));
   if (staging_ == nullptr) return Status(StatusCode::kResourceExhausted, "pinned host memory");
+  mem_category_ = kMemActivations;
   FP8RT_RETURN_IF_ERROR(Alloc(&encoded_, M_ * C));
 
   auto per_layer = [&](std::vector<T*>* v, int64_t n, bool shared) -> Status {
@@ -407,18 +424,22 @@ Status Gpt<Ops, T>::Setup() {
   FP8RT_RETURN_IF_ERROR(Alloc(&lnf_, M_ * C));
   FP8RT_RETURN_IF_ERROR(Alloc(&lnf_mean_, M_));
   FP8RT_RETURN_IF_ERROR(Alloc(&lnf_rstd_, M_));
+  mem_category_ = kMemLogits;
   FP8RT_RETURN_IF_ERROR(Alloc(&logits_, M_ * Vp));
+  mem_category_ = kMemOther;
   FP8RT_RETURN_IF_ERROR(Alloc(&losses_, M_));
   // [losses (grad_accum), stop vote, squared norm]: one all-reduce sums the losses and the votes,
   // one download brings everything.
   FP8RT_RETURN_IF_ERROR(Alloc(&step_losses_, o_.grad_accum + 2));
   norm_sq_ = step_losses_ + o_.grad_accum + 1;
   FP8RT_RETURN_IF_ERROR(Alloc(&ones_, M_));
+  mem_category_ = kMemActGrads;
   FP8RT_RETURN_IF_ERROR(Alloc(&dres_, M_ * C));
   FP8RT_RETURN_IF_ERROR(Alloc(&dc1_, M_ * C));
   FP8RT_RETURN_IF_ERROR(Alloc(&dc2_, M_ * C));
   FP8RT_RETURN_IF_ERROR(Alloc(&dqkv_, M_ * 3 * Ct));
   FP8RT_RETURN_IF_ERROR(Alloc(&d4c_, M_ * 4 * Ct));
+  mem_category_ = kMemOther;
   {
     std::vector<T> ones(static_cast<size_t>(M_), T(1.0f));
     FP8RT_RETURN_IF_ERROR(ops_->Upload(ones_, ones.data(), ones.size() * sizeof(T)));
@@ -444,9 +465,11 @@ Status Gpt<Ops, T>::Setup() {
                        ") all-reduce"));
     }
   }
-  FP8RT_RETURN_IF_ERROR(fp8_.Setup(M_, [this](void** p, int64_t bytes) {
+  FP8RT_RETURN_IF_ERROR(fp8_.Setup(M_, [this](void** p, int64_t bytes, MemCategory what) {
     uint8_t* raw = nullptr;
+    mem_category_ = what;
     FP8RT_RETURN_IF_ERROR(Alloc(&raw, bytes));
+    mem_category_ = kMemOther;
     *p = raw;
     return Status::Ok();
   }));
@@ -455,6 +478,7 @@ Status Gpt<Ops, T>::Setup() {
     size_t scratch = 0;
     FP8RT_RETURN_IF_ERROR(ops_->ReserveScratchFor(as, kT, m.vocab_size, P, &scratch));
     allocated_bytes_ += scratch;
+    category_bytes_[kMemWorkspace] += scratch;
   }
   return Status::Ok();
 }

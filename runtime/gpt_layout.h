@@ -55,6 +55,30 @@ inline const bool kDecay[kNumParams] = {true,  true,  false, false, true, false,
 
 // The four linear layers of a block, and the LM head.
 enum LinearKind { kQkv, kAttProj, kFc, kFcProj, kNumLinear, kLmHead = kNumLinear };
+
+// What the model's memory holds (fp8train --memory-report), one category per allocation.
+enum MemCategory {
+  kMemMaster,        // FP32 master weights (this rank's shard under ZeRO-1)
+  kMemGrads,         // FP32 gradients (+ the ZeRO-1 shard and BF16 reduction buffers)
+  kMemOptimizer,     // AdamW moments
+  kMemWorking,       // T (BF16) working copies of the weights that do not run in FP8
+  kMemActivations,   // activations saved for the backward (T), attention statistics
+  kMemLogits,        // the LM head's logits (T), reused in place for their gradient
+  kMemActGrads,      // the backward's activation gradients (T)
+  kMemFp8Weights,    // FP8 weights, cast once per step, and their transposed copies
+  kMemFp8Saved,      // FP8 (transposed) copies of the linear layers' inputs, saved for wgrad
+  kMemFp8Scratch,    // the shared FP8 casts of the current input and output gradient
+  kMemScaling,       // FP8 scale state: amaxes, histories, scales, saturation counters
+  kMemWorkspace,     // op scratch (attention, embedding and LayerNorm backward, norms)
+  kMemOther,         // token ids, per-step scalars, gather buffers
+  kNumMemCategories
+};
+inline const char* kMemCategoryNames[kNumMemCategories] = {
+    "master weights (fp32)", "gradients (fp32)",  "optimizer moments (fp32)",
+    "working weights",       "saved activations", "logits",
+    "activation gradients",  "fp8 weights (+T)",  "fp8 saved inputs",
+    "fp8 cast scratch",      "fp8 scale state",   "op workspaces",
+    "other"};
 inline const char* kLinearNames[kNumLinear + 1] = {"qkv", "attn_proj", "fc", "fc_proj", "lm_head"};
 // Op names for --profile-ops, per linear kind (kQkv .. kLmHead).
 inline const char* kFpropNames[] = {"gemm fprop qkv", "gemm fprop attn_proj", "gemm fprop fc",

@@ -71,6 +71,42 @@ Result<nlohmann::json> StateHashDiagnostics(GptModel& model, int64_t step, int r
   return out;
 }
 
+// The model's memory by category (GptModel::MemoryReport) and the device's use: a metrics line
+// after this invocation's first step, and with --memory-report a table on the progress stream.
+void ReportMemory(const GptModel& model, const DeviceInfo& device, int64_t step, bool table,
+                  std::ostream* metrics, std::ostream* progress) {
+  constexpr double kGiB = 1073741824.0;
+  const auto cats = model.MemoryReport();
+  const double used = device.is_cpu ? 0.0 : DeviceMemoryUsedBytes(device);
+  if (metrics) {
+    nlohmann::json by = nlohmann::json::object();
+    for (const auto& [name, bytes] : cats) by[name] = bytes;
+    nlohmann::json j = {{"step", step},
+                        {"memory_bytes", by},
+                        {"model_gib", model.allocated_bytes() / kGiB}};
+    if (!device.is_cpu) j["device_used_gib"] = used / kGiB;
+    *metrics << j.dump() << "\n" << std::flush;
+  }
+  if (!table || progress == nullptr) return;
+  std::ostream& out = *progress;
+  const auto flags = out.flags();
+  out << "memory after step " << step << " (bytes the model allocated, by what they hold):\n";
+  for (const auto& [name, bytes] : cats) {
+    out << "  " << std::left << std::setw(26) << name << std::right << std::fixed
+        << std::setprecision(3) << std::setw(9) << bytes / kGiB << " GiB  " << std::setw(5)
+        << std::setprecision(1) << 100.0 * static_cast<double>(bytes) / model.allocated_bytes()
+        << "%\n";
+  }
+  out << "  " << std::left << std::setw(26) << "total (model)" << std::right << std::fixed
+      << std::setprecision(3) << std::setw(9) << model.allocated_bytes() / kGiB << " GiB\n";
+  if (!device.is_cpu) {
+    out << "  " << std::left << std::setw(26) << "device in use (all)" << std::right
+        << std::setw(9) << used / kGiB
+        << " GiB  (adds the CUDA context, cuBLASLt/cuDNN workspaces, NCCL buffers)\n";
+  }
+  out.flags(flags);
+}
+
 }  // namespace
 
 Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device) {
@@ -223,6 +259,9 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
     result.weight_casts.push_back(st.weight_casts);
     if (!std::isfinite(st.loss)) {
       return Status::NonFinite(StrCat("loss is ", st.loss, " at step ", step));
+    }
+    if (step == result.first_step) {
+      ReportMemory(*model, device, step, o.memory_report, metrics, progress);
     }
     const double tok_s = static_cast<double>(M * c.train.grad_accum * dp) / sec;
     // tokens_per_s is the job's (every replica's tokens); MFU is per GPU (rank).
