@@ -42,9 +42,10 @@ json View(const json& job) {
   auto num = [&](const char* key) {
     return p.contains(key) && p[key].is_number() && p[key].get<double>() >= 0 ? p[key] : json(nullptr);
   };
-  v["progress"] = {{"step", num("step")},       {"total", num("total_steps")},
-                   {"loss", num("loss")},       {"tokens_per_s", num("tokens_per_s")},
-                   {"mfu", num("mfu")},         {"eta_s", num("eta_s")}};
+  v["progress"] = {{"step", num("step")},         {"total", num("total_steps")},
+                   {"loss", num("loss")},         {"tokens_per_s", num("tokens_per_s")},
+                   {"mfu", num("mfu")},           {"eta_s", num("eta_s")},
+                   {"val_loss", num("val_loss")}, {"val_step", num("val_step")}};
   return v;
 }
 
@@ -63,6 +64,10 @@ std::string ProgressLine(const json& v) {
     line = StrCat("step ", step);
   }
   if (!p["loss"].is_null()) line += StrCat("  loss ", Fixed(p["loss"].get<double>(), 4));
+  if (!p["val_loss"].is_null()) {
+    line += StrCat("  val_loss ", Fixed(p["val_loss"].get<double>(), 4));
+    if (!p["val_step"].is_null()) line += StrCat(" (step ", p["val_step"].get<int64_t>(), ")");
+  }
   if (!p["tokens_per_s"].is_null()) {
     const double t = p["tokens_per_s"].get<double>();
     line += t >= 1000 ? StrCat("  ", Fixed(t / 1000, 1), "K tok/s") : StrCat("  ", Fixed(t, 0), " tok/s");

@@ -32,6 +32,14 @@ bool MetricsTail::Poll(Progress* p) {
       p->checkpoint_s = std::max(p->checkpoint_s, j["checkpoint_s"].get<double>());
       continue;
     }
+    // fp8train stops at a non-finite validation loss before logging it, so a number is expected.
+    if (!j.is_discarded() && j.is_object() && j.contains("val_loss")) {
+      if (j["val_loss"].is_number() && j.contains("step") && j["step"].is_number_integer()) {
+        p->val_loss = j["val_loss"].get<double>();
+        p->val_step = j["step"].get<int64_t>();
+      }
+      continue;
+    }
     if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j.contains("loss")) continue;
     if (!j["step"].is_number_integer()) continue;
     p->step = j["step"].get<int64_t>();

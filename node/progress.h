@@ -1,7 +1,8 @@
 // Training health as the node daemon sees it, from the outside: the metrics file rank 0 of a job
-// appends to (one JSON line per logged step), read as it grows, and a hang detector that judges
-// the step counter against the job's own pace: no new step for max(floor, k x median step time)
-// is a hang. Process-exit supervisors (torchrun, Slurm) cannot see a rank that is alive but stuck.
+// appends to (one JSON line per logged step, one per held-out evaluation), read as it grows, and
+// a hang detector that judges the step counter against the job's own pace: no new step for
+// max(floor, k x median step time) is a hang. Process-exit supervisors (torchrun, Slurm) cannot
+// see a rank that is alive but stuck.
 #pragma once
 
 #include <chrono>
@@ -26,11 +27,14 @@ struct Progress {
   bool loss_not_finite = false;
   int64_t lines = 0;             // step lines read so far
   double checkpoint_s = -1;      // the longest checkpoint save seen (seconds); -1: none yet
+  double val_loss = -1;          // the latest held-out loss (a val_loss line); -1: none yet
+  int64_t val_step = -1;         // the step val_loss was measured at; -1: none yet
 };
 
 // Reads the lines a metrics file gained since the last Poll (complete lines only; a half-written
 // last line waits for the next Poll). A missing file is no progress yet; a file that shrank
-// (rewritten) is read again from its start. Lines that are not step metrics are skipped.
+// (rewritten) is read again from its start. Held-out evaluations (val_loss lines) and checkpoint
+// timings update their own fields and are not step lines; other lines without a loss are skipped.
 class MetricsTail {
  public:
   explicit MetricsTail(std::string path) : path_(std::move(path)) {}

@@ -44,12 +44,14 @@ std::string HeartbeatJson(const std::vector<JobReport>& jobs, const std::vector<
     e["step"] = r.step;
     e["checkpoint_step"] = r.checkpoint_step;
     e["total_steps"] = r.total_steps;
+    if (r.val_step >= 0) e["val_step"] = r.val_step;
     for (const auto& [key, v] : {std::pair<const char*, double>{"loss", r.loss},
                                  {"tokens_per_s", r.tokens_per_s},
                                  {"mfu", r.mfu},
                                  {"eta_s", r.eta_s},
                                  {"step_s", r.step_s},
-                                 {"save_s", r.save_s}}) {
+                                 {"save_s", r.save_s},
+                                 {"val_loss", r.val_loss}}) {
       if (v >= 0 && std::isfinite(v)) e[key] = v;
     }
     if (!r.logs.empty()) {

@@ -147,9 +147,11 @@ std::string JobToJson(const Job& job) {
                                {"mfu", p.mfu},
                                {"eta_s", p.eta_s},
                                {"step_s", p.step_s},
-                               {"save_s", p.save_s}}) {
+                               {"save_s", p.save_s},
+                               {"val_loss", p.val_loss}}) {
     prog[key] = v >= 0 ? json(v) : json(nullptr);
   }
+  prog["val_step"] = p.val_step >= 0 ? json(p.val_step) : json(nullptr);
   j["progress"] = prog;
   j["submitted_at"] = job.submitted_at;
   j["updated_at"] = job.updated_at;
@@ -188,9 +190,13 @@ Result<Job> JobFromJson(const std::string& text) {
                                      {"mfu", &job.progress.mfu},
                                      {"eta_s", &job.progress.eta_s},
                                      {"step_s", &job.progress.step_s},
-                                     {"save_s", &job.progress.save_s}}) {
+                                     {"save_s", &job.progress.save_s},
+                                     {"val_loss", &job.progress.val_loss}}) {
         *out = !p.contains(key) || p.at(key).is_null() ? -1 : p.at(key).get<double>();
       }
+      job.progress.val_step = !p.contains("val_step") || p.at("val_step").is_null()
+                                  ? -1
+                                  : p.at("val_step").get<int64_t>();
     }
     job.submitted_at = j.at("submitted_at").get<int64_t>();
     job.updated_at = j.at("updated_at").get<int64_t>();

@@ -42,6 +42,8 @@ struct JobProgress {
   double eta_s = -1;
   double step_s = -1;  // median seconds per step
   double save_s = -1;  // the longest checkpoint save measured (what a preemption waits for)
+  double val_loss = -1;   // the latest held-out loss (data.val)
+  int64_t val_step = -1;  // the step val_loss was measured at
   int64_t at = 0;  // seconds: when it was reported
   bool operator==(const JobProgress&) const = default;
 };

@@ -246,6 +246,8 @@ Result<HeartbeatRequest> ParseHeartbeat(const std::string& body) {
                                       {"eta_s", strict::Number(&r.progress.eta_s, -1, 1e12)},
                                       {"step_s", strict::Number(&r.progress.step_s, -1, 1e9)},
                                       {"save_s", strict::Number(&r.progress.save_s, -1, 1e9)},
+                                      {"val_loss", strict::Number(&r.progress.val_loss, -1, 1e30)},
+                                      {"val_step", strict::Integer(&r.progress.val_step, -1)},
                                       {"logs", LogsReader(&r.logs)}},
                                      {"job_id", "status"}));
     if (!seen.insert(r.job_id).second) {

@@ -55,6 +55,48 @@ TEST(MetricsTail, ReadsCompleteLinesAsTheyArriveAndSkipsTheRest) {
   EXPECT_EQ(p.step, 1);
 }
 
+// fp8train's held-out evaluations ({"step","val_loss","val_tokens","eval_s"}, every eval_every
+// steps and after the last) are kept apart from the step lines: they move neither step nor lines.
+TEST(MetricsTail, KeepsTheLatestValidationLossApartFromTheSteps) {
+  test::TempDir d;
+  const std::string path = d.str() + "/metrics.jsonl";
+  MetricsTail tail(path);
+  Progress p;
+  {
+    std::ofstream out(path);
+    out << R"({"step":10,"loss":5.5,"tokens_per_s":1000})" << "\n"
+        << R"({"step":20,"loss":5.25,"tokens_per_s":1000})" << "\n";
+  }
+  EXPECT_TRUE(tail.Poll(&p));
+  EXPECT_EQ(p.val_loss, -1) << "no evaluation yet";
+  EXPECT_EQ(p.val_step, -1);
+  // Evaluated at step 25 while the metrics log every 10 steps.
+  {
+    std::ofstream(path, std::ios::app)
+        << R"({"step":25,"val_loss":5.375,"val_tokens":4096,"eval_s":0.5})" << "\n";
+  }
+  EXPECT_FALSE(tail.Poll(&p)) << "a val_loss line is not a new step";
+  EXPECT_EQ(p.step, 20);
+  EXPECT_EQ(p.lines, 2);
+  EXPECT_EQ(p.loss, 5.25) << "the training loss is not the held-out one";
+  EXPECT_EQ(p.val_loss, 5.375);
+  EXPECT_EQ(p.val_step, 25);
+  {
+    std::ofstream(path, std::ios::app)
+        << R"({"step":30,"loss":5,"tokens_per_s":1000})" << "\n"
+        << R"({"step":30,"val_loss":5.125,"val_tokens":4096,"eval_s":0.5})" << "\n"
+        << R"({"step":30,"checkpoint_s":0.25})" << "\n";
+  }
+  EXPECT_TRUE(tail.Poll(&p));
+  EXPECT_EQ(p.step, 30);
+  EXPECT_EQ(p.lines, 3);
+  EXPECT_EQ(p.loss, 5);
+  EXPECT_EQ(p.val_loss, 5.125) << "the latest evaluation";
+  EXPECT_EQ(p.val_step, 30);
+  EXPECT_EQ(p.checkpoint_s, 0.25);
+  EXPECT_FALSE(p.loss_not_finite);
+}
+
 TEST(HangDetector, JudgesTheSilenceAgainstTheJobsOwnPace) {
   HangOptions o;
   o.k = 10, o.floor = 2000ms;

@@ -382,7 +382,10 @@ TEST_F(ClusterTest, StandaloneTrainsThroughFp8ctlWithTheTokenItWrote) {
   // fp8d --standalone on its own data dir, found by fp8ctl through FP8D_DATA_DIR alone.
   const std::string data = dir_.str() + "/standalone";
   const std::string config = dir_.str() + "/job.yaml";
-  std::ofstream(config) << Config(20).dump();
+  json with_val = Config(20);  // held-out evaluations at steps 10 and 20 (the training text)
+  with_val["data"]["val"] = corpus_;
+  with_val["train"]["eval_every"] = 10, with_val["train"]["eval_tokens"] = 1024;
+  std::ofstream(config) << with_val.dump();
   Fp8dProcess alone;
   ::setenv("FP8D_DATA_DIR", data.c_str(), 1);
   alone.Spawn({"--standalone", "--port", "0", "--cpu-slots", "1", "--fp8train", FP8TRAIN_PATH},
@@ -399,6 +402,21 @@ TEST_F(ClusterTest, StandaloneTrainsThroughFp8ctlWithTheTokenItWrote) {
   EXPECT_TRUE(Has(run.output, "RUNNING")) << run.output;
   EXPECT_TRUE(Has(run.output, "20/20 (100%)")) << "progress is visible: " << run.output;
   EXPECT_TRUE(Has(run.output, "COMPLETED")) << run.output;
+  // The last evaluation came from rank 0's metrics through the node's heartbeat and the store.
+  const std::vector<std::string> env = {"FP8D_DATA_DIR=" + data, "XDG_CONFIG_HOME=" + dir_.str()};
+  const ProcessResult status =
+      RunProcess({FP8CTL_PATH, "status", "1"}, env, dir_.str() + "/ctl.log", 30s);
+  EXPECT_EQ(status.code, fp8ctl::kOk) << status.output;
+  EXPECT_TRUE(Has(status.output, "val_loss ")) << status.output;
+  EXPECT_TRUE(Has(status.output, "(step 20)")) << status.output;
+  const ProcessResult js =
+      RunProcess({FP8CTL_PATH, "--json", "status", "1"}, env, dir_.str() + "/ctl.log", 30s);
+  ASSERT_EQ(js.code, fp8ctl::kOk) << js.output;
+  const json progress = json::parse(js.output, nullptr, false).value("progress", json::object());
+  EXPECT_EQ(progress.value("val_step", json()), 20) << js.output;
+  const json val_loss = progress.value("val_loss", json());
+  ASSERT_TRUE(val_loss.is_number()) << js.output;
+  EXPECT_GT(val_loss.get<double>(), 0) << js.output;
   alone.Signal(SIGTERM);
   EXPECT_EQ(alone.Wait(), 0) << Slurp(dir_.str() + "/standalone.log");
 }

@@ -45,14 +45,30 @@ TEST(Fp8ctlView, TheProgressBarAndTheFallbackReason) {
       "spec": {"name": "gpt", "precision": "fp8"}, "precision": "bf16",
       "precision_reason": "placed on 1 x A100: FP8 needs compute capability 8.9; running bf16",
       "reason": "running", "progress": {"step": 1200, "total_steps": 5000, "loss": 3.41234,
-      "tokens_per_s": 52100, "mfu": 0.41, "eta_s": 723, "at": 5}})");
+      "tokens_per_s": 52100, "mfu": 0.41, "eta_s": 723, "val_loss": 3.56789, "val_step": 1000,
+      "at": 5}})");
   const json v = fp8ctl::View(job);
   EXPECT_EQ(v["name"], "gpt");
   EXPECT_EQ(v["user"], "alice");
   EXPECT_EQ(v["fallback_reason"], job["precision_reason"]);
   EXPECT_EQ(v["progress"]["total"], 5000);
+  EXPECT_EQ(v["progress"]["val_loss"], 3.56789);
+  EXPECT_EQ(v["progress"]["val_step"], 1000);
   EXPECT_EQ(fp8ctl::ProgressLine(v),
-            "[####----------------] 1200/5000 (24%)  loss 3.4123  52.1K tok/s  MFU 41.0%  ETA 12m3s");
+            "[####----------------] 1200/5000 (24%)  loss 3.4123  val_loss 3.5679 (step 1000)  "
+            "52.1K tok/s  MFU 41.0%  ETA 12m3s");
+  // No evaluation yet (null, or a record from before val_loss existed): nothing shown.
+  json no_val = job;
+  no_val["progress"]["val_loss"] = nullptr, no_val["progress"]["val_step"] = nullptr;
+  json older = job;
+  older["progress"].erase("val_loss"), older["progress"].erase("val_step");
+  for (const json& j : {no_val, older}) {
+    const json w = fp8ctl::View(j);
+    EXPECT_TRUE(w["progress"]["val_loss"].is_null());
+    EXPECT_EQ(fp8ctl::ProgressLine(w),
+              "[####----------------] 1200/5000 (24%)  loss 3.4123  52.1K tok/s  MFU 41.0%  "
+              "ETA 12m3s");
+  }
   json none = job;
   none["progress"] = {{"step", -1}, {"total_steps", -1}, {"loss", nullptr}, {"at", 0}};
   EXPECT_EQ(fp8ctl::ProgressLine(fp8ctl::View(none)), "no progress reported yet");
@@ -81,7 +97,8 @@ TEST_F(Fp8ctl, SubmitListStatusEventsCancel) {
   for (const char* key : {"id", "name", "user", "state", "precision", "fallback_reason"}) {
     EXPECT_TRUE(s.contains(key)) << key;
   }
-  for (const char* key : {"step", "total", "loss", "tokens_per_s", "eta_s"}) {
+  for (const char* key :
+       {"step", "total", "loss", "tokens_per_s", "eta_s", "val_loss", "val_step"}) {
     EXPECT_TRUE(s["progress"].contains(key)) << key;
   }
   const ProcessResult table = Ctl({"list"});

@@ -48,8 +48,13 @@ TEST_F(SchedLoopTest, PlacementStoresPrecisionAndReasonAndDaemonReportsFinishThe
   }
   EXPECT_TRUE(Beat("a100-1", {Running(id, 10)}).empty());
   EXPECT_EQ(Get(id).state, JobState::kRunning);
-  EXPECT_TRUE(Beat("a100-1", {Running(id, 1200, 1000)}).empty());
-  EXPECT_EQ(Get(id).checkpoint_step, 1000);  // stored without an event
+  JobReport at1200 = Running(id, 1200, 1000);
+  at1200.progress.loss = 3.5, at1200.progress.val_loss = 3.75, at1200.progress.val_step = 1000;
+  EXPECT_TRUE(Beat("a100-1", {at1200}).empty());
+  EXPECT_EQ(Get(id).checkpoint_step, 1000);  // stored without an event, as is the progress
+  EXPECT_DOUBLE_EQ(Get(id).progress.loss, 3.5);
+  EXPECT_DOUBLE_EQ(Get(id).progress.val_loss, 3.75);
+  EXPECT_EQ(Get(id).progress.val_step, 1000);
   EXPECT_EQ(Events(id).size(), 3u);
   auto done = Beat("a100-1", {Exited(id, 0, 2000)});
   ASSERT_EQ(done.size(), 1u);  // stop = forget the exited job

@@ -43,6 +43,7 @@ TEST(NodeProtocol, HeartbeatsReadBackWithEveryField) {
   node::JobReport run;
   run.job_id = 7, run.attempt = 2, run.step = 120, run.checkpoint_step = 100, run.total_steps = 200;
   run.loss = 2.5, run.tokens_per_s = 1234.5, run.eta_s = 30;
+  run.val_loss = 2.75, run.val_step = 100;
   node::JobReport dead;
   dead.job_id = 8, dead.attempt = 1, dead.running = false, dead.exit_code = 137,
   dead.failed_rank = 1, dead.reason = "no progress since step 40 for 3 s";
@@ -60,7 +61,11 @@ TEST(NodeProtocol, HeartbeatsReadBackWithEveryField) {
   EXPECT_DOUBLE_EQ(a.progress.tokens_per_s, 1234.5);
   EXPECT_DOUBLE_EQ(a.progress.mfu, -1) << "not reported";
   EXPECT_DOUBLE_EQ(a.progress.eta_s, 30);
+  EXPECT_DOUBLE_EQ(a.progress.val_loss, 2.75);
+  EXPECT_EQ(a.progress.val_step, 100);
   const sched::JobReport& b = hb->jobs[1];
+  EXPECT_DOUBLE_EQ(b.progress.val_loss, -1) << "no evaluation reported";
+  EXPECT_EQ(b.progress.val_step, -1);
   EXPECT_EQ(b.status, sched::RankStatus::kExited);
   EXPECT_EQ(b.exit_code, 137);
   EXPECT_EQ(b.failed_rank, 1);

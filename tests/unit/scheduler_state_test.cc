@@ -2,6 +2,8 @@
 // the restart limit, and the job/event storage encoding.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "scheduler/job_state.h"
 
 namespace fp8rt::sched {
@@ -116,6 +118,41 @@ TEST(SchedJobState, NamesAndJsonRoundTrip) {
   ASSERT_TRUE(eb.ok());
   EXPECT_EQ(*eb, e);
   EXPECT_EQ(JobFromJson("{\"id\": 1}").status().code(), StatusCode::kCorruption);
+}
+
+TEST(SchedJobState, ProgressWithTheValidationLossRoundTripsAndOlderRecordsLoad) {
+  Job j = NewJob();
+  j.state = JobState::kRunning;
+  j.progress.step = 1200, j.progress.total_steps = 5000, j.progress.loss = 3.5;
+  j.progress.val_loss = 3.75, j.progress.val_step = 1000, j.progress.at = 300;
+  const std::string text = JobToJson(j);
+  const auto stored = nlohmann::json::parse(text);
+  EXPECT_EQ(stored["progress"]["val_loss"], 3.75);
+  EXPECT_EQ(stored["progress"]["val_step"], 1000);
+  auto back = JobFromJson(text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_DOUBLE_EQ(back->progress.val_loss, 3.75);
+  EXPECT_EQ(back->progress.val_step, 1000);
+  EXPECT_EQ(*back, j);
+  // None measured yet: null, read back as -1.
+  Job none = NewJob();
+  none.progress.step = 10;
+  const auto none_stored = nlohmann::json::parse(JobToJson(none));
+  EXPECT_TRUE(none_stored["progress"]["val_loss"].is_null());
+  EXPECT_TRUE(none_stored["progress"]["val_step"].is_null());
+  auto none_back = JobFromJson(JobToJson(none));
+  ASSERT_TRUE(none_back.ok()) << none_back.status().ToString();
+  EXPECT_EQ(none_back->progress.val_loss, -1);
+  EXPECT_EQ(none_back->progress.val_step, -1);
+  // A record stored before the fields existed loads with -1 for both.
+  auto old = stored;
+  old["progress"].erase("val_loss");
+  old["progress"].erase("val_step");
+  auto old_back = JobFromJson(old.dump());
+  ASSERT_TRUE(old_back.ok()) << old_back.status().ToString();
+  EXPECT_EQ(old_back->progress.val_loss, -1);
+  EXPECT_EQ(old_back->progress.val_step, -1);
+  EXPECT_DOUBLE_EQ(old_back->progress.loss, 3.5);
 }
 
 }  // namespace

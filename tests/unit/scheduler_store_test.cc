@@ -136,6 +136,7 @@ TEST_P(SchedJobStoreTest, IdsAndEverythingSurviveReopen) {
   Job j = MakeJob(*b, "carol", JobState::kPending);
   ASSERT_TRUE(
       store_->Put(j, Event{1, j.id, JobState::kPending, JobState::kPending, "submitted"}).ok());
+  j.progress.step = 40, j.progress.loss = 3.5, j.progress.val_loss = 3.75, j.progress.val_step = 30;
   auto ev = Transition(&j, JobState::kScheduled, 2, "placed");
   ASSERT_TRUE(ev.ok());
   ASSERT_TRUE(store_->Put(j, *ev).ok());
@@ -147,6 +148,8 @@ TEST_P(SchedJobStoreTest, IdsAndEverythingSurviveReopen) {
   auto got = store_->Get(j.id);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(*got, j);
+  EXPECT_DOUBLE_EQ(got->progress.val_loss, 3.75);
+  EXPECT_EQ(got->progress.val_step, 30);
   // Events appended after reopen still come after the old ones.
   auto ev2 = Transition(&j, JobState::kRunning, 3, "started");
   ASSERT_TRUE(ev2.ok());
