@@ -6,7 +6,7 @@
 #        [tpequiv] [tpscale] [product] (fp8d --standalone + fp8ctl on this node:
 #        scripts/multigpu-product.sh; determinism: scripts/dp-determinism.sh)
 #        (default: all but overlap, which compares gradient-reduction settings at dp 2)
-# Environment: NGPU (default: nvidia-smi's count), STEPS (scaling steps, default 12), FP8RT_BIN
+# Environment: NGPU (default: nvidia-smi's count), SIZES (the dp/tp sizes, default "2 4" with 4 GPUs), STEPS (scaling steps, default 12), FP8RT_BIN
 # (the binaries, default bundle/bin). Exits 1 when a check fails, 77 (skipped) with fewer than 2 GPUs;
 # ctest runs its equiv and fault parts as the multigpu label (tests/CMakeLists.txt).
 # Written before a multi-GPU machine was lent: the first run is also its test.
@@ -27,6 +27,7 @@ nvidia-smi --query-gpu=index,name,memory.total --format=csv | tee "$OUT/device.t
 date -u | tee -a "$OUT/device.txt"
 cat bundle/VERSION | tee -a "$OUT/device.txt"
 sizes=(2); [ "$NGPU" -ge 4 ] && sizes=(2 4)
+[ -n "${SIZES:-}" ] && read -r -a sizes <<< "$SIZES"  # e.g. SIZES=4: only 4 GPUs
 rc=0
 
 # Median of a metric (default tokens_per_s) over steps 4.. of a metrics file.
