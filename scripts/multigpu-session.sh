@@ -56,12 +56,13 @@ if [[ $parts == *comm* ]]; then
 fi
 
 # A small GPT on the GPUs; the same global batch at every dp (batch_size = 8 / dp).
-small_config() {  # name dp zero precision
+small_config() {  # name dp zero precision [grad_accum (default 1: batch 8 / dp)]
+  local ga=${5:-1}
   cat > "$OUT/$1.yaml" <<EOF
 name: $1
 model: {n_layer: 4, n_embd: 256, n_head: 4, block_size: 256}
 data: {train: $(pwd)/data/corpus.txt}
-train: {batch_size: $((8 / $2)), seq_len: 256, total_steps: 50, lr: 0.001}
+train: {batch_size: $((8 / $2 / ga)), grad_accum: $ga, seq_len: 256, total_steps: 50, lr: 0.001}
 precision: $4
 fp8: {first_step_current: false}
 parallel: {zero: $3, scale_check_every: 1, collective_timeout_s: 60}
@@ -105,6 +106,17 @@ if [[ $parts == *equiv* ]]; then
       done
     done
   done
+  # The control for dp n: one rank with micro-batches of 8 / n sequences, n of them accumulated:
+  # the same GEMM shapes as each rank of dp n, the same global batch. A dp n run should be as
+  # close to it as to nothing else (the only differences: the order the gradients are summed in).
+  for p in bf16 fp8; do
+    for n in "${sizes[@]}"; do
+      small_config "eqc${n}_$p" 1 false $p "$n"
+      timeout 200 $B/fp8train --config "$OUT/eqc${n}_$p.yaml" --steps 10 \
+        --metrics "$OUT/eqc${n}_$p.jsonl" > "$OUT/eqc${n}_$p.log" 2>&1
+      echo "dp 1, $n micro-batches of $((8 / n)) (control for dp $n) $p exit $?"
+    done
+  done
   # Resume: 5 steps, then --resume to 10, against the uninterrupted eq2_*_fp8 runs above.
   for z in false true; do
     tag=rs_$z
@@ -139,6 +151,15 @@ for f in sorted(glob.glob(f"{out}/eq[24]_*.jsonl")):
         ok = d <= 1e-3 and (p != "fp8" or amax == [1])
         bad += [] if ok else [tag]
         print(f"| {tag} | {g} | {d:.2e} | 1e-3 | {amax} |" + ("" if ok else " FAIL"))
+# Against the control with the same per-rank GEMM shapes (reported; 1e-3 as above).
+for f in sorted(glob.glob(f"{out}/eqc*.jsonl")):
+    n, p = os.path.basename(f)[3:-6].split("_")
+    for z in ("false", "true"):
+        d = diff(rows(f), rows(f"{out}/eq{n}_{z}_{p}.jsonl"))
+        if d == float("inf"): continue
+        ok = d <= 1e-3
+        bad += [] if ok else [f"eq{n}_{z}_{p} vs control"]
+        print(f"| eq{n}_{z}_{p} | eqc{n}_{p} (dp 1, {n} x {8 // int(n)}) | {d:.2e} | 1e-3 | |" + ("" if ok else " FAIL"))
 for z in ("false", "true"):
     a, b = rows(f"{out}/eq2_{z}_fp8.jsonl"), rows(f"{out}/rs_{z}.jsonl")
     same = len(a) == len(b) == 10 and all(x["loss"] == y["loss"] for x, y in zip(a, b))

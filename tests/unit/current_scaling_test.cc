@@ -11,6 +11,7 @@
 #include "runtime/gpt.h"
 #include "runtime/gpt_layout.h"
 #include "runtime/trainer.h"
+#include "tests/common/train_helpers.h"
 #include "tests/unit/parallel_run.h"
 
 namespace fp8rt {
@@ -153,11 +154,7 @@ TEST(CurrentScalingTraining, LearnsLikeDelayedScaling) {
   for (const Fp8Scaling mode : {Fp8Scaling::kDelayed, Fp8Scaling::kCurrent}) {
     TrainOptions o;
     RunConfig& c = o.config;
-    c.model = {2, 64, 4, 64, 256};
-    c.data.train_path = corpus;
-    c.train.batch_size = 4, c.train.seq_len = 64, c.train.total_steps = 120;
-    c.train.lr = 3e-3f, c.train.min_lr = 3e-4f, c.train.warmup_steps = 10;
-    c.precision = Precision::kFp8;
+    c = test::TinyRunConfig(corpus, Precision::kFp8, 120);
     c.fp8.mode = mode;
     ASSERT_TRUE(c.Validate().ok());
     auto r = RunTraining(o, DeviceInfo{});

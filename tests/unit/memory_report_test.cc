@@ -11,6 +11,7 @@
 #include "runtime/trainer.h"
 #include "tests/common/corpus.h"
 #include "tests/common/temp_dir.h"
+#include "tests/common/train_helpers.h"
 
 namespace fp8rt {
 namespace {
@@ -65,15 +66,10 @@ TEST(MemoryReport, TheTrainerWritesItToTheMetricsAfterTheFirstStep) {
   o.memory_report = true;
   auto r = RunTraining(o, DeviceInfo{});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  int lines = 0;
-  std::istringstream in(metrics.str());
-  for (std::string l; std::getline(in, l);) {
-    if (l.find("\"memory_bytes\"") == std::string::npos) continue;
-    ++lines;
-    EXPECT_NE(l.find("\"master weights (fp32)\""), std::string::npos) << l;
-    EXPECT_NE(l.find("\"step\":1"), std::string::npos) << l;
-  }
-  EXPECT_EQ(lines, 1);
+  const auto lines = test::MetricsLinesWith(metrics.str(), "memory_bytes");
+  ASSERT_EQ(lines.size(), 1u) << metrics.str();
+  EXPECT_NE(lines[0].find("\"master weights (fp32)\""), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("\"step\":1"), std::string::npos) << lines[0];
   EXPECT_NE(progress.str().find("memory after step 1"), std::string::npos) << progress.str();
   EXPECT_NE(progress.str().find("total (model)"), std::string::npos) << progress.str();
 }

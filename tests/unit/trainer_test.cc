@@ -14,6 +14,7 @@
 #include "runtime/gpt.h"
 #include "runtime/trainer.h"
 #include "tests/common/corpus.h"
+#include "tests/common/train_helpers.h"
 
 namespace fp8rt {
 namespace {
@@ -33,16 +34,7 @@ class TrainerTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   RunConfig Tiny(Precision p, int total_steps) {
-    RunConfig c;
-    c.model = {2, 64, 4, 64, 256};
-    c.data.train_path = corpus_;
-    c.train.batch_size = 4;
-    c.train.seq_len = 64;
-    c.train.total_steps = total_steps;
-    c.train.lr = 3e-3f;
-    c.train.min_lr = 3e-4f;
-    c.train.warmup_steps = 10;
-    c.precision = p;
+    RunConfig c = test::TinyRunConfig(corpus_, p, total_steps);
     EXPECT_TRUE(c.Validate().ok());
     return c;
   }

@@ -11,6 +11,7 @@
 #include "runtime/trainer.h"
 #include "tests/common/corpus.h"
 #include "tests/common/temp_dir.h"
+#include "tests/common/train_helpers.h"
 
 namespace fp8rt {
 namespace {
@@ -32,19 +33,10 @@ class ValidationTest : public ::testing::Test {
   }
 
   RunConfig Tiny(int total_steps, bool with_val) {
-    RunConfig c;
-    c.model = {2, 64, 4, 64, 256};
-    c.data.train_path = train_;
+    RunConfig c = test::TinyRunConfig(train_, Precision::kFp8, total_steps);
     if (with_val) c.data.val_path = val_;
-    c.train.batch_size = 4;
-    c.train.seq_len = 64;
-    c.train.total_steps = total_steps;
-    c.train.lr = 3e-3f;
-    c.train.min_lr = 3e-4f;
-    c.train.warmup_steps = 10;
     c.train.eval_every = 10;
     c.train.eval_tokens = 4096;
-    c.precision = Precision::kFp8;
     EXPECT_TRUE(c.Validate().ok());
     return c;
   }
@@ -75,14 +67,9 @@ TEST_F(ValidationTest, EvaluatingChangesNothingInTrainingAndTheHeldOutLossFalls)
   // About 4.0 nats at step 10 (a byte model still near its unigram), about 3.0 after 65 steps.
   EXPECT_LT(a->val_losses.back().second, a->val_losses.front().second - 0.5);
   // The metrics carry them as val_loss lines.
-  int lines = 0;
-  std::istringstream in(metrics.str());
-  for (std::string l; std::getline(in, l);) {
-    if (l.find("\"val_loss\"") == std::string::npos) continue;
-    ++lines;
-    EXPECT_NE(l.find("\"val_tokens\":4096"), std::string::npos) << l;
-  }
-  EXPECT_EQ(lines, 7);
+  const auto lines = test::MetricsLinesWith(metrics.str(), "val_loss");
+  for (const auto& l : lines) EXPECT_NE(l.find("\"val_tokens\":4096"), std::string::npos) << l;
+  EXPECT_EQ(lines.size(), 7u);
 }
 
 // The evaluation is the mean of the forward losses of consecutive (seq_len + 1)-token windows
