@@ -28,21 +28,22 @@
 #include "common/status.h"
 #include "kernels/dtype.h"
 #include "kernels/fp8.h"
+#include "kernels/stream.h"
 
 namespace fp8rt {
 
 struct BlockLayout {
   static constexpr int64_t kBlock = 128;
-  static int64_t Blocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
-  static int64_t Pad4(int64_t n) { return (n + 3) / 4 * 4; }
-  static int64_t Vec128ScaleCount(int64_t rows, int64_t cols) { return Blocks(cols) * Pad4(rows); }
-  static int64_t Vec128Index(int64_t r, int64_t c, int64_t rows) {
+  FP8RT_HD static int64_t Blocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
+  FP8RT_HD static int64_t Pad4(int64_t n) { return (n + 3) / 4 * 4; }
+  FP8RT_HD static int64_t Vec128ScaleCount(int64_t rows, int64_t cols) { return Blocks(cols) * Pad4(rows); }
+  FP8RT_HD static int64_t Vec128Index(int64_t r, int64_t c, int64_t rows) {
     return c / kBlock * Pad4(rows) + r;
   }
-  static int64_t Blk128ScaleCount(int64_t rows, int64_t cols) {
+  FP8RT_HD static int64_t Blk128ScaleCount(int64_t rows, int64_t cols) {
     return Blocks(rows) * Pad4(Blocks(cols));
   }
-  static int64_t Blk128Index(int64_t r, int64_t c, int64_t cols) {
+  FP8RT_HD static int64_t Blk128Index(int64_t r, int64_t c, int64_t cols) {
     return r / kBlock * Pad4(Blocks(cols)) + c / kBlock;
   }
 };
@@ -71,5 +72,20 @@ Status DequantizeBlock(const BlockFp8Operand& in, float* out);
 // D (M, N) in FP32; a.rows = M, b.rows = N, a.cols = b.cols = K.
 Status GemmBlockScaled(const BlockFp8Operand& a, const BlockFp8Operand& b, float* d);
 }  // namespace cpu
+
+#if FP8RT_WITH_CUDA
+namespace cuda {
+// As the CPU references, codes and scales bit for bit. Vec128: one warp per (row, block), one
+// launch (it writes the padding too). Blk128: one 256-thread block per 128 x 128 tile, the
+// transposed copy written from the same pass. Device pointers; no synchronisation.
+template <typename T>
+Status QuantizeVec128(const T* in, int64_t rows, int64_t cols, Fp8Format format, bool pow2,
+                      uint8_t* data, float* scale_inv, cudaStream_t stream);
+template <typename T>
+Status QuantizeBlk128(const T* in, int64_t rows, int64_t cols, Fp8Format format, bool pow2,
+                      uint8_t* data, float* scale_inv, uint8_t* data_t, float* scale_inv_t,
+                      cudaStream_t stream);
+}  // namespace cuda
+#endif
 
 }  // namespace fp8rt
