@@ -57,9 +57,13 @@ struct BlockFp8Operand {
   bool blk128 = false;  // 128 x 128 blocks; else 1 x 128
 };
 
+// The casts' preconditions (InvalidArgument naming op otherwise): rows, cols >= 0; in, data,
+// scale_inv non-null when the tensor is not empty; data_t and scale_inv_t both given or both null.
+Status ValidateBlockCast(const char* op, const void* in, int64_t rows, int64_t cols,
+                         const void* data, const float* scale_inv, const void* data_t = nullptr,
+                         const float* scale_inv_t = nullptr);
+
 namespace cpu {
-// Preconditions (InvalidArgument otherwise): rows, cols >= 0; in, data, scale_inv non-null when
-// the tensor is not empty; for Blk128, data_t and scale_inv_t both given or both null.
 template <typename T>
 Status QuantizeVec128(const T* in, int64_t rows, int64_t cols, Fp8Format format, bool pow2,
                       uint8_t* data, float* scale_inv);

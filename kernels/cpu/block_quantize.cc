@@ -7,7 +7,24 @@
 
 #include "kernels/scaling.h"
 
-namespace fp8rt::cpu {
+namespace fp8rt {
+
+Status ValidateBlockCast(const char* op, const void* in, int64_t rows, int64_t cols,
+                         const void* data, const float* scale_inv, const void* data_t,
+                         const float* scale_inv_t) {
+  if (rows < 0 || cols < 0) {
+    return Status::InvalidArgument(StrCat(op, ": rows=", rows, ", cols=", cols, " must be >= 0"));
+  }
+  if (rows * cols > 0 && (in == nullptr || data == nullptr || scale_inv == nullptr)) {
+    return Status::InvalidArgument(StrCat(op, ": in, data and scale_inv must be non-null"));
+  }
+  if ((data_t == nullptr) != (scale_inv_t == nullptr)) {
+    return Status::InvalidArgument(StrCat(op, ": data_t and scale_inv_t go together"));
+  }
+  return Status::Ok();
+}
+
+namespace cpu {
 namespace {
 
 float AsFloat(float x) { return x; }
@@ -33,23 +50,12 @@ float BlockAmax(const T* in, int64_t cols, int64_t r0, int64_t r1, int64_t c0, i
   return BitsFloat(bits);
 }
 
-Status Check(const char* op, const void* in, int64_t rows, int64_t cols, const void* data,
-             const float* scale_inv) {
-  if (rows < 0 || cols < 0) {
-    return Status::InvalidArgument(StrCat(op, ": rows=", rows, ", cols=", cols, " must be >= 0"));
-  }
-  if (rows * cols > 0 && (in == nullptr || data == nullptr || scale_inv == nullptr)) {
-    return Status::InvalidArgument(StrCat(op, ": in, data and scale_inv must be non-null"));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 template <typename T>
 Status QuantizeVec128(const T* in, int64_t rows, int64_t cols, Fp8Format f, bool pow2,
                       uint8_t* data, float* scale_inv) {
-  FP8RT_RETURN_IF_ERROR(Check("QuantizeVec128", in, rows, cols, data, scale_inv));
+  FP8RT_RETURN_IF_ERROR(ValidateBlockCast("QuantizeVec128", in, rows, cols, data, scale_inv));
   if (rows * cols == 0) return Status::Ok();
   std::fill_n(scale_inv, BlockLayout::Vec128ScaleCount(rows, cols), 1.0f);
   for (int64_t r = 0; r < rows; ++r) {
@@ -66,10 +72,8 @@ Status QuantizeVec128(const T* in, int64_t rows, int64_t cols, Fp8Format f, bool
 template <typename T>
 Status QuantizeBlk128(const T* in, int64_t rows, int64_t cols, Fp8Format f, bool pow2,
                       uint8_t* data, float* scale_inv, uint8_t* data_t, float* scale_inv_t) {
-  FP8RT_RETURN_IF_ERROR(Check("QuantizeBlk128", in, rows, cols, data, scale_inv));
-  if ((data_t == nullptr) != (scale_inv_t == nullptr)) {
-    return Status::InvalidArgument("QuantizeBlk128: data_t and scale_inv_t go together");
-  }
+  FP8RT_RETURN_IF_ERROR(
+      ValidateBlockCast("QuantizeBlk128", in, rows, cols, data, scale_inv, data_t, scale_inv_t));
   if (rows * cols == 0) return Status::Ok();
   constexpr int64_t kB = BlockLayout::kBlock;
   std::fill_n(scale_inv, BlockLayout::Blk128ScaleCount(rows, cols), 1.0f);
@@ -100,7 +104,7 @@ float ScaleOf(const BlockFp8Operand& t, int64_t r, int64_t c) {
 }  // namespace
 
 Status DequantizeBlock(const BlockFp8Operand& t, float* out) {
-  FP8RT_RETURN_IF_ERROR(Check("DequantizeBlock", t.data, t.rows, t.cols, out, t.scale_inv));
+  FP8RT_RETURN_IF_ERROR(ValidateBlockCast("DequantizeBlock", t.data, t.rows, t.cols, out, t.scale_inv));
   for (int64_t r = 0; r < t.rows; ++r) {
     for (int64_t c = 0; c < t.cols; ++c) {
       out[r * t.cols + c] = Fp8Decode(t.data[r * t.cols + c], t.format) * ScaleOf(t, r, c);
@@ -119,8 +123,8 @@ Status GemmBlockScaled(const BlockFp8Operand& a, const BlockFp8Operand& b, float
     return Status::InvalidArgument(
         StrCat("GemmBlockScaled: K differs (A has ", a.cols, " columns, B ", b.cols, ")"));
   }
-  FP8RT_RETURN_IF_ERROR(Check("GemmBlockScaled (A)", a.data, a.rows, a.cols, d, a.scale_inv));
-  FP8RT_RETURN_IF_ERROR(Check("GemmBlockScaled (B)", b.data, b.rows, b.cols, d, b.scale_inv));
+  FP8RT_RETURN_IF_ERROR(ValidateBlockCast("GemmBlockScaled (A)", a.data, a.rows, a.cols, d, a.scale_inv));
+  FP8RT_RETURN_IF_ERROR(ValidateBlockCast("GemmBlockScaled (B)", b.data, b.rows, b.cols, d, b.scale_inv));
   const int64_t M = a.rows, N = b.rows, K = a.cols;
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t n = 0; n < N; ++n) {
@@ -147,4 +151,5 @@ FP8RT_INSTANTIATE(float)
 FP8RT_INSTANTIATE(bf16)
 #undef FP8RT_INSTANTIATE
 
-}  // namespace fp8rt::cpu
+}  // namespace cpu
+}  // namespace fp8rt

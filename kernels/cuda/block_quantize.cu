@@ -109,17 +109,6 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-Status Check(const char* op, const void* in, int64_t rows, int64_t cols, const void* data,
-             const float* scale_inv) {
-  if (rows < 0 || cols < 0) {
-    return Status::InvalidArgument(StrCat(op, ": rows=", rows, ", cols=", cols, " must be >= 0"));
-  }
-  if (rows * cols > 0 && (in == nullptr || data == nullptr || scale_inv == nullptr)) {
-    return Status::InvalidArgument(StrCat(op, ": in, data and scale_inv must be non-null"));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 namespace cuda {
@@ -127,7 +116,7 @@ namespace cuda {
 template <typename T>
 Status QuantizeVec128(const T* in, int64_t rows, int64_t cols, Fp8Format format, bool pow2,
                       uint8_t* data, float* scale_inv, cudaStream_t stream) {
-  FP8RT_RETURN_IF_ERROR(Check("QuantizeVec128", in, rows, cols, data, scale_inv));
+  FP8RT_RETURN_IF_ERROR(ValidateBlockCast("QuantizeVec128", in, rows, cols, data, scale_inv));
   if (rows * cols == 0) return Status::Ok();
   const int64_t warps = BlockLayout::Pad4(rows) * BlockLayout::Blocks(cols);
   const unsigned blocks = static_cast<unsigned>((warps + 3) / 4);
@@ -144,10 +133,8 @@ template <typename T>
 Status QuantizeBlk128(const T* in, int64_t rows, int64_t cols, Fp8Format format, bool pow2,
                       uint8_t* data, float* scale_inv, uint8_t* data_t, float* scale_inv_t,
                       cudaStream_t stream) {
-  FP8RT_RETURN_IF_ERROR(Check("QuantizeBlk128", in, rows, cols, data, scale_inv));
-  if ((data_t == nullptr) != (scale_inv_t == nullptr)) {
-    return Status::InvalidArgument("QuantizeBlk128: data_t and scale_inv_t go together");
-  }
+  FP8RT_RETURN_IF_ERROR(
+      ValidateBlockCast("QuantizeBlk128", in, rows, cols, data, scale_inv, data_t, scale_inv_t));
   if (rows * cols == 0) return Status::Ok();
   if (BlockLayout::Blocks(rows) > 65535) {
     return Status::InvalidArgument(
