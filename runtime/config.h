@@ -7,6 +7,7 @@
 
 #include "common/precision.h"
 #include "common/status.h"
+#include "kernels/fp8.h"
 #include "kernels/scaling.h"
 
 namespace fp8rt {
@@ -28,17 +29,16 @@ struct DataConfig {
   std::string format = "text";     // "text" (UTF-8, byte tokenizer) or "tokens" (llm.c shard). Default: text
 };
 
-// fp8.scaling: where each FP8 tensor's scale comes from.
+// fp8.scaling (kernels/fp8.h's ScalingMode): where each FP8 tensor's scale comes from.
 //   delayed: from the amax history of earlier steps (reduced over ranks once per step);
 //   current: from the tensor's own amax, computed just before its cast (reduced over the TP group
 //     first when the tensor is split over it, over the ZeRO-1 group for a weight's shards).
-enum class Fp8Scaling : uint8_t { kDelayed, kCurrent };
-inline const char* Fp8ScalingName(Fp8Scaling s) {
-  return s == Fp8Scaling::kCurrent ? "current" : "delayed";
+inline const char* ScalingModeName(ScalingMode s) {
+  return s == ScalingMode::kCurrent ? "current" : "delayed";
 }
 
 struct Fp8Config {
-  Fp8Scaling mode = Fp8Scaling::kDelayed;  // fp8.scaling. Default: delayed
+  ScalingMode mode = ScalingMode::kDelayed;  // fp8.scaling. Default: delayed
   // fp8.history_len, fp8.amax_algo, fp8.margin and fp8.recipe, parsed straight into the kernels'
   // config (its defaults are the defaults: history 1024, max, margin 0, hybrid).
   DelayedScalingConfig scaling;

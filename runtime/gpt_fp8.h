@@ -50,7 +50,7 @@ class Fp8State {
     }
     FP8RT_RETURN_IF_ERROR(ops_->Upload(base_ + sl.formats, formats.data(), formats.size()));
     FP8RT_RETURN_IF_ERROR(ops_->InitScaling(scaling));
-    current = o_.fp8.mode == Fp8Scaling::kCurrent;
+    current = o_.fp8.mode == ScalingMode::kCurrent;
     calibrate = CalibratesFresh();
     FP8RT_RETURN_IF_ERROR(
         alloc(reinterpret_cast<void**>(&saturated), int64_t{num_tensors} * sizeof(Counter),

@@ -295,7 +295,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
         j["dp"] = dp;
         j["tp"] = tp;
         j["amax_collectives"] = st.amax_collectives;
-        if (c.fp8.mode == Fp8Scaling::kCurrent) {
+        if (c.fp8.mode == ScalingMode::kCurrent) {
           j["current_amax_collectives"] = st.current_amax_collectives;
         }
         j["amax_reduce_ms"] = st.amax_reduce_ms;

@@ -60,8 +60,8 @@ TEST_F(GptGpu, GradientsMatchTheCpuModel) {
 // Delayed and current scaling (fp8.scaling): the GPU model's losses follow the CPU emulation's.
 TEST_F(GptGpu, Fp8TrainingTracksTheCpuEmulation) {
   if (test::ComputeCapability() < 89) GTEST_SKIP() << "FP8 needs compute capability 8.9";
-  for (const Fp8Scaling mode : {Fp8Scaling::kDelayed, Fp8Scaling::kCurrent}) {
-  SCOPED_TRACE(Fp8ScalingName(mode));
+  for (const ScalingMode mode : {ScalingMode::kDelayed, ScalingMode::kCurrent}) {
+  SCOPED_TRACE(ScalingModeName(mode));
   ModelOptions o = Small(Precision::kFp8);
   o.fp8.mode = mode;
   o.grad_accum = 2;

@@ -22,10 +22,10 @@ bool Has(const std::string& s, const std::string& sub) { return s.find(sub) != s
 TEST(CurrentScalingConfig, DelayedIsTheDefaultCurrentIsAcceptedAndOthersAreRefusedNamingThem) {
   auto def = ParseRunConfig("data: {train: x}\n");
   ASSERT_TRUE(def.ok());
-  EXPECT_EQ(def->fp8.mode, Fp8Scaling::kDelayed);
+  EXPECT_EQ(def->fp8.mode, ScalingMode::kDelayed);
   auto cur = ParseRunConfig("data: {train: x}\nfp8: {scaling: current}\n");
   ASSERT_TRUE(cur.ok()) << cur.status().ToString();
-  EXPECT_EQ(cur->fp8.mode, Fp8Scaling::kCurrent);
+  EXPECT_EQ(cur->fp8.mode, ScalingMode::kCurrent);
   auto bad = ParseRunConfig("data: {train: x}\nfp8: {scaling: rowwise}\n");
   ASSERT_FALSE(bad.ok());
   EXPECT_TRUE(Has(bad.status().message(), "fp8.scaling")) << bad.status().message();
@@ -36,7 +36,7 @@ TEST(CurrentScalingConfig, DelayedIsTheDefaultCurrentIsAcceptedAndOthersAreRefus
 // master weights before the update) is bit-identical to a current-scaling cast of those master
 // weights; under delayed scaling without the first-step calibration (initial scale 1) it is not.
 TEST(CurrentScalingModel, CachedWeightsAreCurrentScalingCastsOfTheMasterWeights) {
-  for (const Fp8Scaling mode : {Fp8Scaling::kCurrent, Fp8Scaling::kDelayed}) {
+  for (const ScalingMode mode : {ScalingMode::kCurrent, ScalingMode::kDelayed}) {
     ModelOptions mo;
     mo.model = {2, 64, 4, 32, 256};
     mo.precision = Precision::kFp8;
@@ -73,7 +73,7 @@ TEST(CurrentScalingModel, CachedWeightsAreCurrentScalingCastsOfTheMasterWeights)
       }
     }
     EXPECT_EQ(checked, 8);
-    EXPECT_EQ(same, mode == Fp8Scaling::kCurrent ? 8 : 0) << Fp8ScalingName(mode);
+    EXPECT_EQ(same, mode == ScalingMode::kCurrent ? 8 : 0) << ScalingModeName(mode);
   }
 }
 
@@ -151,7 +151,7 @@ TEST(CurrentScalingTraining, LearnsLikeDelayedScaling) {
   const std::string corpus = test::EnglishCorpus(dir.str() + "/corpus.txt");
   ASSERT_FALSE(corpus.empty());
   double last[2] = {0, 0};
-  for (const Fp8Scaling mode : {Fp8Scaling::kDelayed, Fp8Scaling::kCurrent}) {
+  for (const ScalingMode mode : {ScalingMode::kDelayed, ScalingMode::kCurrent}) {
     TrainOptions o;
     RunConfig& c = o.config;
     c = test::TinyRunConfig(corpus, Precision::kFp8, 120);
@@ -161,8 +161,8 @@ TEST(CurrentScalingTraining, LearnsLikeDelayedScaling) {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     double tail = 0;
     for (int i = 100; i < 120; ++i) tail += r->losses[i] / 20;
-    last[mode == Fp8Scaling::kCurrent] = tail;
-    EXPECT_LT(tail, r->losses.front() - 2.0) << Fp8ScalingName(mode);
+    last[mode == ScalingMode::kCurrent] = tail;
+    EXPECT_LT(tail, r->losses.front() - 2.0) << ScalingModeName(mode);
   }
   EXPECT_NEAR(last[1], last[0], 0.05 * last[0]);
 }
