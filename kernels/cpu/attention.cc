@@ -5,9 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
 #include <type_traits>
 #include <vector>
+
+#include "common/parallel_for.h"
 
 namespace fp8rt {
 namespace {
@@ -32,25 +33,6 @@ T FromD(double v) {
 template <typename T>
 double RoundTo(double v) {
   return ToD(FromD<T>(v));
-}
-
-// Runs fn(i) for i in [0, n) on up to hardware_concurrency threads, when there is enough work.
-template <typename Fn>
-void ParallelFor(int64_t n, double work_per_item, const Fn& fn) {
-  const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  const int64_t nt =
-      std::min<int64_t>({hw, n, static_cast<int64_t>(n * work_per_item / (1 << 22)) + 1});
-  if (nt <= 1) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  std::vector<std::thread> pool;
-  for (int64_t t = 0; t < nt; ++t) {
-    pool.emplace_back([&, t] {
-      for (int64_t i = t; i < n; i += nt) fn(i);
-    });
-  }
-  for (auto& th : pool) th.join();
 }
 
 // z[t2] = (q_t . k_t2) * mult for t2 <= t, for batch b and head h; returns their max.
