@@ -26,6 +26,9 @@ class SplitMix64 {
     if (u1 < 1e-12f) u1 = 1e-12f;
     return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853071795864f * u2);
   }
+  // Moves the stream on by n draws of Next() (2n for n Normal()s) in O(1): the state after k
+  // draws is seed + k * gamma, so a stream can be split into pieces drawn on several threads.
+  void Skip(uint64_t n) { state_ += n * 0x9E3779B97F4A7C15ull; }
   uint64_t state() const { return state_; }
   void set_state(uint64_t s) { state_ = s; }
 

@@ -7,8 +7,10 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "common/parallel_for.h"
 #include "common/rng.h"
 #include "runtime/gpt.h"
 #include "runtime/gpt_fp8.h"

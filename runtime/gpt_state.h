@@ -34,33 +34,57 @@ Status Gpt<Ops, T>::InitRandom(uint64_t seed) {
   // The whole model, drawn the same whatever the parallelism (ImportState takes this rank's part).
   const Layout whole(m);
   std::vector<float> host(static_cast<size_t>(whole.total), 0.0f);
-  SplitMix64 rng(seed);
+  // One SplitMix64 stream of normals, in parameter order, as if drawn one after another; drawn in
+  // chunks on several threads (each chunk skips the stream to its first draw), the same values
+  // bit for bit whatever the thread count: a 6.7B model is drawn in seconds, not minutes.
+  struct Fill {
+    float* t;
+    int64_t n;
+    float std;
+    uint64_t first;  // normals drawn before this tensor's first
+  };
+  std::vector<Fill> fills;
+  uint64_t drawn = 0;
   const float proj_std = 0.02f / std::sqrt(2.0f * m.n_layer);
   for (int p = 0; p < kNumParams; ++p) {
     float* t = host.data() + whole.offset[p];
-    const int64_t n = whole.size[p];
+    int64_t n = whole.size[p];
+    float std = 0.02f;
     switch (p) {
       case kWte:  // rows of the vocabulary padding stay zero
-        for (int64_t i = 0; i < int64_t{m.vocab_size} * C; ++i) t[i] = 0.02f * rng.Normal();
+        n = int64_t{m.vocab_size} * C;
         break;
       case kWpe:
       case kQkvW:
       case kFcW:
-        for (int64_t i = 0; i < n; ++i) t[i] = 0.02f * rng.Normal();
         break;
       case kAttProjW:
       case kFcProjW:
-        for (int64_t i = 0; i < n; ++i) t[i] = proj_std * rng.Normal();
+        std = proj_std;
         break;
       case kLn1W:
       case kLn2W:
       case kLnfW:
-        for (int64_t i = 0; i < n; ++i) t[i] = 1.0f;
-        break;
+        std::fill(t, t + n, 1.0f);
+        continue;
       default:
-        break;  // biases start at zero
+        continue;  // biases start at zero
     }
+    fills.push_back({t, n, std, drawn});
+    drawn += static_cast<uint64_t>(n);
   }
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  std::vector<std::pair<size_t, int64_t>> chunks;  // (fill, first element)
+  for (size_t f = 0; f < fills.size(); ++f) {
+    for (int64_t i = 0; i < fills[f].n; i += kChunk) chunks.emplace_back(f, i);
+  }
+  ParallelFor(static_cast<int64_t>(chunks.size()), 8.0 * kChunk, [&](int64_t c) {
+    const auto [f, i0] = chunks[static_cast<size_t>(c)];
+    const Fill& fill = fills[f];
+    SplitMix64 rng(seed);
+    rng.Skip(2 * (fill.first + static_cast<uint64_t>(i0)));  // Normal() takes two draws
+    for (int64_t i = i0; i < std::min(fill.n, i0 + kChunk); ++i) fill.t[i] = fill.std * rng.Normal();
+  });
   FP8RT_RETURN_IF_ERROR(fp8_.Init());
   const std::vector<float> zeros(host.size(), 0.0f);  // AdamW moments
   return ImportState(host, zeros, zeros);

@@ -11,7 +11,9 @@
 
 #include "kernels/quantize.h"
 #include "runtime/checkpoint.h"
+#include "common/rng.h"
 #include "runtime/gpt.h"
+#include "runtime/gpt_layout.h"
 #include "runtime/trainer.h"
 #include "tests/common/corpus.h"
 #include "tests/common/train_helpers.h"
@@ -401,6 +403,52 @@ TEST(PrecisionFallback, FollowsComputeCapability) {
             std::string::npos);
   DeviceInfo cpu;
   EXPECT_EQ(DecidePrecision(Precision::kFp8, cpu).precision, Precision::kFp8);  // emulated
+}
+
+TEST(SplitMix64, SkipLandsWhereDrawingWould) {
+  SplitMix64 drawn(42), skipped(42);
+  for (int i = 0; i < 1001; ++i) drawn.Normal();
+  skipped.Skip(2002);
+  EXPECT_EQ(skipped.state(), drawn.state());
+  EXPECT_EQ(skipped.Normal(), drawn.Normal());
+}
+
+// The initialisation is drawn in 1M-value chunks on several threads; it must equal one sequential
+// stream of normals in parameter order (wte's real rows, wpe, then per tensor), LayerNorm weights
+// one, everything else zero. Several chunks per tensor here (wte: 2.1M values).
+TEST(GptInit, ChunkedDrawEqualsOneSequentialStream) {
+  using namespace gpt_detail;  // NOLINT: the layout's parameter names
+  ModelOptions mo;
+  mo.model = {2, 512, 4, 64, 4100};
+  mo.precision = Precision::kFp32;
+  mo.B = 1, mo.T = 64;
+  auto model = CreateCpuGpt(mo);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ASSERT_TRUE((*model)->InitRandom(7).ok());
+  std::vector<float> master, m, v;
+  ASSERT_TRUE((*model)->ExportState(&master, &m, &v).ok());
+  const Layout L(mo.model);
+  ASSERT_EQ(master.size(), static_cast<size_t>(L.total));
+  std::vector<float> want(master.size(), 0.0f);
+  SplitMix64 rng(7);
+  const float proj_std = 0.02f / std::sqrt(2.0f * mo.model.n_layer);
+  for (int p = 0; p < kNumParams; ++p) {
+    float* t = want.data() + L.offset[p];
+    int64_t n = L.size[p];
+    if (p == kWte) n = int64_t{mo.model.vocab_size} * mo.model.n_embd;
+    if (p == kWte || p == kWpe || p == kQkvW || p == kFcW) {
+      for (int64_t i = 0; i < n; ++i) t[i] = 0.02f * rng.Normal();
+    } else if (p == kAttProjW || p == kFcProjW) {
+      for (int64_t i = 0; i < n; ++i) t[i] = proj_std * rng.Normal();
+    } else if (p == kLn1W || p == kLn2W || p == kLnfW) {
+      std::fill(t, t + n, 1.0f);
+    }
+  }
+  ASSERT_GT(L.size[kWte], int64_t{2} << 20);
+  size_t differ = 0;
+  for (size_t i = 0; i < want.size(); ++i) differ += master[i] != want[i];
+  EXPECT_EQ(differ, 0u) << "of " << want.size();
+  EXPECT_EQ(m, std::vector<float>(want.size(), 0.0f));
 }
 
 TEST(LearningRate, WarmupThenCosine) {
