@@ -3,8 +3,9 @@
 # scripts/multigpu-session.sh product: fp8d --standalone finds the GPUs through NVML; an
 # all-GPU fp8 data-parallel job submitted with fp8ctl is preempted with `fp8ctl preempt` after its
 # step-100 checkpoint, resumes, and its losses after the resume equal an uninterrupted run's; a
-# SIGKILLed rank restarts the gang from its checkpoint; 1-GPU jobs share the node by gang placement
-# while an all-GPU job waits. Logs under $OUT/product. Exits 1 when a check fails.
+# SIGKILLed rank restarts the gang from its checkpoint; smaller jobs (a 2-GPU and 1-GPU jobs on 4+
+# GPUs) share the node by gang placement while an all-GPU job waits. Logs under $OUT/product.
+# Exits 1 when a check fails.
 set -uo pipefail
 OUT=${OUT:-out}/product
 B=${FP8RT_BIN:-bundle/bin}
@@ -76,17 +77,22 @@ ctl events "$K" | tee "$OUT/events_killed.txt"
 [ "$(field "$K" "j['state']")" = COMPLETED ] || fail "job $K did not complete"
 [ "$(field "$K" "j['restarts']")" = 1 ] || fail "job $K was not restarted once"
 
-echo "== 1-GPU jobs share the node; an all-GPU job waits for them"
+echo "== smaller jobs share the node (with 4+ GPUs a 2-GPU job among them); an all-GPU job waits"
 sed "s/total_steps: 300/total_steps: 400/" "$OUT/dp.yaml" > "$OUT/one.yaml"
 ones=()
-for _ in $(seq 1 "$NGPU"); do ones+=("$(ctl submit "$OUT/one.yaml" --gpus 1 --name one)"); done
+sizes=(); left=$NGPU
+[ "$NGPU" -ge 4 ] && { sizes+=(2); left=$((NGPU - 2)); }
+for _ in $(seq 1 "$left"); do sizes+=(1); done
+for g in "${sizes[@]}"; do ones+=("$(ctl submit "$OUT/one.yaml" --gpus "$g" --name "share$g")"); done
 W=$(ctl submit "$OUT/dp.yaml" --gpus "$NGPU" --name waits)
 for j in "${ones[@]}"; do
-  wait_for "$j" "j['state'] == 'RUNNING'" 120 || fail "1-GPU job $j did not run"
+  wait_for "$j" "j['state'] == 'RUNNING'" 120 || fail "job $j (${sizes[*]} GPUs) did not run"
 done
 ctl list | tee "$OUT/sharing.txt"
-gpus=$(for j in "${ones[@]}"; do field "$j" "j['placement'][0]['gpus'][0]"; done | sort -u | wc -l)
-[ "$gpus" = "$NGPU" ] || fail "the 1-GPU jobs do not each have their own GPU"
+gpus=$(for j in "${ones[@]}"; do field "$j" "' '.join(str(g) for p in j['placement'] for g in p['gpus'])"; done | tr ' ' '\n' | sort)
+echo "GPUs held by the sharing jobs: $(echo $gpus)" | tee -a "$OUT/sharing.txt"
+[ "$(echo "$gpus" | sort -u | wc -l)" = "$NGPU" ] && [ "$(echo "$gpus" | wc -l)" = "$NGPU" ] ||
+  fail "the sharing jobs (${sizes[*]} GPUs) do not each have their own GPUs"
 [ "$(field "$W" "j['state']")" = PENDING ] || fail "job $W did not wait"
 field "$W" "j['reason']" | tee -a "$OUT/sharing.txt"
 wait_for "$W" "j['state'] == 'COMPLETED'" 900 || fail "job $W did not complete after the others"

@@ -3,7 +3,7 @@
 # carried: collectives, data-parallel equivalence, ZeRO-1, a killed rank, and scaling, with every
 # log under $OUT. NVLink multicast stays off (NCCL_NVLS_ENABLE=0, as the device's KINDS.md asks).
 # Usage: scripts/multigpu-session.sh [devices] [comm] [equiv] [determinism] [fault] [scaling] [overlap]
-#        [tpequiv] [tpscale] [product] (fp8d --standalone + fp8ctl on this node:
+#        [tpequiv] [tpscale] [largest] [product] (fp8d --standalone + fp8ctl on this node:
 #        scripts/multigpu-product.sh; determinism: scripts/dp-determinism.sh)
 #        (default: all but overlap, which compares gradient-reduction settings at dp 2)
 # Environment: NGPU (default: nvidia-smi's count), SIZES (the dp/tp sizes, default "2 4" with 4 GPUs), STEPS (scaling steps, default 12), FP8RT_BIN
@@ -14,7 +14,7 @@ set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 B=${FP8RT_BIN:-bundle/bin}
-parts=${*:-devices comm equiv determinism fault scaling tpequiv tpscale}
+parts=${*:-devices comm equiv determinism fault scaling tpequiv tpscale largest}
 NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 if [ "$NGPU" -lt 2 ]; then
   echo "multigpu-session: needs 2 or more GPUs, found $NGPU: skipped"; exit 77
@@ -225,6 +225,31 @@ if [[ $parts == *scaling* ]]; then
     done
   done
 fi
+if [[ $parts == *scaling* ]]; then
+  # Where the time and memory go (medians of steps 4..): the step time over one GPU's (the
+  # reduction not hidden by the backward, an upper bound), the amax all-reduce's share, ZeRO-1's
+  # weight all-gather (FP8 bytes in fp8, BF16 in bf16) and memory per GPU.
+  python3 - "$OUT" <<'PY' | tee "$OUT/scaling_breakdown.md"
+import glob, json, os, statistics, sys
+out = sys.argv[1]
+def med(f, k):
+    v = [json.loads(l).get(k) for l in open(f) if '"tokens_per_s"' in l][3:]
+    v = [x for x in v if x is not None]
+    return statistics.median(v) if v else float("nan")
+print("| run | step ms | over 1 GPU (not hidden) | grad reduce span ms | amax reduce ms (share) | weight all-gather ms | memory per GPU GiB |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for p in ("bf16", "fp8"):
+    one = f"{out}/sc1_{p}.jsonl"
+    if not os.path.exists(one): continue
+    s1 = med(one, "step_ms")
+    print(f"| {p} 1 GPU | {s1:.1f} | - | - | - | - | {med(one, 'device_used_gib'):.1f} |")
+    for f in sorted(glob.glob(f"{out}/sc[24]_*_{p}.jsonl")):
+        s, a = med(f, "step_ms"), med(f, "amax_reduce_ms")
+        print(f"| {os.path.basename(f)[:-6]} | {s:.1f} | {s - s1:.1f} ms ({(s - s1) / s:.1%}) | "
+              f"{med(f, 'grad_reduce_ms'):.1f} | {a:.3f} ({a / s:.3%}) | {med(f, 'weight_gather_ms'):.1f} | "
+              f"{med(f, 'device_used_gib'):.1f} |")
+PY
+fi
 if [[ $parts == *overlap* ]]; then
   echo "== overlap: gpt-1.3b at dp 1 and 2, gradient-reduction settings (medians, steps 4..$STEPS)"
   gpt13() {  # tag ranks "parallel settings" precision [NAME=value...]
@@ -249,21 +274,21 @@ if [[ $parts == *overlap* ]]; then
   done
 fi
 if [[ $parts == *tpequiv* ]]; then
-  echo "== tensor parallelism: tp 2 (and dp 2 x tp 2 on 4 GPUs) against tp 1"
+  echo "== tensor parallelism: tp 2 (and dp 2 x tp 2, tp 4 on 4 GPUs) against tp 1"
   for p in bf16 fp8; do
     small_config "tp1_$p" 1 false $p
     timeout 200 $B/fp8train --config "$OUT/tp1_$p.yaml" --steps 10 --metrics "$OUT/tp1_$p.jsonl" \
       > "$OUT/tp1_$p.log" 2>&1
     echo "tp 1 $p exit $?"
-    grids=("2 1"); [ "$NGPU" -ge 4 ] && grids+=("4 2")
+    grids=("2 1 2"); [ "$NGPU" -ge 4 ] && grids+=("4 2 2" "4 1 4")  # ranks dp tp
     for g in "${grids[@]}"; do
-      set -- $g; n=$1; d=$2
-      tag=tp2_${n}_$p
+      set -- $g; n=$1; d=$2; t=$3
+      tag=tp${t}_${n}_$p
       small_config "$tag" "$d" false $p
-      sed -i 's/^parallel: {/parallel: {tp: 2, /' "$OUT/$tag.yaml"
+      sed -i "s/^parallel: {/parallel: {tp: $t, /" "$OUT/$tag.yaml"
       timeout 300 "${MPI[@]}" -np "$n" $B/fp8train --config "$OUT/$tag.yaml" --steps 10 \
         --metrics "$OUT/$tag.jsonl" > "$OUT/$tag.log" 2>&1
-      echo "tp 2 on $n GPUs $p exit $?"
+      echo "tp $t on $n GPUs $p exit $?"
     done
   done
   # Tolerance: 1e-3 relative on the losses of 10 steps (bf16 rounds the partial sums before the
@@ -275,7 +300,7 @@ def rows(f):
     return [json.loads(l) for l in open(f) if '"loss"' in l] if os.path.exists(f) else []
 print("| run | against | largest relative loss difference, 10 steps | tolerance | amax collectives/step |")
 print("|---|---|---:|---:|---|")
-for f in sorted(glob.glob(f"{out}/tp2_*.jsonl")):
+for f in sorted(glob.glob(f"{out}/tp[24]_*.jsonl")):
     tag = os.path.basename(f)[:-6]
     p = tag.rsplit("_", 1)[1]
     a, b = rows(f"{out}/tp1_{p}.jsonl"), rows(f)
@@ -292,17 +317,36 @@ PY
 fi
 
 if [[ $parts == *tpscale* ]]; then
-  echo "== tensor parallelism: gpt-1.3b at tp 1 and tp 2 (one replica on 2 GPUs)"
+  echo "== tensor parallelism: gpt-1.3b at tp 1 and tp ${sizes[*]} (one replica over the GPUs)"
+  sed "s/^parallel:.*//" configs/gpt-1.3b.yaml | sed "s|\.\./data/|$(pwd)/data/|" > "$OUT/tp13_1.yaml"
   for p in ${TP_PRECISIONS:-fp8 bf16}; do
-    sed "s/^parallel:.*//" configs/gpt-1.3b.yaml > "$OUT/tp13.yaml"
-    echo "parallel: {tp: 2}" >> "$OUT/tp13.yaml"
-    sed -i "s|\.\./data/|$(pwd)/data/|" "$OUT/tp13.yaml"
-    sed "s/^parallel:.*//" configs/gpt-1.3b.yaml | sed "s|\.\./data/|$(pwd)/data/|" > "$OUT/tp13_1.yaml"
     timeout 300 $B/fp8train --config "$OUT/tp13_1.yaml" --precision $p --steps "$STEPS" \
       --metrics "$OUT/tp13_1_$p.jsonl" > "$OUT/tp13_1_$p.log" 2>&1
-    timeout 300 "${MPI[@]}" -np 2 $B/fp8train --config "$OUT/tp13.yaml" --precision $p \
-      --steps "$STEPS" --metrics "$OUT/tp13_2_$p.jsonl" > "$OUT/tp13_2_$p.log" 2>&1
-    echo "| gpt-1.3b $p | tp 1: $(median_tps "$OUT/tp13_1_$p.jsonl") tok/s, $(median_tps "$OUT/tp13_1_$p.jsonl" step_ms) ms | tp 2 (2 GPUs, one replica): $(median_tps "$OUT/tp13_2_$p.jsonl") tok/s, $(median_tps "$OUT/tp13_2_$p.jsonl" step_ms) ms | memory $(median_tps "$OUT/tp13_1_$p.jsonl" device_used_gib) -> $(median_tps "$OUT/tp13_2_$p.jsonl" device_used_gib) GiB |" | tee -a "$OUT/tp.md"
+    one=$(median_tps "$OUT/tp13_1_$p.jsonl")
+    echo "| gpt-1.3b $p | tp 1 | $one tok/s | $(median_tps "$OUT/tp13_1_$p.jsonl" step_ms) ms | 1.000 | $(median_tps "$OUT/tp13_1_$p.jsonl" device_used_gib) GiB |" | tee -a "$OUT/tp.md"
+    for n in "${sizes[@]}"; do
+      cp "$OUT/tp13_1.yaml" "$OUT/tp13_$n.yaml"; echo "parallel: {tp: $n}" >> "$OUT/tp13_$n.yaml"
+      timeout 300 "${MPI[@]}" -np "$n" $B/fp8train --config "$OUT/tp13_$n.yaml" --precision $p \
+        --steps "$STEPS" --metrics "$OUT/tp13_${n}_$p.jsonl" > "$OUT/tp13_${n}_$p.log" 2>&1
+      all=$(median_tps "$OUT/tp13_${n}_$p.jsonl")
+      per=$(python3 -c "import sys; print(f'{float(sys.argv[1]) / $n / float(sys.argv[2]):.3f}')" "$all" "$one")
+      echo "| gpt-1.3b $p | tp $n ($n GPUs, one replica) | $all tok/s | $(median_tps "$OUT/tp13_${n}_$p.jsonl" step_ms) ms | $per per GPU | $(median_tps "$OUT/tp13_${n}_$p.jsonl" device_used_gib) GiB |" | tee -a "$OUT/tp.md"
+    done
+  done
+fi
+
+# The largest GPT of configs/: gpt-6.7b, data parallel over every GPU with ZeRO-1 (its FP32 state
+# does not fit one GPU beside the activations), fp8 and bf16: per-GPU tokens/s, MFU, memory.
+if [[ $parts == *largest* ]]; then
+  echo "== the largest model: gpt-6.7b, dp $NGPU, ZeRO-1 (median of steps 4..$STEPS)"
+  sed "s|\.\./data/|$(pwd)/data/|" configs/gpt-6.7b.yaml > "$OUT/big.yaml"
+  for p in fp8 bf16; do
+    timeout 400 "${MPI[@]}" -np "$NGPU" $B/fp8train --config "$OUT/big.yaml" --precision $p \
+      --steps "$STEPS" --metrics "$OUT/big_$p.jsonl" > "$OUT/big_$p.log" 2>&1
+    c=$?; echo "gpt-6.7b $p exit $c"; [ $c -eq 0 ] || { rc=1; tail -5 "$OUT/big_$p.log"; }
+    all=$(median_tps "$OUT/big_$p.jsonl")
+    per=$(python3 -c "import sys; print(f'{float(sys.argv[1]) / $NGPU:.0f}')" "$all")
+    echo "| gpt-6.7b $p | dp $NGPU ZeRO-1 | $per tok/s per GPU | step $(median_tps "$OUT/big_$p.jsonl" step_ms) ms | MFU $(median_tps "$OUT/big_$p.jsonl" mfu) | $(median_tps "$OUT/big_$p.jsonl" device_used_gib) GiB per GPU | model $(median_tps "$OUT/big_$p.jsonl" model_gib) GiB |" | tee -a "$OUT/largest.md"
   done
 fi
 
