@@ -3,7 +3,7 @@
 # carried: collectives, data-parallel equivalence, ZeRO-1, a killed rank, and scaling, with every
 # log under $OUT. NVLink multicast stays off (NCCL_NVLS_ENABLE=0, as the device's KINDS.md asks).
 # Usage: scripts/multigpu-session.sh [devices] [comm] [equiv] [determinism] [fault] [scaling] [overlap]
-#        [tpequiv] [tpscale] [largest] [product] (fp8d --standalone + fp8ctl on this node:
+#        [tpequiv] [twonode] [tpscale] [largest] [product] (fp8d --standalone + fp8ctl on this node:
 #        scripts/multigpu-product.sh; determinism: scripts/dp-determinism.sh)
 #        (default: all but overlap, which compares gradient-reduction settings at dp 2)
 # Environment: NGPU (default: nvidia-smi's count), SIZES (the dp/tp sizes, default "2 4" with 4 GPUs), STEPS (scaling steps, default 12), FP8RT_BIN
@@ -14,7 +14,7 @@ set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 B=${FP8RT_BIN:-bundle/bin}
-parts=${*:-devices comm equiv determinism fault scaling tpequiv tpscale largest}
+parts=${*:-devices comm equiv determinism fault scaling tpequiv twonode tpscale largest}
 NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 if [ "$NGPU" -lt 2 ]; then
   echo "multigpu-session: needs 2 or more GPUs, found $NGPU: skipped"; exit 77
@@ -314,6 +314,47 @@ for f in sorted(glob.glob(f"{out}/tp[24]_*.jsonl")):
     print(f"| {tag} | tp1_{p} | {d:.2e} | 1e-3 | {amax} |" + ("" if ok else " FAIL"))
 print("\nfailed: " + (", ".join(bad) if bad else "none"))
 sys.exit(1 if bad else 0)
+PY
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+
+# Two "nodes" on one machine: the ranks in two host groups (NCCL_HOSTID differs between them, so
+# NCCL sees two hosts), NVLink P2P and shared memory off (NCCL's network transport, over loopback
+# TCP), started without mpirun through fp8train's own TCP rendezvous (FP8RT_MASTER_ADDR/PORT), as
+# on two real nodes. dp 2 x tp 2 fp8 on 4 GPUs (tp within a group, dp across), dp 2 on 2; the
+# losses against the same grid over NVLink (tpequiv's run) and one GPU, within 1e-3.
+if [[ $parts == *twonode* ]]; then
+  echo "== two host groups over NCCL's network transport (fp8train's TCP rendezvous, no mpirun)"
+  if [ "$NGPU" -ge 4 ]; then n=4; d=2; t=2; else n=2; d=2; t=1; fi
+  small_config twonode "$d" false fp8
+  [ "$t" -gt 1 ] && sed -i "s/^parallel: {/parallel: {tp: $t, /" "$OUT/twonode.yaml"
+  pids=()
+  for r in $(seq 0 $((n - 1))); do
+    NCCL_HOSTID=fp8rt-group$((r * 2 / n)) NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 \
+      FP8RT_RANK=$r FP8RT_LOCAL_RANK=$r FP8RT_WORLD_SIZE=$n FP8RT_MASTER_ADDR=127.0.0.1 \
+      FP8RT_MASTER_PORT=29593 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET timeout 200 $B/fp8train \
+      --config "$OUT/twonode.yaml" --steps 10 --metrics "$OUT/twonode.jsonl" \
+      > "$OUT/twonode.r$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for r in $(seq 0 $((n - 1))); do wait "${pids[$r]}"; c=$?; echo "rank $r exit $c"; [ $c -eq 0 ] || rc=1; done
+  grep -h -m2 -E "NET/Socket|Using network|via NET" "$OUT"/twonode.r*.log | head -4
+  ref=tp${t}_${n}_fp8; [ "$t" = 1 ] && ref=eq2_false_fp8
+  python3 - "$OUT" "$ref" <<'PY' | tee "$OUT/twonode.md"
+import json, os, sys
+out, ref = sys.argv[1], sys.argv[2]
+def rows(f):
+    return [json.loads(l) for l in open(f) if '"loss"' in l] if os.path.exists(f) else []
+a, bad = rows(f"{out}/twonode.jsonl"), []
+for g in (ref, "tp1_fp8", "eq1_fp8"):
+    b = rows(f"{out}/{g}.jsonl")
+    if not b: continue
+    d = max((abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b)), default=float("inf"))
+    d = d if len(a) == len(b) == 10 else float("inf")
+    bad += [] if d <= 1e-3 else [g]
+    print(f"| two host groups, network transport | {g} | {d:.2e} | 1e-3 |" + ("" if d <= 1e-3 else " FAIL"))
+print("failed: " + (", ".join(bad) if bad else "none"))
+sys.exit(1 if bad or not a else 0)
 PY
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
