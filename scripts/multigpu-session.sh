@@ -29,6 +29,7 @@ cat bundle/VERSION | tee -a "$OUT/device.txt"
 sizes=(2); [ "$NGPU" -ge 4 ] && sizes=(2 4)
 [ -n "${SIZES:-}" ] && read -r -a sizes <<< "$SIZES"  # e.g. SIZES=4: only 4 GPUs
 rc=0
+want() { [[ " $parts " == *" $1 "* ]]; }  # a part named on the command line (whole words)
 
 # Median of a metric (default tokens_per_s) over steps 4.. of a metrics file.
 median_tps() {
@@ -40,7 +41,7 @@ print(f"{statistics.median(t):.{0 if sys.argv[2] == 'tokens_per_s' else 2}f}" if
 PY
 }
 
-if [[ $parts == *comm* ]]; then
+if want comm; then
   echo "== collectives"
   for n in "${sizes[@]}"; do
     timeout 120 "${MPI[@]}" -np "$n" $B/fp8rt_comm_check --gpu > "$OUT/comm_check_$n.log" 2>&1
@@ -73,7 +74,7 @@ EOF
 # fp8train --device auto under a launcher that gives each rank one GPU (srun --gpus-per-task 1):
 # rank r sees only GPU r, its local rank says r, and it must use the one GPU it sees; a rank that
 # sees several GPUs but not its own local rank is refused (exit 2), never moved onto another GPU.
-if [[ $parts == *devices* ]]; then
+if want devices; then
   echo "== devices: one visible GPU per rank"
   small_config dev 2 false fp8
   pids=()
@@ -91,7 +92,7 @@ if [[ $parts == *devices* ]]; then
   [ $c -eq 2 ] || { echo "devices: FAIL"; rc=1; }
 fi
 
-if [[ $parts == *equiv* ]]; then
+if want equiv; then
   echo "== equivalence (losses of steps 1..10; scales checked on every rank every step)"
   for p in bf16 fp8; do
     small_config "eq1_$p" 1 false $p
@@ -173,7 +174,7 @@ PY
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
 
-if [[ $parts == *determinism* ]]; then
+if want determinism; then
   # gpt2-124m at dp 2, five runs (fp8 x 3, bf16 x 2): every rank's gradients, weights, moments and
   # FP8 scale state hashed after every step must agree, and runs must repeat bit for bit.
   echo "== determinism: replicas identical after every step, runs identical"
@@ -183,7 +184,7 @@ if [[ $parts == *determinism* ]]; then
   c=$?; echo "determinism exit $c"; [ $c -eq 0 ] || rc=1
 fi
 
-if [[ $parts == *fault* ]]; then
+if want fault; then
   echo "== a rank killed mid-run (the others must exit 4 naming it, never hang)"
   small_config fault 2 false fp8
   sed -i 's/total_steps: 50/total_steps: 1000000/' "$OUT/fault.yaml"
@@ -206,7 +207,7 @@ if [[ $parts == *fault* ]]; then
     echo "fault: FAIL"; rc=1; }
 fi
 
-if [[ $parts == *scaling* ]]; then
+if want scaling; then
   echo "== scaling: gpt-1.3b per-GPU tokens/s at dp 1, ${sizes[*]} (median of steps 4..$STEPS)"
   for p in bf16 fp8; do
     timeout 300 $B/fp8train --config configs/gpt-1.3b.yaml --precision $p --steps "$STEPS" \
@@ -227,7 +228,7 @@ if [[ $parts == *scaling* ]]; then
     done
   done
 fi
-if [[ $parts == *scaling* ]]; then
+if want scaling; then
   # Where the time and memory go (medians of steps 4..): the step time over one GPU's (the
   # reduction not hidden by the backward, an upper bound), the amax all-reduce's share, ZeRO-1's
   # weight all-gather (FP8 bytes in fp8, BF16 in bf16) and memory per GPU.
@@ -252,7 +253,7 @@ for p in ("bf16", "fp8"):
               f"{med(f, 'device_used_gib'):.1f} |")
 PY
 fi
-if [[ $parts == *overlap* ]]; then
+if want overlap; then
   echo "== overlap: gpt-1.3b at dp 1 and 2, gradient-reduction settings (medians, steps 4..$STEPS)"
   gpt13() {  # tag ranks "parallel settings" precision [NAME=value...]
     local tag=$1 n=$2 par=$3 prec=$4; shift 4
@@ -275,7 +276,7 @@ if [[ $parts == *overlap* ]]; then
     gpt13 ov2_zero_$prec 2 "zero: true" $prec
   done
 fi
-if [[ $parts == *tpequiv* ]]; then
+if want tpequiv; then
   echo "== tensor parallelism: tp 2 (and dp 2 x tp 2, tp 4 on 4 GPUs) against tp 1"
   for p in bf16 fp8; do
     small_config "tp1_$p" 1 false $p
@@ -323,7 +324,7 @@ fi
 # TCP), started without mpirun through fp8train's own TCP rendezvous (FP8RT_MASTER_ADDR/PORT), as
 # on two real nodes. dp 2 x tp 2 fp8 on 4 GPUs (tp within a group, dp across), dp 2 on 2; the
 # losses against the same grid over NVLink (tpequiv's run) and one GPU, within 1e-3.
-if [[ $parts == *twonode* ]]; then
+if want twonode; then
   echo "== two host groups over NCCL's network transport (fp8train's TCP rendezvous, no mpirun)"
   if [ "$NGPU" -ge 4 ]; then n=4; d=2; t=2; else n=2; d=2; t=1; fi
   small_config twonode "$d" false fp8
@@ -359,7 +360,7 @@ PY
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
 
-if [[ $parts == *tpscale* ]]; then
+if want tpscale; then
   echo "== tensor parallelism: gpt-1.3b at tp 1 and tp ${sizes[*]} (one replica over the GPUs)"
   sed "s/^parallel:.*//" configs/gpt-1.3b.yaml | sed "s|\.\./data/|$(pwd)/data/|" > "$OUT/tp13_1.yaml"
   for p in ${TP_PRECISIONS:-fp8 bf16}; do
@@ -380,7 +381,7 @@ fi
 
 # The largest GPT of configs/: gpt-6.7b, data parallel over every GPU with ZeRO-1 (its FP32 state
 # does not fit one GPU beside the activations), fp8 and bf16: per-GPU tokens/s, MFU, memory.
-if [[ $parts == *largest* ]]; then
+if want largest; then
   echo "== the largest model: gpt-6.7b, dp $NGPU, ZeRO-1 (median of steps 4..$STEPS)"
   sed "s|\.\./data/|$(pwd)/data/|" configs/gpt-6.7b.yaml > "$OUT/big.yaml"
   for p in ${LARGEST_PRECISIONS:-fp8 bf16}; do
@@ -393,7 +394,7 @@ if [[ $parts == *largest* ]]; then
   done
 fi
 
-if [[ $parts == *product* ]]; then
+if want product; then
   echo "== the product: fp8d --standalone + fp8ctl on $NGPU GPUs"
   OUT="$OUT" FP8RT_BIN="$B" NGPU="$NGPU" bash scripts/multigpu-product.sh || rc=1
 fi
