@@ -16,6 +16,7 @@
 
 #include "bench/bench.h"
 #include "common/cuda_check.h"
+#include "kernels/block_quantize.h"
 #include "kernels/dtype.h"
 #include "kernels/fp8.h"
 #include "kernels/gemm.h"
@@ -58,12 +59,16 @@ struct Case {
   float beta;
   void *a = nullptr, *b = nullptr, *d = nullptr;
   float* scale = nullptr;  // device 1.0f, for FP8 operands
+  // Block scaling (both or neither): the scale modes and per-block scales (all 1.0f) of a and b.
+  GemmScaleMode ma = GemmScaleMode::kTensor, mb = GemmScaleMode::kTensor;
+  float *sa = nullptr, *sb = nullptr;
 
+  bool Block() const { return ma != GemmScaleMode::kTensor; }
   GemmArgs Args() const {
     GemmArgs g;
     g.M = M, g.N = N, g.K = K;
-    g.a = {a, ta, trans_a, 0, 0, IsFp8(ta) ? scale : nullptr};
-    g.b = {b, tb, trans_b, 0, 0, IsFp8(tb) ? scale : nullptr};
+    g.a = {a, ta, trans_a, 0, 0, IsFp8(ta) ? (Block() ? sa : scale) : nullptr, ma};
+    g.b = {b, tb, trans_b, 0, 0, IsFp8(tb) ? (Block() ? sb : scale) : nullptr, mb};
     g.d = d, g.d_dtype = td, g.beta = beta, g.fast_accum = fast;
     return g;
   }
@@ -85,12 +90,24 @@ class RawMatmul {
     LT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, 4));
     if (IsFp8(c.ta)) {
       const int8_t fast = c.fast;
-      const void* s = c.scale;
+      const void* s_a = c.Block() ? c.sb : c.scale;  // cuBLASLt's A is our B
+      const void* s_b = c.Block() ? c.sa : c.scale;
       LT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, 1));
-      LT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &s,
-                                              sizeof(s)));
-      LT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &s,
-                                              sizeof(s)));
+      LT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &s_a,
+                                              sizeof(s_a)));
+      LT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &s_b,
+                                              sizeof(s_b)));
+      if (c.Block()) {
+        auto mode = [](GemmScaleMode m) -> int32_t {
+          return m == GemmScaleMode::kBlk128 ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                                             : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+        };
+        const int32_t mode_a = mode(c.mb), mode_b = mode(c.ma);
+        LT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_a,
+                                                sizeof(mode_a)));
+        LT_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_b,
+                                                sizeof(mode_b)));
+      }
     }
     const int64_t lda = c.trans_a ? c.M : c.K, ldb = c.trans_b ? c.K : c.N;
     LT_CHECK(cublasLtMatrixLayoutCreate(&la_, CudaType(c.tb), c.trans_b ? c.K : c.N,
@@ -263,6 +280,18 @@ void Measure(Context& ctx, RawContext& raw, GemmRunner& runner, Case c, bool cei
   c.scale = static_cast<float*>(DeviceAlloc(sizeof(float)));
   const float one = 1.f;
   FP8RT_CUDA_CHECK(cudaMemcpy(c.scale, &one, sizeof(one), cudaMemcpyHostToDevice));
+  auto block_scales = [](GemmScaleMode m, int64_t rows, int64_t cols) -> float* {
+    if (m == GemmScaleMode::kTensor) return nullptr;
+    const std::vector<float> ones(m == GemmScaleMode::kBlk128
+                                      ? BlockLayout::Blk128ScaleCount(rows, cols)
+                                      : BlockLayout::Vec128ScaleCount(rows, cols),
+                                  1.0f);
+    auto* p = static_cast<float*>(DeviceAlloc(ones.size() * sizeof(float)));
+    FP8RT_CUDA_CHECK(cudaMemcpy(p, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+    return p;
+  };
+  c.sa = block_scales(c.ma, c.M, c.K);  // a stored (M, K), b (N, K): the FP8 layout
+  c.sb = block_scales(c.mb, c.N, c.K);
   FillOperand(c.a, na, c.ta, 1, ctx.stream);
   FillOperand(c.b, nb, c.tb, 2, ctx.stream);
   FillOperand(c.d, nd, c.td, 3, ctx.stream);
@@ -288,6 +317,14 @@ void Measure(Context& ctx, RawContext& raw, GemmRunner& runner, Case c, bool cei
        c.Shape(), ms, tflops, "TFLOP/s", raw_tflops, "raw same shape", "within 3% of raw",
        ok && ms <= 1.03 * raw_ms});
   DeviceFree(c.a), DeviceFree(c.b), DeviceFree(c.d), DeviceFree(c.scale);
+  if (c.sa) DeviceFree(c.sa);
+  if (c.sb) DeviceFree(c.sb);
+}
+
+// A block-scaled case (fp8.scaling: block): a's and b's scale modes set on a tensor-scaled case.
+Case BlockCase(Case c, GemmScaleMode ma, GemmScaleMode mb) {
+  c.ma = ma, c.mb = mb;
+  return c;
 }
 
 }  // namespace
@@ -333,6 +370,34 @@ void BenchGemm(Context& ctx) {
             {"bf16 dgrad", name, M, l.k, l.n, b16, b16, b16, false, false, false, 0.f}, false);
     Measure(ctx, raw, runner,
             {"bf16 wgrad (fp32 +=)", name, l.n, l.k, M, b16, b16, f32, true, false, false, 1.f},
+            false);
+  }
+
+  // Block scaling (DeepSeek-V3's recipe, cuBLASLt's VEC128 / BLK128x128 modes; E4M3 everywhere,
+  // no fast accumulation): fprop X (1x128) x W (128x128), dgrad dY (1x128) x W^T (128x128, the
+  // weight's transposed copy), wgrad dY^T (1x128 along the tokens) x X^T (1x128).
+  const GemmScaleMode vec = GemmScaleMode::kVec128, blk = GemmScaleMode::kBlk128;
+  Measure(ctx, raw, runner,
+          BlockCase({"fp8 block fprop (1x128 x 128x128)", "", 8192, 8192, 8192, e4, e4, b16, false,
+                     true, false, 0.f},
+                    vec, blk),
+          false);
+  for (const auto& l : layers) {
+    const std::string name = l.name;
+    Measure(ctx, raw, runner,
+            BlockCase({"fp8 block fprop (1x128 x 128x128)", name, M, l.n, l.k, e4, e4, b16, false,
+                       true, false, 0.f},
+                      vec, blk),
+            false);
+    Measure(ctx, raw, runner,
+            BlockCase({"fp8 block dgrad (1x128 x 128x128)", name, M, l.k, l.n, e4, e4, b16, false,
+                       true, false, 0.f},
+                      vec, blk),
+            false);
+    Measure(ctx, raw, runner,
+            BlockCase({"fp8 block wgrad (1x128 x 1x128, fp32 +=)", name, l.n, l.k, M, e4, e4, f32,
+                       false, true, false, 1.f},
+                      vec, vec),
             false);
   }
 

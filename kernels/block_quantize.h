@@ -28,6 +28,7 @@
 #include "common/status.h"
 #include "kernels/dtype.h"
 #include "kernels/fp8.h"
+#include "kernels/gemm.h"
 #include "kernels/stream.h"
 
 namespace fp8rt {
@@ -56,6 +57,13 @@ struct BlockFp8Operand {
   Fp8Format format = Fp8Format::kE4M3;
   bool blk128 = false;  // 128 x 128 blocks; else 1 x 128
 };
+
+// GemmArgs for D (M, N) = A B^T, a = A (M, K) and b = B (N, K) block-scaled (GemmScaleMode
+// kVec128 / kBlk128 per BlockFp8Operand::blk128), D of d_dtype (fp32 or bf16): for GemmRunner::Run
+// on device pointers, or cpu::Gemm on host ones (cpu::GemmBlockScaled's result up to FP32
+// summation order). ValidateGemm's rules apply (M, N, K multiples of 16, not both 128x128, ...).
+Result<GemmArgs> BlockScaledGemm(const BlockFp8Operand& a, const BlockFp8Operand& b, void* d,
+                                 DType d_dtype);
 
 // The casts' preconditions (InvalidArgument naming op otherwise): rows, cols >= 0; in, data,
 // scale_inv non-null when the tensor is not empty; data_t and scale_inv_t both given or both null.

@@ -19,6 +19,15 @@ namespace fp8rt {
 // feature of a linear layer) and is broadcast over rows and batches. Batches are strided: matrix
 // i of an operand starts batch_stride * i elements after the first.
 
+// How an FP8 operand's scale_inv is laid out. kTensor: one float for the whole matrix. kVec128
+// and kBlk128 (block scaling, fp8.scaling: block; cuBLASLt's VEC128_32F / BLK128x128_32F on
+// Hopper): one float per 1 x 128 or 128 x 128 block of the stored, K-contiguous matrix ((M, K) for
+// a, (N, K) for b), in kernels/block_quantize.h's BlockLayout, as its casts write them. Both
+// operands block-scaled or neither, never both kBlk128; no batches, no fast accumulation, epilogue
+// kNone or kBias (docs/BLOCK_SCALING.md).
+enum class GemmScaleMode : uint8_t { kTensor, kVec128, kBlk128 };
+const char* GemmScaleModeName(GemmScaleMode m);
+
 // One input matrix. Pointers are device pointers for GemmRunner::Run, host pointers for cpu::Gemm.
 struct GemmOperand {
   // First element of the first matrix. Default: nullptr.
@@ -33,9 +42,12 @@ struct GemmOperand {
   // Elements between consecutive matrices of a batch; 0 = packed (stored rows * ld).
   // Default: 0.
   int64_t batch_stride = 0;
-  // FP8 only: the dequantization scale (Fp8Tensor::scale_inv), one float; multiplies the product.
-  // Device pointer for GemmRunner, host pointer for cpu::Gemm. Default: nullptr.
+  // FP8 only: the dequantization scale (Fp8Tensor::scale_inv), one float (or one per block, per
+  // scale_mode); multiplies the product. Device pointer for GemmRunner, host pointer for
+  // cpu::Gemm. Default: nullptr.
   const float* scale_inv = nullptr;
+  // FP8 only: what scale_inv holds. Default: kTensor.
+  GemmScaleMode scale_mode = GemmScaleMode::kTensor;
 };
 
 enum class Epilogue : uint8_t {

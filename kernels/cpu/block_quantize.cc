@@ -24,6 +24,23 @@ Status ValidateBlockCast(const char* op, const void* in, int64_t rows, int64_t c
   return Status::Ok();
 }
 
+Result<GemmArgs> BlockScaledGemm(const BlockFp8Operand& a, const BlockFp8Operand& b, void* d,
+                                 DType d_dtype) {
+  if (a.cols != b.cols) {
+    return Status::InvalidArgument(
+        StrCat("BlockScaledGemm: K differs (A has ", a.cols, " columns, B ", b.cols, ")"));
+  }
+  auto dtype = [](Fp8Format f) { return f == Fp8Format::kE4M3 ? DType::kE4M3 : DType::kE5M2; };
+  auto mode = [](bool blk) { return blk ? GemmScaleMode::kBlk128 : GemmScaleMode::kVec128; };
+  GemmArgs g;
+  g.M = a.rows, g.N = b.rows, g.K = a.cols;
+  g.a = {a.data, dtype(a.format), false, 0, 0, a.scale_inv, mode(a.blk128)};
+  g.b = {b.data, dtype(b.format), true, 0, 0, b.scale_inv, mode(b.blk128)};
+  g.d = d, g.d_dtype = d_dtype;
+  FP8RT_RETURN_IF_ERROR(ValidateGemm(g));
+  return g;
+}
+
 namespace cpu {
 namespace {
 

@@ -6,9 +6,12 @@
 #include <cmath>
 #include <cstring>
 #include <numbers>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
+
+#include "kernels/block_quantize.h"
 
 namespace fp8rt {
 namespace {
@@ -53,6 +56,42 @@ Status CheckOperand(const char* name, const GemmOperand& x, int64_t op_rows, int
   if (x.batch_stride < 0) {
     return Status::InvalidArgument(
         StrCat("gemm: ", name, ".batch_stride=", x.batch_stride, " must be >= 0 (0 = packed)"));
+  }
+  return Status::Ok();
+}
+
+// Block scaling's rules on Hopper (docs/BLOCK_SCALING.md, from cuBLASLt's documentation).
+Status CheckBlockScaling(const GemmArgs& g) {
+  const GemmScaleMode ma = g.a.scale_mode, mb = g.b.scale_mode;
+  if (ma == GemmScaleMode::kTensor && mb == GemmScaleMode::kTensor) return Status::Ok();
+  const std::string modes = StrCat("a is ", GemmScaleModeName(ma), " and b is ", GemmScaleModeName(mb));
+  if (ma == GemmScaleMode::kTensor || mb == GemmScaleMode::kTensor) {
+    return Status::InvalidArgument(
+        StrCat("gemm: ", modes, ": block scaling needs both operands block-scaled"));
+  }
+  if (ma == GemmScaleMode::kBlk128 && mb == GemmScaleMode::kBlk128) {
+    return Status::InvalidArgument(
+        StrCat("gemm: ", modes, ": cuBLASLt has no 128x128 x 128x128 GEMM (make one side vec128)"));
+  }
+  if (g.batch != 1) {
+    return Status::InvalidArgument(StrCat("gemm: block scaling with batch=", g.batch, "; needs 1"));
+  }
+  if (g.fast_accum) {
+    return Status::InvalidArgument(
+        "gemm: block scaling with fast_accum; its partial sums must be promoted to FP32 every 128 "
+        "elements of K (fast_accum = false)");
+  }
+  if (g.epilogue != Epilogue::kNone && g.epilogue != Epilogue::kBias) {
+    return Status::InvalidArgument(StrCat("gemm: block scaling with epilogue ",
+                                          EpilogueName(g.epilogue), "; allowed: none, bias"));
+  }
+  if (g.a.ld != 0 && g.a.ld != g.K) {
+    return Status::InvalidArgument(StrCat("gemm: block scaling with a.ld=", g.a.ld,
+                                          "; its scales describe a packed (M, K) a"));
+  }
+  if (g.b.ld != 0 && g.b.ld != g.K) {
+    return Status::InvalidArgument(StrCat("gemm: block scaling with b.ld=", g.b.ld,
+                                          "; its scales describe a packed (N, K) b"));
   }
   return Status::Ok();
 }
@@ -102,7 +141,7 @@ Status CheckFp8(const GemmArgs& g) {
     return Status::InvalidArgument(
         StrCat("gemm: FP8 GEMM output ", DTypeName(g.d_dtype), "; allowed: fp32, bf16"));
   }
-  return Status::Ok();
+  return CheckBlockScaling(g);
 }
 
 Status CheckHighPrecision(const GemmArgs& g) {
@@ -155,17 +194,27 @@ double GeluTanhGrad(double x) {
   return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * k * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
-// op(X) of one batch as a packed (rows, cols) double matrix.
+// op(X) of one batch as a packed (rows, cols) double matrix; a block-scaled FP8 operand's values
+// times their block's scale_inv (exact in double).
 void LoadOp(const GemmOperand& x, const void* base, int64_t rows, int64_t cols, int64_t ld,
             std::vector<double>& out) {
   out.resize(static_cast<size_t>(rows * cols));
   const float* table =
       IsFp8(x.dtype) ? Fp8DecodeTable(x.dtype == DType::kE4M3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2)
                      : nullptr;
+  // The stored matrix is (rows, cols), or (cols, rows) with trans; block scales index it.
+  const int64_t stored_rows = x.trans ? cols : rows, stored_cols = x.trans ? rows : cols;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t idx = x.trans ? c * ld + r : r * ld + c;
-      out[r * cols + c] = LoadAsDouble(base, idx, x.dtype, table);
+      double v = LoadAsDouble(base, idx, x.dtype, table);
+      const int64_t sr = x.trans ? c : r, sc = x.trans ? r : c;
+      if (x.scale_mode == GemmScaleMode::kVec128) {
+        v *= x.scale_inv[BlockLayout::Vec128Index(sr, sc, stored_rows)];
+      } else if (x.scale_mode == GemmScaleMode::kBlk128) {
+        v *= x.scale_inv[BlockLayout::Blk128Index(sr, sc, stored_cols)];
+      }
+      out[r * cols + c] = v;
     }
   }
 }
@@ -237,6 +286,18 @@ const char* EpilogueName(Epilogue e) {
   return "?";
 }
 
+const char* GemmScaleModeName(GemmScaleMode m) {
+  switch (m) {
+    case GemmScaleMode::kTensor:
+      return "tensor";
+    case GemmScaleMode::kVec128:
+      return "vec128";
+    case GemmScaleMode::kBlk128:
+      return "blk128";
+  }
+  return "?";
+}
+
 DType GemmBiasDType(const GemmArgs& g) {
   if (IsFp8(g.a.dtype) && g.d_dtype == DType::kFloat32) return DType::kBFloat16;
   return g.d_dtype;
@@ -264,6 +325,10 @@ Status ValidateGemm(const GemmArgs& g) {
     FP8RT_RETURN_IF_ERROR(CheckFp8(g));
   } else {
     FP8RT_RETURN_IF_ERROR(CheckHighPrecision(g));
+    if (g.a.scale_mode != GemmScaleMode::kTensor || g.b.scale_mode != GemmScaleMode::kTensor) {
+      return Status::InvalidArgument(StrCat("gemm: ", DTypeName(g.a.dtype),
+                                            " operands with a block scale mode (FP8 only)"));
+    }
   }
   if (HasBias(g.epilogue) && g.bias == nullptr) {
     return Status::InvalidArgument(
@@ -358,9 +423,10 @@ Status Gemm(const GemmArgs& g) {
   const int64_t sa = g.a.batch_stride != 0 ? g.a.batch_stride : StoredRows(g.a, M, K) * lda;
   const int64_t sb = g.b.batch_stride != 0 ? g.b.batch_stride : StoredRows(g.b, K, N) * ldb;
   const int64_t sd = g.d_batch_stride != 0 ? g.d_batch_stride : M * ldd;
-  const bool fp8 = IsFp8(g.a.dtype);
+  // Block scales are applied as the operands are loaded; a tensor scale once to the product.
+  const bool tensor_fp8 = IsFp8(g.a.dtype) && g.a.scale_mode == GemmScaleMode::kTensor;
   const double scale = static_cast<double>(g.alpha) *
-                       (fp8 ? static_cast<double>(*g.a.scale_inv) * *g.b.scale_inv : 1.0);
+                       (tensor_fp8 ? static_cast<double>(*g.a.scale_inv) * *g.b.scale_inv : 1.0);
   const DType bias_t = GemmBiasDType(g);
   const float* no_table = nullptr;
 

@@ -55,6 +55,18 @@ cublasLtEpilogue_t LtEpilogue(Epilogue e) {
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
 
+int32_t LtScaleMode(GemmScaleMode m) {
+  switch (m) {
+    case GemmScaleMode::kTensor:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    case GemmScaleMode::kVec128:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    case GemmScaleMode::kBlk128:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+  }
+  return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+}
+
 bool HasBias(Epilogue e) {
   return e == Epilogue::kBias || e == Epilogue::kBiasGelu || e == Epilogue::kBiasGeluAux;
 }
@@ -119,7 +131,7 @@ const void* Cptr(const GemmArgs& g) { return g.c != nullptr ? g.c : g.d; }
 
 // Everything the heuristic's choice depends on. Fixed size, so a lookup never allocates.
 struct AlgoKey {
-  std::array<int64_t, 24> v;
+  std::array<int64_t, 26> v;
   bool operator==(const AlgoKey& o) const { return v == o.v; }
 };
 struct AlgoKeyHash {
@@ -210,6 +222,13 @@ Status GemmRunner::Run(const GemmArgs& g, cudaStream_t stream) {
     FP8RT_RETURN_IF_ERROR(SetDesc(desc.get(), CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast));
     FP8RT_RETURN_IF_ERROR(SetDesc(desc.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, scale_a));
     FP8RT_RETURN_IF_ERROR(SetDesc(desc.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, scale_b));
+    if (g.a.scale_mode != GemmScaleMode::kTensor) {  // block scaling (both, per ValidateGemm)
+      // Our B (N, K) is cuBLASLt's A (K x N column-major, transposed): its VEC128 scales are
+      // N-major [K/128][N], its BLK128x128 scales [N/128][pad4(K/128)]: BlockLayout's order.
+      const int32_t mode_a = LtScaleMode(g.b.scale_mode), mode_b = LtScaleMode(g.a.scale_mode);
+      FP8RT_RETURN_IF_ERROR(SetDesc(desc.get(), CUBLASLT_MATMUL_DESC_A_SCALE_MODE, mode_a));
+      FP8RT_RETURN_IF_ERROR(SetDesc(desc.get(), CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode_b));
+    }
   }
   const cublasLtEpilogue_t epi = LtEpilogue(g.epilogue);
   FP8RT_RETURN_IF_ERROR(SetDesc(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, epi));
@@ -260,7 +279,9 @@ Status GemmRunner::Run(const GemmArgs& g, cudaStream_t stream) {
                      AlignmentOf(g.d),
                      AlignmentOf(Cptr(g)),
                      AlignmentOf(g.bias),
-                     AlignmentOf(g.aux)}};
+                     AlignmentOf(g.aux),
+                     static_cast<int64_t>(g.a.scale_mode),
+                     static_cast<int64_t>(g.b.scale_mode)}};
   auto it = impl_->cache.find(key);
   if (it == impl_->cache.end()) {
     Preference pref;
@@ -308,7 +329,8 @@ Status GemmRunner::Run(const GemmArgs& g, cudaStream_t stream) {
         cublasLtGetStatusString(last), ") for ", DTypeName(g.a.dtype), " x ",
         DTypeName(g.b.dtype), " -> ", DTypeName(g.d_dtype), " M=", g.M, " N=", g.N, " K=", g.K,
         " batch=", g.batch, " trans_a=", g.a.trans, " trans_b=", g.b.trans, " lda=", r.lda,
-        " ldb=", r.ldb, " ldd=", r.ldd, " epilogue=", EpilogueName(g.epilogue)));
+        " ldb=", r.ldb, " ldd=", r.ldd, " epilogue=", EpilogueName(g.epilogue),
+        " scale modes=", GemmScaleModeName(g.a.scale_mode), "/", GemmScaleModeName(g.b.scale_mode)));
   }
 
   const cublasStatus_t st =

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/cuda_check.h"
@@ -56,6 +57,10 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   DeviceBuffer(DeviceBuffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(p_, o.p_), std::swap(n_, o.n_);
+    return *this;
+  }
 
   T* get() const { return p_; }
   size_t size() const { return n_; }

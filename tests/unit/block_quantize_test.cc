@@ -1,7 +1,8 @@
 // The CPU references of FP8 block scaling (kernels/block_quantize.h): 1x128 and 128x128 casts on
 // awkward shapes (partial blocks both ways), their scale layouts (cuBLASLt's, with the padding),
-// zero and NaN blocks, power-of-two scales, the 128x128 transposed copy, and the block-scaled
-// GEMM against a double-precision product of the dequantized operands.
+// zero and NaN blocks, power-of-two scales, the 128x128 transposed copy, the block-scaled GEMM
+// against a double-precision product of the dequantized operands, and the GemmArgs that ask
+// cuBLASLt for it (GemmScaleMode) against that GEMM.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "kernels/block_quantize.h"
+#include "kernels/gemm.h"
 #include "kernels/scaling.h"
 
 namespace fp8rt {
@@ -165,6 +167,78 @@ TEST(BlockQuantize, GemmMatchesTheDequantizedProductForEveryAllowedPairing) {
   const Status s = cpu::GemmBlockScaled(both, both, &d);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("both operands 128x128"), std::string::npos) << s.message();
+}
+
+// A block-scaled operand of `rows` x `cols` quantized from Random(seed): codes, scales, operand.
+struct Quantized {
+  std::vector<uint8_t> q;
+  std::vector<float> s;
+  BlockFp8Operand op;
+};
+Quantized QuantizeOperand(int64_t rows, int64_t cols, bool blk, Fp8Format f, uint32_t seed) {
+  Quantized r;
+  const auto x = Random(rows * cols, seed);
+  r.q.resize(x.size());
+  r.s.resize(blk ? BlockLayout::Blk128ScaleCount(rows, cols)
+                 : BlockLayout::Vec128ScaleCount(rows, cols));
+  const Status st = blk ? cpu::QuantizeBlk128(x.data(), rows, cols, f, false, r.q.data(), r.s.data())
+                        : cpu::QuantizeVec128(x.data(), rows, cols, f, false, r.q.data(), r.s.data());
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  r.op = {r.q.data(), r.s.data(), rows, cols, f, blk};
+  return r;
+}
+
+// The GemmArgs GemmRunner takes for block scaling (GemmScaleMode) mean what GemmBlockScaled
+// computes: cpu::Gemm on them (each code times its block's scale, double sums) agrees with it to
+// FP32 summation order, for every allowed pairing, on shapes whose K blocks need the scale grid's
+// padding to 4 (K = 336: 3 blocks; 640: 5) and M, N that are not multiples of 128.
+TEST(BlockQuantize, GemmArgsForTheRunnerComputeTheBlockScaledGemm) {
+  const int64_t shapes[][3] = {{16, 16, 16}, {80, 144, 336}, {48, 272, 640}};
+  for (const auto& sh : shapes) {
+    const int64_t M = sh[0], N = sh[1], K = sh[2];
+    for (const auto& [a_blk, b_blk] : {std::pair{false, false}, {false, true}, {true, false}}) {
+      SCOPED_TRACE(::testing::Message() << M << "x" << N << "x" << K << " " << a_blk << b_blk);
+      const Quantized a = QuantizeOperand(M, K, a_blk, Fp8Format::kE4M3, 5);
+      const Quantized b = QuantizeOperand(N, K, b_blk, Fp8Format::kE5M2, 6);
+      std::vector<float> want(M * N), got(M * N);
+      ASSERT_TRUE(cpu::GemmBlockScaled(a.op, b.op, want.data()).ok());
+      auto g = BlockScaledGemm(a.op, b.op, got.data(), DType::kFloat32);
+      ASSERT_TRUE(g.ok()) << g.status().ToString();
+      EXPECT_EQ(g->a.scale_mode, a_blk ? GemmScaleMode::kBlk128 : GemmScaleMode::kVec128);
+      ASSERT_TRUE(cpu::Gemm(*g).ok());
+      double err = 0, ref = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        err += double(got[i] - want[i]) * (got[i] - want[i]), ref += double(want[i]) * want[i];
+      }
+      EXPECT_LT(std::sqrt(err / ref), 1e-6);
+    }
+  }
+}
+
+TEST(BlockQuantize, BlockScaledGemmArgsBreakingCublasltsRulesAreRefused) {
+  const Quantized a = QuantizeOperand(32, 256, true, Fp8Format::kE4M3, 7);
+  const Quantized b = QuantizeOperand(48, 256, true, Fp8Format::kE4M3, 8);
+  const Quantized v = QuantizeOperand(48, 256, false, Fp8Format::kE4M3, 9);
+  std::vector<float> d(32 * 48);
+  auto expect = [](const Result<GemmArgs>& r, const char* what) {
+    ASSERT_FALSE(r.ok()) << what;
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status().message();
+  };
+  expect(BlockScaledGemm(a.op, b.op, d.data(), DType::kFloat32), "no 128x128 x 128x128");
+  expect(BlockScaledGemm(a.op, v.op, d.data(), DType::kE4M3), "allowed: fp32, bf16");
+  const Quantized odd = QuantizeOperand(40, 256, false, Fp8Format::kE4M3, 10);  // N = 40
+  expect(BlockScaledGemm(a.op, odd.op, d.data(), DType::kFloat32), "N=40");
+  GemmArgs g = *BlockScaledGemm(a.op, v.op, d.data(), DType::kFloat32);
+  g.fast_accum = true;
+  EXPECT_NE(ValidateGemm(g).message().find("fast_accum"), std::string::npos);
+  g.fast_accum = false, g.b.scale_mode = GemmScaleMode::kTensor;
+  EXPECT_NE(ValidateGemm(g).message().find("both operands block-scaled"), std::string::npos);
+  g.b.scale_mode = GemmScaleMode::kVec128, g.epilogue = Epilogue::kGelu;
+  EXPECT_NE(ValidateGemm(g).message().find("allowed: none, bias"), std::string::npos);
+  g.epilogue = Epilogue::kNone, g.batch = 2;
+  EXPECT_NE(ValidateGemm(g).message().find("batch=2"), std::string::npos);
+  g.batch = 1;
+  EXPECT_TRUE(ValidateGemm(g).ok());
 }
 
 TEST(BlockQuantize, BadArgumentsAreRefusedNamingThem) {
