@@ -10,6 +10,7 @@
 
 #include "comm/bootstrap.h"
 #include "comm/world.h"
+#include "runtime/hf_export.h"
 #include "runtime/trainer.h"
 
 namespace {
@@ -48,7 +49,16 @@ int main(int argc, char** argv) {
                "gradients, optimizer, activations, FP8 copies, workspaces) and the device's use");
   app.add_option("--inspect-scales", inspect,
                  "print the FP8 scale state checkpointed in DIR and exit");
-  app.add_option("--step", inspect_step, "with --inspect-scales: the step (default: latest)");
+  std::vector<std::string> export_hf;
+  std::string export_dtype = "fp32";
+  app.add_option("--export-hf", export_hf,
+                 "CHECKPOINT_DIR OUT_DIR: write the checkpoint as Hugging Face GPT-2 "
+                 "(OUT_DIR/model.safetensors + config.json, for GPT2LMHeadModel) and exit")
+      ->expected(2);
+  app.add_option("--export-dtype", export_dtype, "with --export-hf: fp32 (default) or bf16")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--step", inspect_step,
+                 "with --inspect-scales or --export-hf: the step (default: latest)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -61,6 +71,17 @@ int main(int argc, char** argv) {
       std::cerr << "fp8train: " << s.ToString() << "\n";
       return kExitUsage;
     }
+    return kExitOk;
+  }
+  if (!export_hf.empty()) {
+    const Status s = ExportHuggingFace(export_hf[0], inspect_step, export_hf[1],
+                                       export_dtype == "bf16" ? "BF16" : "F32");
+    if (!s.ok()) {
+      std::cerr << "fp8train: " << s.ToString() << "\n";
+      return kExitUsage;
+    }
+    std::cout << "fp8train: wrote " << export_hf[1] << "/model.safetensors and config.json ("
+              << export_dtype << ")\n";
     return kExitOk;
   }
   if (config_path.empty()) {

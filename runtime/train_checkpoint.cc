@@ -214,11 +214,8 @@ Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, Dat
   return ck.step;
 }
 
-Result<std::vector<float>> CheckpointArray(const Checkpoint& ck, const std::string& which) {
-  if (ck.state.count("shards.tp") == 0) return Floats(ck, (which + ".bin").c_str());
+Result<ModelConfig> CheckpointModelConfig(const Checkpoint& ck) {
   ModelConfig m;
-  int dp = 0, tp = 0;
-  bool zero = false;
   try {
     const auto& f = ck.fingerprint;
     m.n_layer = std::stoi(f.at("model.n_layer"));
@@ -226,15 +223,31 @@ Result<std::vector<float>> CheckpointArray(const Checkpoint& ck, const std::stri
     m.n_head = std::stoi(f.at("model.n_head"));
     m.block_size = std::stoi(f.at("model.block_size"));
     m.vocab_size = std::stoi(f.at("model.vocab_size"));
+  } catch (...) {
+    return Status::Corruption(StrCat("checkpoint step ", ck.step, ": the model shape is missing"));
+  }
+  if (m.n_layer < 1 || m.n_embd < 1 || m.n_head < 1 || m.n_embd % m.n_head != 0 ||
+      m.block_size < 1 || m.vocab_size < 1) {
+    return Status::Corruption(StrCat("checkpoint step ", ck.step, ": model shape ", m.n_layer,
+                                     " x ", m.n_embd, " (", m.n_head, " heads, T ", m.block_size,
+                                     ", V ", m.vocab_size, ") is not a model"));
+  }
+  return m;
+}
+
+Result<std::vector<float>> CheckpointArray(const Checkpoint& ck, const std::string& which) {
+  if (ck.state.count("shards.tp") == 0) return Floats(ck, (which + ".bin").c_str());
+  FP8RT_ASSIGN_OR_RETURN(const ModelConfig m, CheckpointModelConfig(ck));
+  int dp = 0, tp = 0;
+  bool zero = false;
+  try {
     dp = std::stoi(ck.state.at("shards.dp"));
     tp = std::stoi(ck.state.at("shards.tp"));
     zero = ck.state.at("shards.zero") == "1";
   } catch (...) {
-    return Status::Corruption(StrCat("checkpoint step ", ck.step,
-                                     ": the model shape or the shard layout is missing"));
+    return Status::Corruption(StrCat("checkpoint step ", ck.step, ": the shard layout is missing"));
   }
-  if (dp < 1 || tp < 1 || m.n_layer < 1 || m.n_embd < 1 || m.n_head < 1 || m.n_head % tp != 0 ||
-      m.n_embd % m.n_head != 0) {
+  if (dp < 1 || tp < 1 || m.n_head % tp != 0) {
     return Status::Corruption(StrCat("checkpoint step ", ck.step, ": shard layout dp ", dp,
                                      " x tp ", tp, " does not fit the model"));
   }

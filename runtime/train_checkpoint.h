@@ -38,6 +38,9 @@ Status SaveCheckpoint(const TrainOptions& o, Precision p, GptModel& model, int64
                       const DataCursor& cursor, const RankPlace& place);
 Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, DataLoader& loader);
 
+// The model's shape a checkpoint was written for (from its fingerprint), or Corruption.
+Result<ModelConfig> CheckpointModelConfig(const Checkpoint& ck);
+
 // The names of the saved arrays, and the file of one rank's shard of one of them.
 inline const char* const kArrayNames[3] = {"master", "adam_m", "adam_v"};
 inline std::string ShardFileName(const std::string& which, int dp_rank, int tp_rank) {

@@ -1,15 +1,20 @@
 // fp8rt_gpt_dump: initialises a small GPT, runs forward + backward on a fixed batch and writes the
 // weights, batch, loss, logits and gradients, for scripts/torch_check.py to compare against an
-// independent PyTorch implementation of the same model.
+// independent PyTorch implementation of the same model; and the same weights as Hugging Face GPT-2
+// (DIR/hf, DIR/hf-bf16: model.safetensors + config.json, runtime/hf_export.h) for
+// scripts/hf_check.py to load with transformers.
 // Usage: fp8rt_gpt_dump --out DIR [--device cpu|cuda:K] [--precision fp32|bf16|fp8]
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/atomic_file.h"
 #include "runtime/device.h"
 #include "runtime/gpt.h"
+#include "runtime/hf_export.h"
 
 namespace {
 
@@ -77,6 +82,21 @@ int main(int argc, char** argv) {
   Write(out + "/targets.bin", y.data(), y.size() * 4);
   Write(out + "/logits.bin", logits.data(), logits.size() * 4);
   Write(out + "/grads.bin", grads.data(), grads.size() * 4);
+  auto hf = Gpt2HfTensors(o.model, master);
+  if (!hf.ok()) {
+    std::cerr << hf.status().ToString() << "\n";
+    return 1;
+  }
+  for (const std::string dtype : {"F32", "BF16"}) {
+    const std::string dir = out + (dtype == "F32" ? "/hf" : "/hf-bf16");
+    std::filesystem::create_directories(dir);
+    s = WriteSafetensors(dir + "/model.safetensors", *hf, dtype);
+    if (s.ok()) s = WriteFileAtomic(dir + "/config.json", Gpt2HfConfig(o.model, dtype));
+    if (!s.ok()) {
+      std::cerr << s.ToString() << "\n";
+      return 1;
+    }
+  }
   std::cout << "wrote " << out << ": loss " << loss << "\n";
   return 0;
 }

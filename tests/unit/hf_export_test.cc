@@ -1,0 +1,141 @@
+// fp8train --export-hf (runtime/hf_export.h) on a real checkpoint of a CPU run: the tensors
+// transformers' GPT2LMHeadModel has, with their shapes, every value where the mapping says (the
+// Conv1D weights transposed, the vocabulary padding dropped), BF16 rounding, config.json; and a
+// missing or corrupted checkpoint refused with nothing written. (transformers itself loads the
+// export and matches our logits in scripts/hf_check.py, on the GPU node.)
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kernels/dtype.h"
+#include "runtime/checkpoint.h"
+#include "runtime/gpt_layout.h"
+#include "runtime/hf_export.h"
+#include "runtime/train_checkpoint.h"
+#include "runtime/trainer.h"
+#include "tests/common/corpus.h"
+#include "tests/common/train_helpers.h"
+
+namespace fp8rt {
+namespace {
+
+namespace fs = std::filesystem;
+
+class HfExportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("fp8rt_hf_export_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    const std::string corpus = test::EnglishCorpus((dir_ / "corpus.txt").string());
+    ASSERT_FALSE(corpus.empty());
+    TrainOptions o;
+    o.config = test::TinyRunConfig(corpus, Precision::kFp8, 3);
+    o.checkpoint_dir = ckpt();
+    ASSERT_TRUE(RunTraining(o, DeviceInfo{}).ok());
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string ckpt() const { return (dir_ / "ckpt").string(); }
+  std::string out() const { return (dir_ / "hf").string(); }
+
+  fs::path dir_;
+};
+
+TEST_F(HfExportTest, TheCheckpointAsGpt2LMHeadModelTensors) {
+  auto ck = ReadCheckpoint(ckpt(), -1, {});
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  auto master = CheckpointArray(*ck, "master");
+  ASSERT_TRUE(master.ok());
+  const ModelConfig m = *CheckpointModelConfig(*ck);
+  const int64_t C = m.n_embd;
+  const gpt_detail::Layout L(m);
+
+  for (const std::string dtype : {"F32", "BF16"}) {
+    SCOPED_TRACE(dtype);
+    ASSERT_TRUE(ExportHuggingFace(ckpt(), -1, out(), dtype).ok());
+    auto f = SafetensorsFile::Read(out() + "/model.safetensors");
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_EQ(f->tensors().size(), 2u + 12u * m.n_layer + 2u);
+    EXPECT_EQ(f->metadata().at("fp8rt.checkpoint_step"), "3");
+    auto round = [&](float v) { return dtype == "F32" ? v : ToFloat(bf16(v)); };
+    auto expect = [&](const std::string& name, std::vector<int64_t> shape,
+                      const std::function<float(int64_t, int64_t)>& ours) {
+      const SafetensorsTensor* t = f->Find(name);
+      ASSERT_NE(t, nullptr) << name;
+      EXPECT_EQ(t->dtype, dtype);
+      ASSERT_EQ(t->shape, shape) << name;
+      const std::vector<float> v = *f->Floats(name);
+      const int64_t rows = shape.size() == 2 ? shape[0] : 1, cols = shape.back();
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          ASSERT_EQ(v[r * cols + c], round(ours(r, c))) << name << "[" << r << "][" << c << "]";
+        }
+      }
+    };
+    const auto& w = *master;
+    using namespace gpt_detail;  // NOLINT: the layout's parameter names
+    expect("transformer.wte.weight", {m.vocab_size, C},
+           [&](int64_t r, int64_t c) { return w[L.offset[kWte] + r * C + c]; });
+    expect("transformer.wpe.weight", {m.block_size, C},
+           [&](int64_t r, int64_t c) { return w[L.offset[kWpe] + r * C + c]; });
+    // Layer 1's: Conv1D (in, out) = our (out, in) transposed.
+    expect("transformer.h.1.attn.c_attn.weight", {C, 3 * C}, [&](int64_t i, int64_t o) {
+      return w[L.offset[kQkvW] + 3 * C * C + o * C + i];
+    });
+    expect("transformer.h.1.attn.c_attn.bias", {3 * C},
+           [&](int64_t, int64_t o) { return w[L.offset[kQkvB] + 3 * C + o]; });
+    expect("transformer.h.1.attn.c_proj.weight", {C, C}, [&](int64_t i, int64_t o) {
+      return w[L.offset[kAttProjW] + C * C + o * C + i];
+    });
+    expect("transformer.h.1.mlp.c_fc.weight", {C, 4 * C}, [&](int64_t i, int64_t o) {
+      return w[L.offset[kFcW] + 4 * C * C + o * C + i];
+    });
+    expect("transformer.h.1.mlp.c_proj.weight", {4 * C, C}, [&](int64_t i, int64_t o) {
+      return w[L.offset[kFcProjW] + 4 * C * C + o * 4 * C + i];
+    });
+    expect("transformer.h.1.mlp.c_proj.bias", {C},
+           [&](int64_t, int64_t o) { return w[L.offset[kFcProjB] + C + o]; });
+    expect("transformer.h.0.ln_2.weight", {C},
+           [&](int64_t, int64_t c) { return w[L.offset[kLn2W] + c]; });
+    expect("transformer.ln_f.bias", {C}, [&](int64_t, int64_t c) { return w[L.offset[kLnfB] + c]; });
+
+    std::ifstream cfg(out() + "/config.json");
+    const nlohmann::json j = nlohmann::json::parse(cfg);
+    EXPECT_EQ(j["architectures"][0], "GPT2LMHeadModel");
+    EXPECT_EQ(j["n_layer"], m.n_layer);
+    EXPECT_EQ(j["n_embd"], C);
+    EXPECT_EQ(j["n_head"], m.n_head);
+    EXPECT_EQ(j["vocab_size"], m.vocab_size);
+    EXPECT_EQ(j["n_positions"], m.block_size);
+    EXPECT_EQ(j["activation_function"], "gelu_new");
+    EXPECT_EQ(j["torch_dtype"], dtype == "F32" ? "float32" : "bfloat16");
+  }
+}
+
+TEST_F(HfExportTest, MissingOrCorruptCheckpointsAreRefusedAndNothingIsWritten) {
+  const Status missing = ExportHuggingFace((dir_ / "nope").string(), -1, out(), "F32");
+  EXPECT_FALSE(missing.ok());
+  EXPECT_FALSE(fs::exists(out()));
+  // Flip one byte of the master weights: the checksum refuses the checkpoint.
+  const std::string master = CheckpointStepDir(ckpt(), 3) + "/master.bin";
+  ASSERT_TRUE(fs::exists(master));
+  {
+    std::fstream f(master, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x5a');
+  }
+  const Status corrupt = ExportHuggingFace(ckpt(), -1, out(), "F32");
+  EXPECT_FALSE(corrupt.ok());
+  EXPECT_NE(corrupt.message().find("master.bin"), std::string::npos) << corrupt.message();
+  EXPECT_FALSE(fs::exists(out() + "/model.safetensors"));
+  EXPECT_FALSE(ExportHuggingFace(ckpt(), -1, out(), "F16").ok());
+}
+
+}  // namespace
+}  // namespace fp8rt
