@@ -159,7 +159,8 @@ Result<RunConfig> ParseRunConfig(const std::string& yaml_text) {
                                     {"checkpoint_every", Integer(&t.checkpoint_every)},
                                     {"log_every", Integer(&t.log_every)},
                                     {"eval_every", Integer(&t.eval_every)},
-                                    {"eval_tokens", Integer(&t.eval_tokens)}})},
+                                    {"eval_tokens", Integer(&t.eval_tokens)},
+                                    {"init_from", String(&t.init_from)}})},
                   {"fp8", fields({{"scaling", Enum(&f.mode, {ScalingMode::kDelayed,
                                                              ScalingMode::kCurrent},
                                                    ScalingModeName)},
@@ -200,9 +201,9 @@ Result<RunConfig> LoadRunConfig(const std::string& path) {
   ss << in.rdbuf();
   auto r = ParseRunConfig(ss.str());
   if (!r.ok()) return Status(r.status().code(), StrCat(path, ": ", r.status().message()));
-  // Data paths are relative to the config file's directory.
+  // Data paths and train.init_from are relative to the config file's directory.
   const std::filesystem::path base = std::filesystem::path(path).parent_path();
-  for (std::string* p : {&r->data.train_path, &r->data.val_path}) {
+  for (std::string* p : {&r->data.train_path, &r->data.val_path, &r->train.init_from}) {
     if (!p->empty() && std::filesystem::path(*p).is_relative()) *p = (base / *p).string();
   }
   return r;

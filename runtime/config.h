@@ -78,6 +78,11 @@ struct TrainConfig {
   // Held-out tokens per evaluation, rounded down to whole (batch_size x seq_len) micro-batches
   // (at least one) and capped at what data.val holds. Default: 65536
   int64_t eval_tokens = 65536;
+  // A Hugging Face GPT-2 directory (model.safetensors + config.json, as --export-hf writes or
+  // transformers saves) whose weights start the run instead of a random initialisation
+  // (continued pretraining); its shapes must be this model's. Relative to the config file.
+  // Ignored on --resume (the checkpoint has the weights). Default: "" (random)
+  std::string init_from;
 };
 
 // parallel.*: how this run spreads over the ranks its launcher started (comm/README.md).

@@ -10,7 +10,7 @@
 
 #include "comm/bootstrap.h"
 #include "comm/world.h"
-#include "runtime/hf_export.h"
+#include "runtime/huggingface.h"
 #include "runtime/trainer.h"
 
 namespace {

@@ -14,6 +14,7 @@
 #include "runtime/data.h"
 #include "runtime/evaluate.h"
 #include "runtime/gpt.h"
+#include "runtime/huggingface.h"
 #include "runtime/scale_store.h"
 #include "runtime/train_checkpoint.h"
 
@@ -200,6 +201,14 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
     FP8RT_ASSIGN_OR_RETURN(model, CreateCudaGpt(mo, device.ordinal));
   }
   FP8RT_RETURN_IF_ERROR(model->InitRandom(c.train.seed));
+  if (!c.train.init_from.empty() && !o.resume) {
+    // Continued pretraining: a Hugging Face GPT-2's weights, fresh AdamW moments.
+    FP8RT_ASSIGN_OR_RETURN(const std::vector<float> master,
+                           Gpt2MasterFromHf(c.model, c.train.init_from));
+    const std::vector<float> zeros(master.size(), 0.0f);
+    FP8RT_RETURN_IF_ERROR(model->ImportState(master, zeros, zeros));
+    if (progress) *progress << "init: weights from " << c.train.init_from << "\n";
+  }
   result.fp8_weights = model->num_fp8_weights();
   result.attention_kernel = model->attention_kernel();
   if (progress) *progress << "attention: " << result.attention_kernel << "\n";

@@ -3,7 +3,7 @@
 
 Reads the directory fp8rt_gpt_dump wrote: the batch and our logits (logits.bin, fp32 on the
 device it ran on), and DUMP_DIR/hf and DUMP_DIR/hf-bf16 (model.safetensors + config.json written
-by runtime/hf_export.cc, F32 and BF16). transformers' GPT2LMHeadModel.from_pretrained loads each
+by runtime/huggingface.cc, F32 and BF16). transformers' GPT2LMHeadModel.from_pretrained loads each
 with no conversion code; its float32 logits on the same tokens must match ours (relative L2 error
 <= 1e-4 for F32 weights; <= 5e-2 for BF16 weights, which round every weight to 8 bits).
 

@@ -1,7 +1,7 @@
 // fp8rt_gpt_dump: initialises a small GPT, runs forward + backward on a fixed batch and writes the
 // weights, batch, loss, logits and gradients, for scripts/torch_check.py to compare against an
 // independent PyTorch implementation of the same model; and the same weights as Hugging Face GPT-2
-// (DIR/hf, DIR/hf-bf16: model.safetensors + config.json, runtime/hf_export.h) for
+// (DIR/hf, DIR/hf-bf16: model.safetensors + config.json, runtime/huggingface.h) for
 // scripts/hf_check.py to load with transformers.
 // Usage: fp8rt_gpt_dump --out DIR [--device cpu|cuda:K] [--precision fp32|bf16|fp8]
 #include <filesystem>
@@ -14,7 +14,7 @@
 #include "common/atomic_file.h"
 #include "runtime/device.h"
 #include "runtime/gpt.h"
-#include "runtime/hf_export.h"
+#include "runtime/huggingface.h"
 
 namespace {
 

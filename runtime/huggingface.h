@@ -1,5 +1,6 @@
-// Hugging Face out (fp8train --export-hf): a checkpoint's master weights as model.safetensors
-// and config.json that transformers loads as GPT2LMHeadModel with no conversion code.
+// Hugging Face in and out. Out (fp8train --export-hf): a checkpoint's master weights as
+// model.safetensors and config.json that transformers loads as GPT2LMHeadModel with no conversion
+// code. In (train.init_from): such a directory's weights start a run.
 //
 // The mapping (our flat layout, runtime/gpt_layout.h -> transformers' GPT-2 state dict):
 //   wte (Vp, C)          -> transformer.wte.weight (V, C)   (the vocabulary padding dropped;
@@ -26,11 +27,31 @@
 
 namespace fp8rt {
 
+// One tensor of transformers' GPT-2 and where it lives in our master array: rows x cols starting
+// at `offset` (Layout order), transposed in the Hugging Face file when `transpose` (Conv1D).
+struct Gpt2HfEntry {
+  std::string name;  // with the "transformer." prefix of GPT2LMHeadModel
+  int64_t offset, rows, cols;
+  bool transpose;
+  std::vector<int64_t> HfShape() const;
+};
+// Every tensor of GPT2LMHeadModel for model m (wte, wpe, per layer ln_1, c_attn, c_proj, ln_2,
+// c_fc, c_proj, then ln_f), in that order.
+std::vector<Gpt2HfEntry> Gpt2HfMap(const ModelConfig& m);
+
 // The tensors transformers' GPT2LMHeadModel has, from a whole-model master array (Layout order).
 Result<std::vector<SafetensorsOut>> Gpt2HfTensors(const ModelConfig& m,
                                                   const std::vector<float>& master);
 // config.json's text for the model (torch_dtype float32 or bfloat16 per `dtype`, F32 or BF16).
 std::string Gpt2HfConfig(const ModelConfig& m, const std::string& dtype);
+
+// The whole-model master array (Layout order; the vocabulary padding zero) for model m from a
+// Hugging Face GPT-2 directory: DIR/model.safetensors (F32, BF16 or F16), names with or without
+// the "transformer." prefix (transformers writes it; the hub's gpt2 files have none), the
+// attention-mask buffers of old files ignored, a tied lm_head.weight accepted. Refused, naming
+// what differs: a missing tensor, a shape that is not this model's, any other tensor, an untied
+// lm_head, or a config.json whose model_type or shape is not this model's.
+Result<std::vector<float>> Gpt2MasterFromHf(const ModelConfig& m, const std::string& dir);
 
 // Reads the checkpoint in `checkpoint_dir` (LATEST, or `step` when >= 0; whole or sharded),
 // and writes OUT_DIR/model.safetensors (dtype F32 or BF16) and OUT_DIR/config.json, each

@@ -1,0 +1,196 @@
+// Hugging Face in and out: our GPT-2 as transformers' GPT2LMHeadModel, and back
+// (runtime/huggingface.h).
+#include "runtime/huggingface.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.h"
+#include "runtime/checkpoint.h"
+#include "runtime/gpt_layout.h"
+#include "runtime/train_checkpoint.h"
+
+namespace fp8rt {
+
+std::vector<int64_t> Gpt2HfEntry::HfShape() const {
+  if (rows == 1) return {cols};
+  return transpose ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{rows, cols};
+}
+
+std::vector<Gpt2HfEntry> Gpt2HfMap(const ModelConfig& m) {
+  using namespace gpt_detail;  // NOLINT: the layout's parameter names
+  const Layout L(m);
+  const int64_t C = m.n_embd;
+  std::vector<Gpt2HfEntry> e;
+  e.push_back({"transformer.wte.weight", L.offset[kWte], m.vocab_size, C, false});
+  e.push_back({"transformer.wpe.weight", L.offset[kWpe], m.block_size, C, false});
+  for (int64_t l = 0; l < m.n_layer; ++l) {
+    const std::string h = StrCat("transformer.h.", l, ".");
+    e.push_back({h + "ln_1.weight", L.offset[kLn1W] + l * C, 1, C, false});
+    e.push_back({h + "ln_1.bias", L.offset[kLn1B] + l * C, 1, C, false});
+    e.push_back({h + "attn.c_attn.weight", L.offset[kQkvW] + l * 3 * C * C, 3 * C, C, true});
+    e.push_back({h + "attn.c_attn.bias", L.offset[kQkvB] + l * 3 * C, 1, 3 * C, false});
+    e.push_back({h + "attn.c_proj.weight", L.offset[kAttProjW] + l * C * C, C, C, true});
+    e.push_back({h + "attn.c_proj.bias", L.offset[kAttProjB] + l * C, 1, C, false});
+    e.push_back({h + "ln_2.weight", L.offset[kLn2W] + l * C, 1, C, false});
+    e.push_back({h + "ln_2.bias", L.offset[kLn2B] + l * C, 1, C, false});
+    e.push_back({h + "mlp.c_fc.weight", L.offset[kFcW] + l * 4 * C * C, 4 * C, C, true});
+    e.push_back({h + "mlp.c_fc.bias", L.offset[kFcB] + l * 4 * C, 1, 4 * C, false});
+    e.push_back({h + "mlp.c_proj.weight", L.offset[kFcProjW] + l * 4 * C * C, C, 4 * C, true});
+    e.push_back({h + "mlp.c_proj.bias", L.offset[kFcProjB] + l * C, 1, C, false});
+  }
+  e.push_back({"transformer.ln_f.weight", L.offset[kLnfW], 1, C, false});
+  e.push_back({"transformer.ln_f.bias", L.offset[kLnfB], 1, C, false});
+  return e;
+}
+
+Result<std::vector<SafetensorsOut>> Gpt2HfTensors(const ModelConfig& m,
+                                                  const std::vector<float>& master) {
+  const gpt_detail::Layout L(m);
+  if (master.size() != static_cast<size_t>(L.total)) {
+    return Status::InvalidArgument(StrCat("export: the master weights have ", master.size(),
+                                          " values, a ", m.n_layer, " x ", m.n_embd,
+                                          " model has ", L.total));
+  }
+  std::vector<SafetensorsOut> out;
+  for (const Gpt2HfEntry& e : Gpt2HfMap(m)) {
+    SafetensorsOut t{e.name, e.HfShape(), std::vector<float>(static_cast<size_t>(e.rows * e.cols))};
+    for (int64_t r = 0; r < e.rows; ++r) {
+      for (int64_t c = 0; c < e.cols; ++c) {
+        t.values[e.transpose ? c * e.rows + r : r * e.cols + c] = master[e.offset + r * e.cols + c];
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+Result<std::vector<float>> Gpt2MasterFromHf(const ModelConfig& m, const std::string& dir) {
+  const std::string where = StrCat("train.init_from ", dir);
+  // config.json, when there, must describe this model.
+  std::ifstream cfg_in(dir + "/config.json");
+  if (cfg_in) {
+    nlohmann::json cfg;
+    try {
+      cfg = nlohmann::json::parse(cfg_in);
+    } catch (const nlohmann::json::exception& e) {
+      return Status::InvalidArgument(StrCat(where, ": config.json is not JSON (", e.what(), ")"));
+    }
+    const std::string type = cfg.value("model_type", std::string("?"));
+    if (type != "gpt2") {
+      return Status::InvalidArgument(StrCat(where, ": config.json says model_type '", type,
+                                            "'; this run's model is gpt2"));
+    }
+    const struct {
+      const char* key;
+      int ours;
+    } dims[] = {{"n_layer", m.n_layer}, {"n_embd", m.n_embd}, {"n_head", m.n_head},
+                {"vocab_size", m.vocab_size}, {"n_positions", m.block_size}};
+    for (const auto& d : dims) {
+      if (cfg.contains(d.key) && cfg[d.key] != d.ours) {
+        return Status::InvalidArgument(StrCat(where, ": config.json has ", d.key, " ",
+                                              cfg[d.key].dump(), ", this run's model ", d.ours));
+      }
+    }
+  }
+  auto read = SafetensorsFile::Read(dir + "/model.safetensors");
+  if (!read.ok()) return Status(read.status().code(), StrCat(where, ": ", read.status().message()));
+  const SafetensorsFile& f = *read;
+  const gpt_detail::Layout L(m);
+  std::vector<float> master(static_cast<size_t>(L.total), 0.0f);
+  std::set<std::string> used;  // every tensor must be one of the model's, or a known extra
+  auto find = [&](const std::string& name) -> const SafetensorsTensor* {
+    const SafetensorsTensor* t = f.Find(name);
+    if (t == nullptr && name.rfind("transformer.", 0) == 0) t = f.Find(name.substr(12));
+    return t;
+  };
+  for (const Gpt2HfEntry& e : Gpt2HfMap(m)) {
+    const SafetensorsTensor* t = find(e.name);
+    if (t == nullptr) {
+      return Status::InvalidArgument(StrCat(where, ": model.safetensors has no tensor '", e.name,
+                                            "' (this run's model needs it)"));
+    }
+    used.insert(t->name);
+    if (t->shape != e.HfShape()) {
+      auto shape = [](const std::vector<int64_t>& v) {
+        std::string s = "(";
+        for (size_t i = 0; i < v.size(); ++i) s += StrCat(i ? ", " : "", v[i]);
+        return s + ")";
+      };
+      return Status::InvalidArgument(StrCat(where, ": tensor '", t->name, "' is ", shape(t->shape),
+                                            ", this run's model needs ", shape(e.HfShape())));
+    }
+    FP8RT_ASSIGN_OR_RETURN(const std::vector<float> v, f.Floats(t->name));
+    for (int64_t r = 0; r < e.rows; ++r) {
+      for (int64_t c = 0; c < e.cols; ++c) {
+        master[e.offset + r * e.cols + c] = v[e.transpose ? c * e.rows + r : r * e.cols + c];
+      }
+    }
+  }
+  for (const SafetensorsTensor& t : f.tensors()) {
+    if (used.count(t.name)) continue;
+    const bool mask = t.name.size() > 10 && (t.name.ends_with(".attn.bias") ||
+                                             t.name.ends_with(".attn.masked_bias"));
+    if (mask) continue;  // the causal-mask buffers old transformers versions saved
+    if (t.name == "lm_head.weight") {
+      // Tied to wte in GPT-2: accepted only when it is wte.
+      FP8RT_ASSIGN_OR_RETURN(const std::vector<float> head, f.Floats(t.name));
+      FP8RT_ASSIGN_OR_RETURN(const std::vector<float> wte,
+                             f.Floats(find("transformer.wte.weight")->name));
+      if (head != wte) {
+        return Status::InvalidArgument(StrCat(where, ": lm_head.weight differs from wte: an untied "
+                                              "LM head, which GPT-2 (and this model) does not have"));
+      }
+      continue;
+    }
+    return Status::InvalidArgument(StrCat(where, ": model.safetensors has tensor '", t.name,
+                                          "', which a GPT-2 of this shape does not"));
+  }
+  return master;
+}
+
+std::string Gpt2HfConfig(const ModelConfig& m, const std::string& dtype) {
+  nlohmann::ordered_json j = {
+      {"architectures", {"GPT2LMHeadModel"}},
+      {"model_type", "gpt2"},
+      {"vocab_size", m.vocab_size},
+      {"n_positions", m.block_size},
+      {"n_ctx", m.block_size},
+      {"n_embd", m.n_embd},
+      {"n_layer", m.n_layer},
+      {"n_head", m.n_head},
+      {"n_inner", nullptr},
+      {"activation_function", "gelu_new"},
+      {"layer_norm_epsilon", 1e-5},
+      {"resid_pdrop", 0.0},
+      {"embd_pdrop", 0.0},
+      {"attn_pdrop", 0.0},
+      {"scale_attn_weights", true},
+      {"tie_word_embeddings", true},
+      {"use_cache", true},
+      {"torch_dtype", dtype == "BF16" ? "bfloat16" : "float32"},
+  };
+  return j.dump(2) + "\n";
+}
+
+Status ExportHuggingFace(const std::string& checkpoint_dir, int64_t step,
+                         const std::string& out_dir, const std::string& dtype) {
+  if (dtype != "F32" && dtype != "BF16") {
+    return Status::InvalidArgument(StrCat("--export-hf: dtype ", dtype, "; fp32 or bf16"));
+  }
+  FP8RT_ASSIGN_OR_RETURN(const Checkpoint ck, ReadCheckpoint(checkpoint_dir, step, {}));
+  FP8RT_ASSIGN_OR_RETURN(const ModelConfig m, CheckpointModelConfig(ck));
+  FP8RT_ASSIGN_OR_RETURN(const std::vector<float> master, CheckpointArray(ck, "master"));
+  FP8RT_ASSIGN_OR_RETURN(const std::vector<SafetensorsOut> tensors, Gpt2HfTensors(m, master));
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return Status::IOError(StrCat("--export-hf: cannot create ", out_dir, ": ", ec.message()));
+  FP8RT_RETURN_IF_ERROR(WriteSafetensors(
+      out_dir + "/model.safetensors", tensors, dtype,
+      {{"format", "pt"}, {"fp8rt.checkpoint_step", std::to_string(ck.step)}}));
+  return WriteFileAtomic(out_dir + "/config.json", Gpt2HfConfig(m, dtype));
+}
+
+}  // namespace fp8rt
