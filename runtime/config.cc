@@ -89,6 +89,8 @@ Status RunConfig::Validate() const {
   FP8RT_RETURN_IF_ERROR(Range("train.log_every", train.log_every, 1, 1e9));
   FP8RT_RETURN_IF_ERROR(Range("train.eval_every", train.eval_every, 0, 1e9));
   FP8RT_RETURN_IF_ERROR(Range("train.eval_tokens", train.eval_tokens, 1, 1e12));
+  FP8RT_RETURN_IF_ERROR(Range("train.sample_every", train.sample_every, 0, 1e9));
+  FP8RT_RETURN_IF_ERROR(Range("train.sample_tokens", train.sample_tokens, 1, 1e6));
   FP8RT_RETURN_IF_ERROR(Range("fp8.history_len", fp8.scaling.history_len, 1, 1024));
   FP8RT_RETURN_IF_ERROR(Range("fp8.margin", fp8.scaling.margin, 0, 32));
   FP8RT_RETURN_IF_ERROR(Range("fp8.telemetry_every", fp8.telemetry_every, 0, 1e9));
@@ -160,7 +162,9 @@ Result<RunConfig> ParseRunConfig(const std::string& yaml_text) {
                                     {"log_every", Integer(&t.log_every)},
                                     {"eval_every", Integer(&t.eval_every)},
                                     {"eval_tokens", Integer(&t.eval_tokens)},
-                                    {"init_from", String(&t.init_from)}})},
+                                    {"init_from", String(&t.init_from)},
+                                    {"sample_every", Integer(&t.sample_every)},
+                                    {"sample_tokens", Integer(&t.sample_tokens)}})},
                   {"fp8", fields({{"scaling", Enum(&f.mode, {ScalingMode::kDelayed,
                                                              ScalingMode::kCurrent},
                                                    ScalingModeName)},

@@ -83,6 +83,11 @@ struct TrainConfig {
   // (continued pretraining); its shapes must be this model's. Relative to the config file.
   // Ignored on --resume (the checkpoint has the weights). Default: "" (random)
   std::string init_from;
+  // Every this many steps (and after the last), the lead rank prints a sample of sample_tokens
+  // tokens continuing "\n" to the log (llm.c does this; runtime/generate.h, on the CPU: each
+  // sample exports the weights from the device). 0: never. Default: 0
+  int sample_every = 0;
+  int sample_tokens = 64;  // Default: 64
 };
 
 // parallel.*: how this run spreads over the ranks its launcher started (comm/README.md).

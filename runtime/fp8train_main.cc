@@ -10,6 +10,7 @@
 
 #include "comm/bootstrap.h"
 #include "comm/world.h"
+#include "runtime/generate.h"
 #include "runtime/huggingface.h"
 #include "runtime/trainer.h"
 
@@ -57,8 +58,23 @@ int main(int argc, char** argv) {
       ->expected(2);
   app.add_option("--export-dtype", export_dtype, "with --export-hf: fp32 (default) or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  std::string generate, prompt;
+  SampleOptions sample;
+  app.add_option("--generate", generate,
+                 "CHECKPOINT_DIR: continue --prompt with the checkpoint's model (CPU, KV cache), "
+                 "print the text and exit");
+  app.add_option("--prompt", prompt, "with --generate: the text to continue (bytes; default \\n)");
+  app.add_option("--max-new-tokens", sample.max_new_tokens, "with --generate: default 200")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--temperature", sample.temperature,
+                 "with --generate: softmax temperature, 0 = greedy (default 1.0)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--top-k", sample.top_k, "with --generate: sample among the k most likely "
+                                          "(default 0: all)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", sample.seed, "with --generate: the sampling seed (default 1337)");
   app.add_option("--step", inspect_step,
-                 "with --inspect-scales or --export-hf: the step (default: latest)");
+                 "with --inspect-scales, --export-hf or --generate: the step (default: latest)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -67,6 +83,14 @@ int main(int argc, char** argv) {
 
   if (!inspect.empty()) {
     Status s = InspectScales(inspect, inspect_step, std::cout);
+    if (!s.ok()) {
+      std::cerr << "fp8train: " << s.ToString() << "\n";
+      return kExitUsage;
+    }
+    return kExitOk;
+  }
+  if (!generate.empty()) {
+    const Status s = GenerateFromCheckpoint(generate, inspect_step, prompt, sample, std::cout);
     if (!s.ok()) {
       std::cerr << "fp8train: " << s.ToString() << "\n";
       return kExitUsage;

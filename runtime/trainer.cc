@@ -13,6 +13,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/data.h"
 #include "runtime/evaluate.h"
+#include "runtime/generate.h"
 #include "runtime/gpt.h"
 #include "runtime/huggingface.h"
 #include "runtime/scale_store.h"
@@ -354,6 +355,19 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                   << std::setprecision(4) << val_loss << std::defaultfloat << "  ("
                   << validator->tokens() << " held-out tokens, " << std::setprecision(3) << s
                   << " s)\n";
+      }
+    }
+    if (c.train.sample_every > 0 && (step % c.train.sample_every == 0 || step == stop)) {
+      // Every rank exports (under TP and ZeRO-1 the parts are gathered); the lead samples.
+      std::vector<float> master, mm, vv;
+      FP8RT_RETURN_IF_ERROR(model->ExportState(&master, &mm, &vv));
+      if (progress) {
+        SampleOptions so;
+        so.max_new_tokens = c.train.sample_tokens, so.seed = c.train.seed + step;
+        const std::string prompt = "\n";
+        FP8RT_ASSIGN_OR_RETURN(const std::vector<int32_t> text,
+                               Generate(c.model, std::move(master), BytesToTokens(prompt), so));
+        *progress << "step " << step << "/" << stop << "  sample: " << TokensToText(text) << "\n";
       }
     }
     if (ranks > 1 && st.stop) {

@@ -4,7 +4,8 @@
 # the quickstart model (configs/quickstart.yaml) through it with `fp8ctl submit --wait`, on the
 # first GPU in FP8 (NVML finds it), or on a CPU slot with emulated FP8 where there is none.
 # The daemon's state, the job's logs, metrics and checkpoints go to runs/fp8d/; the daemon is
-# stopped at the end (SIGTERM) unless KEEP_DAEMON=1.
+# stopped at the end (SIGTERM) unless KEEP_DAEMON=1. It ends by printing a sample of the model's
+# text (fp8train --generate).
 # Environment: BUILD_DIR (default: build), JOBS (default: nproc), KEEP_DAEMON (default: 0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,3 +38,8 @@ JOB=$("$BUILD_DIR/cli/fp8ctl" submit configs/quickstart.yaml --wait --poll-ms 50
 echo "quickstart: done. Job $JOB: logs and metrics in $FP8D_DATA_DIR/node/jobs/$JOB/," \
      "checkpoints in $FP8D_DATA_DIR/checkpoints/$JOB"
 echo "  inspect the FP8 scale state: $BUILD_DIR/runtime/fp8train --inspect-scales $FP8D_DATA_DIR/checkpoints/$JOB"
+echo "  export it for transformers:  $BUILD_DIR/runtime/fp8train --export-hf $FP8D_DATA_DIR/checkpoints/$JOB runs/quickstart-hf"
+# What the model learned: a sample continuing "The " (the checkpoint's weights on the CPU).
+echo "quickstart: a sample from the trained model:"
+"$BUILD_DIR/runtime/fp8train" --generate "$FP8D_DATA_DIR/checkpoints/$JOB" --prompt "The " \
+  --max-new-tokens 200 --temperature 0.8 --top-k 40

@@ -1,0 +1,203 @@
+// Text generation with a KV cache on the CPU (runtime/generate.h).
+#include "runtime/generate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <ostream>
+
+#include "common/parallel_for.h"
+#include "runtime/checkpoint.h"
+#include "runtime/gpt_layout.h"
+#include "runtime/train_checkpoint.h"
+
+namespace fp8rt {
+namespace {
+
+// y[o] = b[o] + W[o, :] . x for o < rows (W row-major (rows, cols)), double sums, rows in parallel.
+void MatVec(const float* w, const float* b, const float* x, int64_t rows, int64_t cols, float* y) {
+  ParallelFor(rows, static_cast<double>(cols), [&](int64_t o) {
+    const float* r = w + o * cols;
+    double s = b != nullptr ? b[o] : 0.0;
+    for (int64_t i = 0; i < cols; ++i) s += double{r[i]} * x[i];
+    y[o] = static_cast<float>(s);
+  });
+}
+
+void LayerNorm(const float* x, const float* w, const float* b, int64_t C, float* y) {
+  double mean = 0, var = 0;
+  for (int64_t i = 0; i < C; ++i) mean += x[i];
+  mean /= C;
+  for (int64_t i = 0; i < C; ++i) var += (x[i] - mean) * (x[i] - mean);
+  const double rstd = 1.0 / std::sqrt(var / C + 1e-5);
+  for (int64_t i = 0; i < C; ++i) y[i] = static_cast<float>((x[i] - mean) * rstd * w[i] + b[i]);
+}
+
+float GeluTanh(float x) {
+  const double k = std::sqrt(2.0 / std::numbers::pi);
+  return static_cast<float>(0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * double{x} * x * x))));
+}
+
+}  // namespace
+
+GptSampler::GptSampler(const ModelConfig& m, std::vector<float> master)
+    : m_(m),
+      w_(std::move(master)),
+      k_cache_(static_cast<size_t>(int64_t{m.n_layer} * m.block_size * m.n_embd)),
+      v_cache_(k_cache_.size()) {}
+
+Result<GptSampler> GptSampler::Create(const ModelConfig& m, std::vector<float> master) {
+  const gpt_detail::Layout L(m);
+  if (master.size() != static_cast<size_t>(L.total)) {
+    return Status::InvalidArgument(StrCat("generate: the weights have ", master.size(),
+                                          " values, a ", m.n_layer, " x ", m.n_embd,
+                                          " model has ", L.total));
+  }
+  return GptSampler(m, std::move(master));
+}
+
+Result<std::vector<float>> GptSampler::Feed(int32_t token) {
+  using namespace gpt_detail;  // NOLINT: the layout's parameter names
+  const int64_t C = m_.n_embd, NH = m_.n_head, HS = C / NH, T = m_.block_size;
+  if (pos_ >= T) {
+    return Status::InvalidArgument(StrCat("generate: the context is full (", T, " positions)"));
+  }
+  if (token < 0 || token >= m_.vocab_size) {
+    return Status::InvalidArgument(
+        StrCat("generate: token ", token, " is outside the vocabulary (", m_.vocab_size, ")"));
+  }
+  const Layout L(m_);
+  const float* w = w_.data();
+  std::vector<float> x(C), h(C), qkv(3 * C), y(C), o(C), f(4 * C);
+  for (int64_t i = 0; i < C; ++i) {
+    x[i] = w[L.offset[kWte] + token * C + i] + w[L.offset[kWpe] + pos_ * C + i];
+  }
+  const double inv_sqrt = 1.0 / std::sqrt(static_cast<double>(HS));
+  std::vector<double> score(static_cast<size_t>(pos_ + 1));
+  for (int64_t l = 0; l < m_.n_layer; ++l) {
+    LayerNorm(x.data(), w + L.offset[kLn1W] + l * C, w + L.offset[kLn1B] + l * C, C, h.data());
+    MatVec(w + L.offset[kQkvW] + l * 3 * C * C, w + L.offset[kQkvB] + l * 3 * C, h.data(), 3 * C,
+           C, qkv.data());
+    float* kc = k_cache_.data() + (l * T) * C;
+    float* vc = v_cache_.data() + (l * T) * C;
+    std::copy_n(qkv.data() + C, C, kc + pos_ * C);
+    std::copy_n(qkv.data() + 2 * C, C, vc + pos_ * C);
+    for (int64_t hd = 0; hd < NH; ++hd) {
+      const float* q = qkv.data() + hd * HS;
+      double mx = -INFINITY;
+      for (int64_t j = 0; j <= pos_; ++j) {
+        double s = 0;
+        for (int64_t i = 0; i < HS; ++i) s += double{q[i]} * kc[j * C + hd * HS + i];
+        score[j] = s * inv_sqrt;
+        mx = std::max(mx, score[j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j <= pos_; ++j) sum += (score[j] = std::exp(score[j] - mx));
+      for (int64_t i = 0; i < HS; ++i) {
+        double acc = 0;
+        for (int64_t j = 0; j <= pos_; ++j) acc += score[j] * vc[j * C + hd * HS + i];
+        y[hd * HS + i] = static_cast<float>(acc / sum);
+      }
+    }
+    MatVec(w + L.offset[kAttProjW] + l * C * C, w + L.offset[kAttProjB] + l * C, y.data(), C, C,
+           o.data());
+    for (int64_t i = 0; i < C; ++i) x[i] += o[i];
+    LayerNorm(x.data(), w + L.offset[kLn2W] + l * C, w + L.offset[kLn2B] + l * C, C, h.data());
+    MatVec(w + L.offset[kFcW] + l * 4 * C * C, w + L.offset[kFcB] + l * 4 * C, h.data(), 4 * C, C,
+           f.data());
+    for (float& v : f) v = GeluTanh(v);
+    MatVec(w + L.offset[kFcProjW] + l * 4 * C * C, w + L.offset[kFcProjB] + l * C, f.data(), C,
+           4 * C, o.data());
+    for (int64_t i = 0; i < C; ++i) x[i] += o[i];
+  }
+  LayerNorm(x.data(), w + L.offset[kLnfW], w + L.offset[kLnfB], C, h.data());
+  std::vector<float> logits(static_cast<size_t>(m_.vocab_size));
+  MatVec(w + L.offset[kWte], nullptr, h.data(), m_.vocab_size, C, logits.data());
+  ++pos_;
+  return logits;
+}
+
+int32_t SampleToken(const std::vector<float>& logits, const SampleOptions& o, SplitMix64& rng) {
+  const int64_t V = static_cast<int64_t>(logits.size());
+  if (o.temperature <= 0.0f) {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  std::vector<int32_t> ids(static_cast<size_t>(V));
+  for (int64_t i = 0; i < V; ++i) ids[i] = static_cast<int32_t>(i);
+  int64_t k = o.top_k > 0 ? std::min<int64_t>(o.top_k, V) : V;
+  // The k most likely first (ties by id, so the order never depends on the sort).
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+  });
+  std::vector<double> p(static_cast<size_t>(k));
+  double sum = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    sum += (p[i] = std::exp((double{logits[ids[i]]} - logits[ids[0]]) / o.temperature));
+  }
+  double u = rng.Uniform() * sum;
+  for (int64_t i = 0; i < k; ++i) {
+    if ((u -= p[i]) < 0) return ids[i];
+  }
+  return ids[k - 1];
+}
+
+Result<std::vector<int32_t>> Generate(const ModelConfig& m, std::vector<float> master,
+                                      const std::vector<int32_t>& prompt, const SampleOptions& o) {
+  if (prompt.empty()) return Status::InvalidArgument("generate: the prompt has no tokens");
+  if (static_cast<int64_t>(prompt.size()) > m.block_size) {
+    return Status::InvalidArgument(StrCat("generate: the prompt has ", prompt.size(),
+                                          " tokens, the model's context ", m.block_size));
+  }
+  if (o.max_new_tokens < 0 || o.top_k < 0 || !(o.temperature >= 0.0f)) {
+    return Status::InvalidArgument(
+        StrCat("generate: max_new_tokens ", o.max_new_tokens, ", top_k ", o.top_k,
+               ", temperature ", o.temperature, ": each must be >= 0"));
+  }
+  FP8RT_ASSIGN_OR_RETURN(GptSampler s, GptSampler::Create(m, std::move(master)));
+  std::vector<float> logits;
+  for (int32_t t : prompt) {
+    FP8RT_ASSIGN_OR_RETURN(logits, s.Feed(t));
+  }
+  SplitMix64 rng(o.seed);
+  std::vector<int32_t> out;
+  while (static_cast<int>(out.size()) < o.max_new_tokens) {
+    out.push_back(SampleToken(logits, o, rng));
+    if (s.position() >= m.block_size) break;  // the context is full
+    if (static_cast<int>(out.size()) < o.max_new_tokens) {
+      FP8RT_ASSIGN_OR_RETURN(logits, s.Feed(out.back()));
+    }
+  }
+  return out;
+}
+
+std::vector<int32_t> BytesToTokens(const std::string& text) {
+  std::vector<int32_t> t;
+  for (unsigned char c : text) t.push_back(c);
+  return t;
+}
+
+std::string TokensToText(const std::vector<int32_t>& tokens) {
+  std::string s;
+  for (int32_t t : tokens) {
+    if (t >= 0 && t < 256) {
+      s += static_cast<char>(t);
+    } else {
+      s += StrCat("<", t, ">");
+    }
+  }
+  return s;
+}
+
+Status GenerateFromCheckpoint(const std::string& checkpoint_dir, int64_t step,
+                              const std::string& prompt, const SampleOptions& o, std::ostream& out) {
+  FP8RT_ASSIGN_OR_RETURN(const Checkpoint ck, ReadCheckpoint(checkpoint_dir, step, {}));
+  FP8RT_ASSIGN_OR_RETURN(const ModelConfig m, CheckpointModelConfig(ck));
+  FP8RT_ASSIGN_OR_RETURN(std::vector<float> master, CheckpointArray(ck, "master"));
+  const std::string p = prompt.empty() ? std::string("\n") : prompt;
+  FP8RT_ASSIGN_OR_RETURN(const std::vector<int32_t> next,
+                         Generate(m, std::move(master), BytesToTokens(p), o));
+  out << p << TokensToText(next) << "\n";
+  return Status::Ok();
+}
+
+}  // namespace fp8rt

@@ -1,0 +1,171 @@
+// Text generation (runtime/generate.h): the KV-cache forward's logits against the CPU training
+// model's Forward at every position, greedy and top-k 1 agreeing, the sampler's frequencies
+// against the softmax, seeds repeating, the context limit and bad arguments refused, and a trained
+// checkpoint continuing English text through GenerateFromCheckpoint, and train.sample_every's
+// samples in the log leaving the run's losses as they were.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "runtime/generate.h"
+#include "runtime/gpt.h"
+#include "runtime/trainer.h"
+#include "tests/common/corpus.h"
+#include "tests/common/train_helpers.h"
+
+namespace fp8rt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A random fp32 model's whole master array and its forward logits on `x` (B = 1, T = x.size()).
+struct Reference {
+  std::vector<float> master, logits;
+};
+Reference RandomModel(const ModelConfig& m, const std::vector<int32_t>& x) {
+  ModelOptions mo;
+  mo.model = m;
+  mo.precision = Precision::kFp32;
+  mo.B = 1, mo.T = static_cast<int>(x.size());
+  auto model = CreateCpuGpt(mo);
+  EXPECT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_TRUE((*model)->InitRandom(5).ok());
+  Reference r;
+  std::vector<float> mm, vv;
+  EXPECT_TRUE((*model)->ExportState(&r.master, &mm, &vv).ok());
+  float loss = 0;
+  EXPECT_TRUE((*model)->Forward(x.data(), x.data(), &loss, &r.logits).ok());
+  return r;
+}
+
+const ModelConfig kModel = {2, 64, 4, 24, 300};  // V 300 padded to 384: the padding never sampled
+
+std::vector<int32_t> Tokens(int n, int mult) {
+  std::vector<int32_t> x(n);
+  for (int i = 0; i < n; ++i) x[i] = (i * mult + 3) % kModel.vocab_size;
+  return x;
+}
+
+TEST(Generate, KvCacheLogitsMatchTheTrainingModelsForwardAtEveryPosition) {
+  const std::vector<int32_t> x = Tokens(kModel.block_size, 37);
+  const Reference ref = RandomModel(kModel, x);
+  auto s = GptSampler::Create(kModel, ref.master);
+  ASSERT_TRUE(s.ok());
+  const int64_t Vp = kModel.padded_vocab(), V = kModel.vocab_size;
+  for (size_t t = 0; t < x.size(); ++t) {
+    auto logits = s->Feed(x[t]);
+    ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+    ASSERT_EQ(logits->size(), static_cast<size_t>(V));
+    double err = 0, norm = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      const double want = ref.logits[t * Vp + v];
+      err += ((*logits)[v] - want) * ((*logits)[v] - want), norm += want * want;
+    }
+    EXPECT_LT(std::sqrt(err / norm), 1e-5) << "position " << t;
+  }
+  auto full = s->Feed(1);
+  ASSERT_FALSE(full.ok());
+  EXPECT_NE(full.status().message().find("context is full (24 positions)"), std::string::npos);
+  s->Reset();
+  EXPECT_NE(s->Feed(300).status().message().find("token 300 is outside the vocabulary (300)"),
+            std::string::npos);
+}
+
+TEST(Generate, GreedyTopOneAndSeedsRepeat) {
+  const Reference ref = RandomModel(kModel, Tokens(4, 11));
+  const std::vector<int32_t> prompt = Tokens(4, 11);
+  SampleOptions greedy;
+  greedy.temperature = 0, greedy.max_new_tokens = 12;
+  SampleOptions top1 = greedy;
+  top1.temperature = 1.0f, top1.top_k = 1;
+  EXPECT_EQ(*Generate(kModel, ref.master, prompt, greedy), *Generate(kModel, ref.master, prompt, top1));
+  SampleOptions a = greedy;
+  a.temperature = 1.0f, a.seed = 1;
+  SampleOptions b = a;
+  b.seed = 2;
+  const auto ga = *Generate(kModel, ref.master, prompt, a);
+  EXPECT_EQ(ga, *Generate(kModel, ref.master, prompt, a));
+  EXPECT_NE(ga, *Generate(kModel, ref.master, prompt, b));
+  EXPECT_EQ(ga.size(), 12u);
+  // The context (24) ends generation: 4 prompt tokens + 20 fed = 24 positions, 21 tokens out.
+  a.max_new_tokens = 100;
+  EXPECT_EQ(Generate(kModel, ref.master, prompt, a)->size(), 21u);
+  EXPECT_FALSE(Generate(kModel, ref.master, {}, a).ok());
+  EXPECT_FALSE(Generate(kModel, ref.master, Tokens(25, 1), a).ok());
+  a.temperature = -1;
+  EXPECT_NE(Generate(kModel, ref.master, prompt, a).status().message().find("temperature -1"),
+            std::string::npos);
+  EXPECT_FALSE(GptSampler::Create(kModel, std::vector<float>(10)).ok());
+}
+
+TEST(Generate, SampledFrequenciesFollowTheSoftmaxAndTopK) {
+  const std::vector<float> logits = {0.0f, std::log(2.0f), std::log(4.0f), -30.0f};
+  SampleOptions o;
+  SplitMix64 rng(9);
+  std::vector<int> count(4);
+  const int n = 70000;
+  for (int i = 0; i < n; ++i) ++count[SampleToken(logits, o, rng)];
+  const double z = 1 + 2 + 4 + std::exp(-30.0);
+  for (int v = 0; v < 3; ++v) {
+    const double p = std::exp(logits[v]) / z;
+    EXPECT_NEAR(count[v] / double(n), p, 4 * std::sqrt(p * (1 - p) / n)) << v;
+  }
+  o.top_k = 2;
+  std::fill(count.begin(), count.end(), 0);
+  for (int i = 0; i < n; ++i) ++count[SampleToken(logits, o, rng)];
+  EXPECT_EQ(count[0] + count[3], 0);
+  EXPECT_NEAR(count[2] / double(n), 4.0 / 6.0, 0.01);
+  o.temperature = 0.5f, o.top_k = 0;  // sharper: p ~ exp(2 * logit)
+  std::fill(count.begin(), count.end(), 0);
+  for (int i = 0; i < n; ++i) ++count[SampleToken(logits, o, rng)];
+  EXPECT_NEAR(count[2] / double(n), 16.0 / 21.0, 0.01);
+}
+
+TEST(Generate, ATrainedCheckpointContinuesText) {
+  const fs::path dir = fs::temp_directory_path() / ("fp8rt_generate_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string corpus = test::EnglishCorpus((dir / "corpus.txt").string());
+  ASSERT_FALSE(corpus.empty());
+  TrainOptions o;
+  o.config = test::TinyRunConfig(corpus, Precision::kFp8, 60);
+  o.checkpoint_dir = (dir / "ck").string();
+  ASSERT_TRUE(RunTraining(o, DeviceInfo{}).ok());
+  SampleOptions s;
+  s.max_new_tokens = 40, s.seed = 3;
+  std::ostringstream a, b;
+  ASSERT_TRUE(GenerateFromCheckpoint(o.checkpoint_dir, -1, "The ", s, a).ok());
+  ASSERT_TRUE(GenerateFromCheckpoint(o.checkpoint_dir, -1, "The ", s, b).ok());
+  EXPECT_EQ(a.str(), b.str());
+  EXPECT_EQ(a.str().rfind("The ", 0), 0u) << a.str();
+  EXPECT_EQ(a.str().size(), 4u + 40u + 1u) << a.str();
+  // 60 steps of English: mostly letters and spaces, not uniform bytes.
+  int letters = 0;
+  for (char c : a.str()) letters += std::isalpha(static_cast<unsigned char>(c)) || c == ' ';
+  EXPECT_GT(letters, 30) << a.str();
+  EXPECT_FALSE(GenerateFromCheckpoint((dir / "none").string(), -1, "x", s, a).ok());
+
+  // train.sample_every: samples in the log at steps 30 and 60, and the run's losses unchanged.
+  TrainOptions sampled = o;
+  sampled.checkpoint_dir.clear();
+  sampled.config.train.sample_every = 30;
+  sampled.config.train.sample_tokens = 20;
+  std::ostringstream log;
+  sampled.progress = &log;
+  auto with = RunTraining(sampled, DeviceInfo{});
+  o.checkpoint_dir.clear();
+  auto without = RunTraining(o, DeviceInfo{});
+  ASSERT_TRUE(with.ok() && without.ok());
+  EXPECT_EQ(with->losses, without->losses);
+  EXPECT_NE(log.str().find("step 30/60  sample: "), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("step 60/60  sample: "), std::string::npos) << log.str();
+  EXPECT_EQ(log.str().find("step 59/60  sample: "), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace fp8rt
