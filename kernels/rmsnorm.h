@@ -1,0 +1,53 @@
+// RMSNorm over the last dimension with FP32 statistics (Llama's norm): forward (saving 1/rms for
+// the backward) and backward (input gradient plus the accumulated weight gradient).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "common/status.h"
+#include "kernels/dtype.h"
+#include "kernels/stream.h"
+
+namespace fp8rt {
+
+// Semantics (CPU and CUDA), rows n of (N, C):
+//   rstd[n] = 1 / sqrt(sum_c x^2 / C + eps),   out[n][c] = x[n][c] * rstd[n] * weight[c]
+// Backward, with g = dout * weight:
+//   din[n][c] (=, or += when accumulate_din) rstd * (g - x * rstd^2 * mean_c(g * x))
+//   dweight[c] += sum_n dout * x * rstd
+// Statistics and arithmetic FP32 on the GPU (FP64 in the CPU reference), each output rounded once
+// (as transformers' LlamaRMSNorm: the normalised value in FP32, times the weight). rstd may be
+// null in the forward (inference); the backward needs it. din must not alias dout or in.
+// CUDA: deterministic (the weight gradient is summed over rows in a fixed order, no atomics).
+
+// The preconditions of both (InvalidArgument naming op otherwise): N, C >= 0, pointers non-null
+// when N * C > 0 (rstd may be null when rstd_optional), eps >= 0.
+Status ValidateRmsNorm(const char* op, int64_t N, int64_t C, float eps,
+                       std::initializer_list<const void*> buffers, const float* rstd,
+                       bool rstd_optional);
+
+namespace cpu {
+// Instantiated for T in {float, bf16, double}.
+template <typename T>
+Status RmsNormForward(T* out, float* rstd, const T* in, const T* weight, int64_t N, int64_t C,
+                      float eps);
+template <typename T>
+Status RmsNormBackward(T* din, float* dweight, const T* dout, const T* in, const T* weight,
+                       const float* rstd, int64_t N, int64_t C, bool accumulate_din);
+}  // namespace cpu
+
+#if FP8RT_WITH_CUDA
+namespace cuda {
+// Instantiated for T in {float, bf16}. Device pointers.
+template <typename T>
+Status RmsNormForward(T* out, float* rstd, const T* in, const T* weight, int64_t N, int64_t C,
+                      float eps, cudaStream_t stream);
+template <typename T>
+Status RmsNormBackward(T* din, float* dweight, const T* dout, const T* in, const T* weight,
+                       const float* rstd, int64_t N, int64_t C, bool accumulate_din,
+                       cudaStream_t stream);
+}  // namespace cuda
+#endif
+
+}  // namespace fp8rt

@@ -1,0 +1,106 @@
+// Llama's ops on the GPU (RMSNorm, SwiGLU, RoPE) against the CPU references, for float and bf16
+// over the awkward shapes (rows x cols as N x C for RMSNorm, N x F for SwiGLU, and tokens x heads
+// for RoPE), with the outputs poisoned first, accumulation, in-place calls and wider rows.
+#include <vector>
+
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
+#include "tests/common/gpu_util.h"
+#include "tests/common/test_util.h"
+
+namespace fp8rt {
+namespace {
+
+using test::DeviceBuffer;
+using test::OpKind;
+using test::ToleranceFor;
+
+template <typename T>
+std::vector<float> Down(const DeviceBuffer<T>& d) {
+  return test::ToFloatVector(d.Download());
+}
+
+template <typename T>
+class LlamaOpsGpu : public test::GpuTest {};
+using Types = ::testing::Types<float, bf16>;
+TYPED_TEST_SUITE(LlamaOpsGpu, Types);
+
+TYPED_TEST(LlamaOpsGpu, RmsNormMatchesTheReference) {
+  using T = TypeParam;
+  const auto tol = ToleranceFor(OpKind::kNormalization, DTypeOf<T>());
+  for (const auto& s : test::AwkwardShapes()) {
+    SCOPED_TRACE(s.name);
+    const int64_t N = s.rows, C = s.cols;
+    const auto x = test::CastVector<T>(test::RandomNormal(N * C, 11, 0.5f, 2.0f));
+    const auto w = test::CastVector<T>(test::RandomNormal(C, 12, 1.0f, 0.3f));
+    const auto dy = test::CastVector<T>(test::RandomNormal(N * C, 13));
+    const auto din0 = test::CastVector<T>(test::RandomNormal(N * C, 14));
+    std::vector<T> out(N * C), din(din0);
+    std::vector<float> rstd(N), dw(C, 0.5f);
+    ASSERT_TRUE(cpu::RmsNormForward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f).ok());
+    ASSERT_TRUE(cpu::RmsNormBackward(din.data(), dw.data(), dy.data(), x.data(), w.data(),
+                                     rstd.data(), N, C, true).ok());
+    DeviceBuffer<T> d_x(x), d_w(w), d_dy(dy), d_out(N * C), d_din(din0);
+    DeviceBuffer<float> d_rstd(N), d_dw(std::vector<float>(C, 0.5f));
+    d_out.Poison(), d_rstd.Poison();
+    FP8RT_CHECK_OK(cuda::RmsNormForward(d_out.get(), d_rstd.get(), d_x.get(), d_w.get(), N, C,
+                                        1e-5f, nullptr));
+    FP8RT_CHECK_OK(cuda::RmsNormBackward(d_din.get(), d_dw.get(), d_dy.get(), d_x.get(), d_w.get(),
+                                         d_rstd.get(), N, C, true, nullptr));
+    EXPECT_TRUE(test::AllClose(Down(d_out), test::ToFloatVector(out), tol, "out"));
+    EXPECT_TRUE(test::AllClose(d_rstd.Download(), rstd, ToleranceFor(OpKind::kNormalization,
+                                                                     DType::kFloat32), "rstd"));
+    EXPECT_TRUE(test::AllClose(Down(d_din), test::ToFloatVector(din), tol, "din (+=)"));
+    // dweight sums N rows in FP32 (the reference in FP64): relative L2 over the vector.
+    EXPECT_LT(test::RelL2(d_dw.Download(), dw), DTypeOf<T>() == DType::kFloat32 ? 1e-5 : 1e-2);
+  }
+}
+
+TYPED_TEST(LlamaOpsGpu, SwiGluMatchesTheReference) {
+  using T = TypeParam;
+  const auto tol = ToleranceFor(OpKind::kElementwise, DTypeOf<T>());
+  for (const auto& s : test::AwkwardShapes()) {
+    SCOPED_TRACE(s.name);
+    const int64_t N = s.rows, F = s.cols;
+    const auto gu = test::CastVector<T>(test::RandomNormal(N * 2 * F, 21, 0.f, 3.f));
+    const auto dy = test::CastVector<T>(test::RandomNormal(N * F, 22));
+    std::vector<T> out(N * F), dgu(N * 2 * F);
+    ASSERT_TRUE(cpu::SwiGluForward(out.data(), gu.data(), N, F).ok());
+    ASSERT_TRUE(cpu::SwiGluBackward(dgu.data(), gu.data(), dy.data(), N, F).ok());
+    DeviceBuffer<T> d_gu(gu), d_dy(dy), d_out(N * F), d_dgu(N * 2 * F);
+    d_out.Poison(), d_dgu.Poison();
+    FP8RT_CHECK_OK(cuda::SwiGluForward(d_out.get(), d_gu.get(), N, F, nullptr));
+    FP8RT_CHECK_OK(cuda::SwiGluBackward(d_dgu.get(), d_gu.get(), d_dy.get(), N, F, nullptr));
+    EXPECT_TRUE(test::AllClose(Down(d_out), test::ToFloatVector(out), tol, "out"));
+    EXPECT_TRUE(test::AllClose(Down(d_dgu), test::ToFloatVector(dgu), tol, "dgu"));
+  }
+}
+
+TYPED_TEST(LlamaOpsGpu, RopeMatchesTheReference) {
+  using T = TypeParam;
+  // cos/sin in FP32 on the device against FP64 of the same FP32 angle: a few ulp of the angle's
+  // magnitude (positions up to 4096 here).
+  const auto tol = DTypeOf<T>() == DType::kFloat32 ? test::Tolerance{2e-5, 2e-5, 0}
+                                                   : ToleranceFor(OpKind::kElementwise, DTypeOf<T>());
+  const int64_t shapes[][4] = {{1, 1, 1, 2}, {2, 217, 3, 64}, {1, 4096, 2, 128}, {3, 5, 8, 256}};
+  for (const auto& sh : shapes) {
+    const int64_t B = sh[0], Tn = sh[1], NH = sh[2], HS = sh[3], ld = NH * HS + 6;
+    SCOPED_TRACE(::testing::Message() << B << "x" << Tn << "x" << NH << "x" << HS);
+    const auto x = test::CastVector<T>(test::RandomNormal(B * Tn * ld, 31));
+    std::vector<T> out(x), back(x);
+    ASSERT_TRUE(cpu::RopeForward(out.data(), x.data(), B, Tn, NH, HS, ld, 500000.0f, 3).ok());
+    ASSERT_TRUE(cpu::RopeBackward(back.data(), x.data(), B, Tn, NH, HS, ld, 500000.0f, 3).ok());
+    DeviceBuffer<T> d_out(x), d_back(x);  // the untouched tail of each row must stay
+    FP8RT_CHECK_OK(cuda::RopeForward(d_out.get(), d_out.get(), B, Tn, NH, HS, ld, 500000.0f, 3,
+                                     nullptr));  // in place
+    DeviceBuffer<T> d_x(x);
+    FP8RT_CHECK_OK(cuda::RopeBackward(d_back.get(), d_x.get(), B, Tn, NH, HS, ld, 500000.0f, 3,
+                                      nullptr));
+    EXPECT_TRUE(test::AllClose(Down(d_out), test::ToFloatVector(out), tol, "forward"));
+    EXPECT_TRUE(test::AllClose(Down(d_back), test::ToFloatVector(back), tol, "backward"));
+  }
+}
+
+}  // namespace
+}  // namespace fp8rt
