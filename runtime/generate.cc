@@ -159,13 +159,21 @@ Result<std::vector<int32_t>> Generate(const ModelConfig& m, std::vector<float> m
     FP8RT_ASSIGN_OR_RETURN(logits, s.Feed(t));
   }
   SplitMix64 rng(o.seed);
-  std::vector<int32_t> out;
+  std::vector<int32_t> all(prompt), out;
   while (static_cast<int>(out.size()) < o.max_new_tokens) {
     out.push_back(SampleToken(logits, o, rng));
-    if (s.position() >= m.block_size) break;  // the context is full
-    if (static_cast<int>(out.size()) < o.max_new_tokens) {
-      FP8RT_ASSIGN_OR_RETURN(logits, s.Feed(out.back()));
+    all.push_back(out.back());
+    if (static_cast<int>(out.size()) == o.max_new_tokens) break;
+    if (s.position() >= m.block_size) {
+      // The context is full: start again from the last half of the text (positions are
+      // absolute, so the cache cannot just slide).
+      s.Reset();
+      const int64_t keep = std::max<int64_t>(1, m.block_size / 2);
+      for (size_t i = all.size() - keep; i + 1 < all.size(); ++i) {
+        FP8RT_ASSIGN_OR_RETURN(logits, s.Feed(all[i]));
+      }
     }
+    FP8RT_ASSIGN_OR_RETURN(logits, s.Feed(out.back()));
   }
   return out;
 }

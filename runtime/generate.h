@@ -19,7 +19,8 @@
 namespace fp8rt {
 
 struct SampleOptions {
-  // Tokens to generate (fewer when the context reaches model.block_size). Default: 200
+  // Tokens to generate. When the context (model.block_size) is full, the model starts again from
+  // the last block_size / 2 tokens of the text and goes on. Default: 200
   int max_new_tokens = 200;
   // Softmax temperature; 0 takes the most likely token every time (greedy). Default: 1.0
   float temperature = 1.0f;
@@ -51,7 +52,8 @@ class GptSampler {
 // Picks the next token from logits (temperature, top-k) with `rng`.
 int32_t SampleToken(const std::vector<float>& logits, const SampleOptions& o, SplitMix64& rng);
 
-// The prompt (at least one token), then up to max_new_tokens sampled ones: the continuation only.
+// The prompt (at least one token, at most block_size), then max_new_tokens sampled ones: the
+// continuation only.
 Result<std::vector<int32_t>> Generate(const ModelConfig& m, std::vector<float> master,
                                       const std::vector<int32_t>& prompt, const SampleOptions& o);
 

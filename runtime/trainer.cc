@@ -367,7 +367,11 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
         const std::string prompt = "\n";
         FP8RT_ASSIGN_OR_RETURN(const std::vector<int32_t> text,
                                Generate(c.model, std::move(master), BytesToTokens(prompt), so));
-        *progress << "step " << step << "/" << stop << "  sample: " << TokensToText(text) << "\n";
+        std::string line;  // one log line: newlines and tabs written as \n and \t
+        for (char ch : TokensToText(text)) {
+          line += ch == '\n' ? "\\n" : ch == '\t' ? "\\t" : std::string(1, ch);
+        }
+        *progress << "step " << step << "/" << stop << "  sample: " << line << "\n";
       }
     }
     if (ranks > 1 && st.stop) {

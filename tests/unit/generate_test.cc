@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <sstream>
@@ -91,9 +92,26 @@ TEST(Generate, GreedyTopOneAndSeedsRepeat) {
   EXPECT_EQ(ga, *Generate(kModel, ref.master, prompt, a));
   EXPECT_NE(ga, *Generate(kModel, ref.master, prompt, b));
   EXPECT_EQ(ga.size(), 12u);
-  // The context (24) ends generation: 4 prompt tokens + 20 fed = 24 positions, 21 tokens out.
+  // Past the context (24 positions) generation goes on from the last 12 tokens: the first 21
+  // tokens are those of a shorter run, and the 22nd is what a fresh sampler fed the 12 tokens
+  // before it samples with the same stream.
   a.max_new_tokens = 100;
-  EXPECT_EQ(Generate(kModel, ref.master, prompt, a)->size(), 21u);
+  const auto longer = *Generate(kModel, ref.master, prompt, a);
+  ASSERT_EQ(longer.size(), 100u);
+  a.max_new_tokens = 21;
+  const auto first21 = *Generate(kModel, ref.master, prompt, a);
+  EXPECT_TRUE(std::equal(first21.begin(), first21.end(), longer.begin()));
+  {
+    std::vector<int32_t> text(prompt);
+    text.insert(text.end(), longer.begin(), longer.begin() + 21);
+    auto s = *GptSampler::Create(kModel, ref.master);
+    std::vector<float> logits;
+    for (size_t i = text.size() - 12; i < text.size(); ++i) logits = *s.Feed(text[i]);
+    SplitMix64 rng(a.seed);
+    for (int i = 0; i < 21; ++i) SampleToken(logits, a, rng);  // the stream's first 21 draws
+    EXPECT_EQ(SampleToken(logits, a, rng), longer[21]);
+  }
+  a.max_new_tokens = 100;
   EXPECT_FALSE(Generate(kModel, ref.master, {}, a).ok());
   EXPECT_FALSE(Generate(kModel, ref.master, Tokens(25, 1), a).ok());
   a.temperature = -1;
