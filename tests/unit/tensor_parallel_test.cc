@@ -11,6 +11,7 @@
 
 #include "runtime/config.h"
 #include "runtime/gpt_layout.h"
+#include "runtime/huggingface.h"
 #include "runtime/train_checkpoint.h"
 #include "tests/unit/parallel_run.h"
 
@@ -211,6 +212,15 @@ TEST_F(TensorParallel, ShardedCheckpointsHoldEachRanksPartAndResumeAtAnotherGrid
   const auto wz = Master("sz"), wp = Master("sp");
   ASSERT_EQ(wz.size(), wp.size());
   for (size_t i = 0; i < wz.size(); ++i) ASSERT_NEAR(wz[i], wp[i], 1e-5) << "element " << i;
+  // fp8train --export-hf of the sharded (dp 2 x tp 2, ZeRO-1) checkpoint: the whole model, the
+  // same weights a reader of the Hugging Face directory gets back.
+  const std::string hf = dir_.str() + "/sz.hf";
+  ASSERT_TRUE(ExportHuggingFace(dir_.str() + "/sz.ckpt", 3, hf, "F32").ok());
+  ModelConfig m;
+  m.n_layer = 2, m.n_embd = 32, m.n_head = 4, m.block_size = 32;  // model_ (vocabulary 256)
+  auto back = Gpt2MasterFromHf(m, hf);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, wz);
   // Both resume at 1 x 1 (and the ZeRO one at dp 2 x tp 1 with ZeRO): the same steps 4..5.
   const std::string one = Config("s1", 2, model_, "fp8");
   const TrainRun from_plain = Single(one, "sp", 5, "--resume");
