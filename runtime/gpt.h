@@ -106,6 +106,10 @@ class GptModel {
                              std::vector<float>* v) = 0;
   virtual Status ImportState(const std::vector<float>& master, const std::vector<float>& m,
                              const std::vector<float>& v) = 0;
+  // Whole-model master weights (taken over, not copied) with zero AdamW moments: a fresh start
+  // from given weights (InitRandom, train.init_from) that holds no whole-model host arrays of
+  // zeros and, under ZeRO-1, keeps the array itself for the first step's casts.
+  virtual Status ImportWeights(std::vector<float> master) = 0;
   // What this rank keeps, without talking to other ranks (for sharded checkpoints): its ZeRO-1
   // shard (gpt_detail::ZeroShards order) of its TP part under ZeRO, else its TP part
   // (gpt_detail::Layout(model, tp) order; the whole model without TP).

@@ -41,6 +41,7 @@ class Gpt final : public GptModel {
                      std::vector<float>* v) override;
   Status ImportState(const std::vector<float>& master, const std::vector<float>& m,
                      const std::vector<float>& v) override;
+  Status ImportWeights(std::vector<float> master) override;
   Status ExportOwnedState(std::vector<float>* master, std::vector<float>* m,
                           std::vector<float>* v) override {
     const size_t n = static_cast<size_t>(Zero() ? shard_total_ : layout_.total);
@@ -194,6 +195,9 @@ class Gpt final : public GptModel {
   Status ClipAndOptimize(int step, float lr);
   Status UpdateScales();
   // Writes the T working copies from the full FP32 master (downloaded when `full` is null).
+  // ImportState and ImportWeights: this rank's part of whole-model arrays; null moments: zeros.
+  Status ImportParts(std::vector<float> whole_master, const std::vector<float>* whole_m,
+                     const std::vector<float>* whole_v);
   Status RefreshWorkingCopy(const std::vector<float>* full = nullptr);
   // Tensor parallelism: the sum over the TP group of a (M_, C) activation or gradient that each
   // rank holds a part of, in place, on the compute stream.

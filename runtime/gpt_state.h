@@ -86,8 +86,7 @@ Status Gpt<Ops, T>::InitRandom(uint64_t seed) {
     for (int64_t i = i0; i < std::min(fill.n, i0 + kChunk); ++i) fill.t[i] = fill.std * rng.Normal();
   });
   FP8RT_RETURN_IF_ERROR(fp8_.Init());
-  const std::vector<float> zeros(host.size(), 0.0f);  // AdamW moments
-  return ImportState(host, zeros, zeros);
+  return ImportWeights(std::move(host));
 }
 
 template <typename Ops, typename T>
@@ -123,30 +122,54 @@ Status Gpt<Ops, T>::ImportState(const std::vector<float>& whole_master,
     return Status::InvalidArgument(StrCat("state has ", whole_master.size(), "/", whole_m.size(),
                                           "/", whole_v.size(), " values, the model has ", whole));
   }
+  return ImportParts(whole_master, &whole_m, &whole_v);
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::ImportWeights(std::vector<float> whole_master) {
+  const size_t whole = static_cast<size_t>(Layout(o_.model).total);
+  if (whole_master.size() != whole) {
+    return Status::InvalidArgument(
+        StrCat("weights have ", whole_master.size(), " values, the model has ", whole));
+  }
+  return ImportParts(std::move(whole_master), nullptr, nullptr);
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::ImportParts(std::vector<float> whole_master,
+                                const std::vector<float>* whole_m,
+                                const std::vector<float>* whole_v) {
   const size_t n = static_cast<size_t>(layout_.total);
   // Under TP, this rank's part of each (the whole model otherwise).
-  std::vector<float> parts[3];
-  const std::vector<float>* in[3] = {&whole_master, &whole_m, &whole_v};
-  if (Tp()) {
-    for (int i = 0; i < 3; ++i) {
-      parts[i].resize(n);
-      TpExtract(o_.model, o_.tp->size(), o_.tp->rank(), in[i]->data(), parts[i].data());
-      in[i] = &parts[i];
-    }
-  }
-  const std::vector<float>&master = *in[0], &m = *in[1], &v = *in[2];
+  auto part = [&](const std::vector<float>& whole) {
+    std::vector<float> p(n);
+    TpExtract(o_.model, o_.tp->size(), o_.tp->rank(), whole.data(), p.data());
+    return p;
+  };
+  std::vector<float> master = Tp() ? part(whole_master) : std::move(whole_master);
+  std::vector<float> m_part, v_part;
+  const std::vector<float>* m = whole_m;
+  const std::vector<float>* v = whole_v;
+  if (Tp() && m != nullptr) m_part = part(*m), m = &m_part;
+  if (Tp() && v != nullptr) v_part = part(*v), v = &v_part;
+  const size_t owned = static_cast<size_t>(Zero() ? shard_total_ : layout_.total);
+  // One moment array: from `src`, or zero when null.
+  auto moments = [&](const std::vector<float>* src, float* dst) -> Status {
+    if (src == nullptr) return ops_->Zero(dst, owned * sizeof(float));
+    if (Zero()) return ScatterState(*src, dst);
+    return ops_->Upload(dst, src->data(), n * sizeof(float));
+  };
   if (Zero()) {
-    // This rank's parts; the full master waits for the next step's FP8 casts.
     FP8RT_RETURN_IF_ERROR(ScatterState(master, master_));
-    FP8RT_RETURN_IF_ERROR(ScatterState(m, m_));
-    FP8RT_RETURN_IF_ERROR(ScatterState(v, v_));
-    pending_master_ = master;
-    return RefreshWorkingCopy(&master);
+  } else {
+    FP8RT_RETURN_IF_ERROR(ops_->Upload(master_, master.data(), n * sizeof(float)));
   }
-  FP8RT_RETURN_IF_ERROR(ops_->Upload(master_, master.data(), n * sizeof(float)));
-  FP8RT_RETURN_IF_ERROR(ops_->Upload(m_, m.data(), n * sizeof(float)));
-  FP8RT_RETURN_IF_ERROR(ops_->Upload(v_, v.data(), n * sizeof(float)));
-  return RefreshWorkingCopy(&master);
+  FP8RT_RETURN_IF_ERROR(moments(m, m_));
+  FP8RT_RETURN_IF_ERROR(moments(v, v_));
+  FP8RT_RETURN_IF_ERROR(RefreshWorkingCopy(&master));
+  // ZeRO-1: this rank's parts; the full master waits for the next step's FP8 casts.
+  if (Zero()) pending_master_ = std::move(master);
+  return Status::Ok();
 }
 
 // FNV-1a over 64-bit words (the tail byte by byte): fast enough to hash every buffer each step.

@@ -204,10 +204,8 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   FP8RT_RETURN_IF_ERROR(model->InitRandom(c.train.seed));
   if (!c.train.init_from.empty() && !o.resume) {
     // Continued pretraining: a Hugging Face GPT-2's weights, fresh AdamW moments.
-    FP8RT_ASSIGN_OR_RETURN(const std::vector<float> master,
-                           Gpt2MasterFromHf(c.model, c.train.init_from));
-    const std::vector<float> zeros(master.size(), 0.0f);
-    FP8RT_RETURN_IF_ERROR(model->ImportState(master, zeros, zeros));
+    FP8RT_ASSIGN_OR_RETURN(std::vector<float> master, Gpt2MasterFromHf(c.model, c.train.init_from));
+    FP8RT_RETURN_IF_ERROR(model->ImportWeights(std::move(master)));
     if (progress) *progress << "init: weights from " << c.train.init_from << "\n";
   }
   result.fp8_weights = model->num_fp8_weights();
