@@ -97,15 +97,18 @@ void LocalDaemon(std::string* server, std::string* token) {
   if (token->empty()) *token = read(dir / "token");
 }
 
-// A training config's relative data paths, made absolute against the config file's directory
-// (the config travels inside the job; the data files must exist at that path on the nodes).
+// A training config's relative paths (data.train, data.val, train.init_from), made absolute
+// against the config file's directory (the config travels inside the job; the files must exist
+// at that path on the nodes).
 void AbsoluteDataPaths(json* config, const std::string& file) {
-  if (!config->contains("data") || !(*config)["data"].is_object()) return;
-  json& d = (*config)["data"];
-  for (const char* key : {"train", "val"}) {
+  const std::pair<const char*, const char*> keys[] = {
+      {"data", "train"}, {"data", "val"}, {"train", "init_from"}};
+  for (const auto& [section, key] : keys) {
+    if (!config->contains(section) || !(*config)[section].is_object()) continue;
+    json& d = (*config)[section];
     if (!d.contains(key) || !d[key].is_string()) continue;
     const fs::path p = d[key].get<std::string>();
-    if (p.is_relative()) {
+    if (!p.empty() && p.is_relative()) {
       d[key] = (fs::absolute(fs::path(file)).parent_path() / p).lexically_normal().string();
     }
   }

@@ -358,12 +358,16 @@ void NodeDaemon::Start(int64_t job_id, const StartJob& s) {
       cfg["train"]["checkpoint_every"] = s.checkpoint_interval;
       run.checkpoint_every = s.checkpoint_interval;
     }
-    if (cfg.contains("data") && cfg["data"].is_object()) {
-      for (const char* key : {"train", "val"}) {
-        json& d = cfg["data"];
-        if (d.contains(key) && d[key].is_string() && fs::path(d[key].get<std::string>()).is_relative()) {
-          d[key] = (fs::absolute(base) / d[key].get<std::string>()).lexically_normal().string();
-        }
+    // Relative paths (data.train, data.val, train.init_from) against the submitted config's
+    // directory: the copy below lives in the job's directory.
+    const std::pair<const char*, const char*> keys[] = {
+        {"data", "train"}, {"data", "val"}, {"train", "init_from"}};
+    for (const auto& [section, key] : keys) {
+      if (!cfg.contains(section) || !cfg[section].is_object()) continue;
+      json& d = cfg[section];
+      if (d.contains(key) && d[key].is_string() && !d[key].get<std::string>().empty() &&
+          fs::path(d[key].get<std::string>()).is_relative()) {
+        d[key] = (fs::absolute(base) / d[key].get<std::string>()).lexically_normal().string();
       }
     }
     config_path = (dir / "config.yaml").string();

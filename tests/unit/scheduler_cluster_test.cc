@@ -417,6 +417,22 @@ TEST_F(ClusterTest, StandaloneTrainsThroughFp8ctlWithTheTokenItWrote) {
   const json val_loss = progress.value("val_loss", json());
   ASSERT_TRUE(val_loss.is_number()) << js.output;
   EXPECT_GT(val_loss.get<double>(), 0) << js.output;
+
+  // Continued pretraining through the product: the job's checkpoint exported for Hugging Face,
+  // then a job whose config names it relative to the config's own directory (train.init_from:
+  // hf): fp8ctl makes it absolute before the config travels into the job's directory.
+  const ProcessResult exp = RunProcess(
+      {FP8TRAIN_PATH, "--export-hf", data + "/checkpoints/1", dir_.str() + "/hf"}, {},
+      dir_.str() + "/export.log", 60s);
+  ASSERT_EQ(exp.code, 0) << exp.output;
+  json from_hf = Config(5);
+  from_hf["train"]["init_from"] = "hf";
+  std::ofstream(dir_.str() + "/job2.yaml") << from_hf.dump();
+  const ProcessResult run2 = RunProcess(
+      {FP8CTL_PATH, "submit", dir_.str() + "/job2.yaml", "--wait", "--poll-ms", "200"}, env,
+      dir_.str() + "/ctl2.log", 120s);
+  EXPECT_EQ(run2.code, fp8ctl::kOk) << run2.output << Slurp(dir_.str() + "/standalone.log");
+  EXPECT_TRUE(Has(run2.output, "COMPLETED")) << run2.output;
   alone.Signal(SIGTERM);
   EXPECT_EQ(alone.Wait(), 0) << Slurp(dir_.str() + "/standalone.log");
 }
