@@ -120,19 +120,24 @@ Result<std::vector<float>> GptSampler::Feed(int32_t token) {
 int32_t SampleToken(const std::vector<float>& logits, const SampleOptions& o, SplitMix64& rng) {
   const int64_t V = static_cast<int64_t>(logits.size());
   if (o.temperature <= 0.0f) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end(), [](float a, float b) {
+                                  return (std::isnan(a) ? -INFINITY : a) < (std::isnan(b) ? -INFINITY : b);
+                                }) -
+                                logits.begin());
   }
   std::vector<int32_t> ids(static_cast<size_t>(V));
   for (int64_t i = 0; i < V; ++i) ids[i] = static_cast<int32_t>(i);
+  // NaN sorts last (a strict weak order), and is never drawn: its weight is exp(-inf) = 0.
+  auto value = [&](int32_t i) { return std::isnan(logits[i]) ? -INFINITY : logits[i]; };
   int64_t k = o.top_k > 0 ? std::min<int64_t>(o.top_k, V) : V;
   // The k most likely first (ties by id, so the order never depends on the sort).
   std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
-    return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+    return value(a) != value(b) ? value(a) > value(b) : a < b;
   });
   std::vector<double> p(static_cast<size_t>(k));
   double sum = 0;
   for (int64_t i = 0; i < k; ++i) {
-    sum += (p[i] = std::exp((double{logits[ids[i]]} - logits[ids[0]]) / o.temperature));
+    sum += (p[i] = std::exp((double{value(ids[i])} - value(ids[0])) / o.temperature));
   }
   double u = rng.Uniform() * sum;
   for (int64_t i = 0; i < k; ++i) {
@@ -161,6 +166,12 @@ Result<std::vector<int32_t>> Generate(const ModelConfig& m, std::vector<float> m
   SplitMix64 rng(o.seed);
   std::vector<int32_t> all(prompt), out;
   while (static_cast<int>(out.size()) < o.max_new_tokens) {
+    for (float v : logits) {
+      if (!std::isfinite(v)) {
+        return Status::NonFinite(StrCat("generate: the model's logits are not finite after ",
+                                        all.size(), " tokens (a diverged model?)"));
+      }
+    }
     out.push_back(SampleToken(logits, o, rng));
     all.push_back(out.back());
     if (static_cast<int>(out.size()) == o.max_new_tokens) break;

@@ -110,6 +110,9 @@ class GptModel {
   // from given weights (InitRandom, train.init_from) that holds no whole-model host arrays of
   // zeros and, under ZeRO-1, keeps the array itself for the first step's casts.
   virtual Status ImportWeights(std::vector<float> master) = 0;
+  // The whole-model master weights only (ExportState's first array; every rank must call it
+  // under TP or ZeRO-1).
+  virtual Status ExportWeights(std::vector<float>* master) = 0;
   // What this rank keeps, without talking to other ranks (for sharded checkpoints): its ZeRO-1
   // shard (gpt_detail::ZeroShards order) of its TP part under ZeRO, else its TP part
   // (gpt_detail::Layout(model, tp) order; the whole model without TP).

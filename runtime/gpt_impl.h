@@ -42,6 +42,7 @@ class Gpt final : public GptModel {
   Status ImportState(const std::vector<float>& master, const std::vector<float>& m,
                      const std::vector<float>& v) override;
   Status ImportWeights(std::vector<float> master) override;
+  Status ExportWeights(std::vector<float>* master) override;
   Status ExportOwnedState(std::vector<float>* master, std::vector<float>* m,
                           std::vector<float>* v) override {
     const size_t n = static_cast<size_t>(Zero() ? shard_total_ : layout_.total);
@@ -195,6 +196,9 @@ class Gpt final : public GptModel {
   Status ClipAndOptimize(int step, float lr);
   Status UpdateScales();
   // Writes the T working copies from the full FP32 master (downloaded when `full` is null).
+  // One whole-model array (master or a moment) from its device copy: gathered over ZeRO-1's
+  // shards and TP's parts (every rank must call it then).
+  Status ExportArray(const float* dev, std::vector<float>* whole);
   // ImportState and ImportWeights: this rank's part of whole-model arrays; null moments: zeros.
   Status ImportParts(std::vector<float> whole_master, const std::vector<float>* whole_m,
                      const std::vector<float>* whole_v);

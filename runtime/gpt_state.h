@@ -90,27 +90,32 @@ Status Gpt<Ops, T>::InitRandom(uint64_t seed) {
 }
 
 template <typename Ops, typename T>
-Status Gpt<Ops, T>::ExportState(std::vector<float>* master, std::vector<float>* m,
-                                std::vector<float>* v) {
-  const size_t n = static_cast<size_t>(layout_.total);
-  std::vector<float> a, b, c;  // this rank's parts (the whole model without TP)
+Status Gpt<Ops, T>::ExportArray(const float* dev, std::vector<float>* whole) {
+  std::vector<float> a;  // this rank's part (the whole model without TP)
   if (Zero()) {  // every rank must call it: the shards are all-gathered
-    FP8RT_RETURN_IF_ERROR(GatherState(master_, &a));
-    FP8RT_RETURN_IF_ERROR(GatherState(m_, &b));
-    FP8RT_RETURN_IF_ERROR(GatherState(v_, &c));
+    FP8RT_RETURN_IF_ERROR(GatherState(dev, &a));
   } else {
-    a.resize(n), b.resize(n), c.resize(n);
-    FP8RT_RETURN_IF_ERROR(ops_->Download(a.data(), master_, n * sizeof(float)));
-    FP8RT_RETURN_IF_ERROR(ops_->Download(b.data(), m_, n * sizeof(float)));
-    FP8RT_RETURN_IF_ERROR(ops_->Download(c.data(), v_, n * sizeof(float)));
+    a.resize(static_cast<size_t>(layout_.total));
+    FP8RT_RETURN_IF_ERROR(ops_->Download(a.data(), dev, a.size() * sizeof(float)));
   }
   if (!Tp()) {
-    *master = std::move(a), *m = std::move(b), *v = std::move(c);
+    *whole = std::move(a);
     return Status::Ok();
   }
-  FP8RT_RETURN_IF_ERROR(TpGather(a, master));
-  FP8RT_RETURN_IF_ERROR(TpGather(b, m));
-  return TpGather(c, v);
+  return TpGather(a, whole);
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::ExportState(std::vector<float>* master, std::vector<float>* m,
+                                std::vector<float>* v) {
+  FP8RT_RETURN_IF_ERROR(ExportArray(master_, master));
+  FP8RT_RETURN_IF_ERROR(ExportArray(m_, m));
+  return ExportArray(v_, v);
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::ExportWeights(std::vector<float>* master) {
+  return ExportArray(master_, master);
 }
 
 template <typename Ops, typename T>

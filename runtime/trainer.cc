@@ -356,17 +356,19 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
       }
     }
     if (c.train.sample_every > 0 && (step % c.train.sample_every == 0 || step == stop)) {
-      // Every rank exports (under TP and ZeRO-1 the parts are gathered); the lead samples.
-      std::vector<float> master, mm, vv;
-      FP8RT_RETURN_IF_ERROR(model->ExportState(&master, &mm, &vv));
+      // Every rank exports the weights (under TP and ZeRO-1 the parts are gathered); the lead
+      // samples, the others drop them and wait in the next collective (a large model's sample
+      // takes a while on the CPU: keep parallel.collective_timeout_s above it).
+      std::vector<float> master;
+      FP8RT_RETURN_IF_ERROR(model->ExportWeights(&master));
       if (progress) {
         SampleOptions so;
         so.max_new_tokens = c.train.sample_tokens, so.seed = c.train.seed + step;
-        const std::string prompt = "\n";
-        FP8RT_ASSIGN_OR_RETURN(const std::vector<int32_t> text,
-                               Generate(c.model, std::move(master), BytesToTokens(prompt), so));
+        const auto text = Generate(c.model, std::move(master), BytesToTokens("\n"), so);
+        const std::string raw = text.ok() ? TokensToText(*text)
+                                          : StrCat("(none: ", text.status().message(), ")");
         std::string line;  // one log line: newlines and tabs written as \n and \t
-        for (char ch : TokensToText(text)) {
+        for (char ch : raw) {
           line += ch == '\n' ? "\\n" : ch == '\t' ? "\\t" : std::string(1, ch);
         }
         *progress << "step " << step << "/" << stop << "  sample: " << line << "\n";

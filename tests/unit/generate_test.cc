@@ -143,6 +143,24 @@ TEST(Generate, SampledFrequenciesFollowTheSoftmaxAndTopK) {
   EXPECT_NEAR(count[2] / double(n), 16.0 / 21.0, 0.01);
 }
 
+TEST(Generate, NanLogitsAreNeverDrawnAndADivergedModelIsRefused) {
+  const std::vector<float> logits = {NAN, 1.0f, NAN, 0.5f};
+  SampleOptions o;
+  SplitMix64 rng(1);
+  for (int i = 0; i < 2000; ++i) {
+    const int32_t t = SampleToken(logits, o, rng);
+    ASSERT_TRUE(t == 1 || t == 3) << t;
+  }
+  o.temperature = 0;
+  EXPECT_EQ(SampleToken(logits, o, rng), 1);
+  Reference ref = RandomModel(kModel, Tokens(4, 11));
+  std::fill(ref.master.begin(), ref.master.end(), NAN);
+  const auto r = Generate(kModel, ref.master, Tokens(4, 11), SampleOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNonFinite);
+  EXPECT_NE(r.status().message().find("not finite"), std::string::npos);
+}
+
 TEST(Generate, ATrainedCheckpointContinuesText) {
   const fs::path dir = fs::temp_directory_path() / ("fp8rt_generate_" + std::to_string(::getpid()));
   fs::remove_all(dir);

@@ -449,6 +449,9 @@ TEST(GptInit, ChunkedDrawEqualsOneSequentialStream) {
   for (size_t i = 0; i < want.size(); ++i) differ += master[i] != want[i];
   EXPECT_EQ(differ, 0u) << "of " << want.size();
   EXPECT_EQ(m, std::vector<float>(want.size(), 0.0f));
+  std::vector<float> weights;
+  ASSERT_TRUE((*model)->ExportWeights(&weights).ok());
+  EXPECT_EQ(weights, master);
 }
 
 TEST(LearningRate, WarmupThenCosine) {
