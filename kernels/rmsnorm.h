@@ -16,9 +16,10 @@ namespace fp8rt {
 // Backward, with g = dout * weight:
 //   din[n][c] (=, or += when accumulate_din) rstd * (g - x * rstd^2 * mean_c(g * x))
 //   dweight[c] += sum_n dout * x * rstd
-// Statistics and arithmetic FP32 on the GPU (FP64 in the CPU reference), each output rounded once
-// (as transformers' LlamaRMSNorm: the normalised value in FP32, times the weight). rstd may be
-// null in the forward (inference); the backward needs it. din must not alias dout or in.
+// Statistics and arithmetic FP32 on the GPU (FP64 in the CPU reference), each output rounded once.
+// (transformers' LlamaRMSNorm rounds twice in BF16: the normalised value to the input's dtype,
+// then its product with the weight; within a BF16 ulp of this.) rstd may be null in the forward
+// (inference); the backward needs it. din must not alias dout or in.
 // CUDA: deterministic (the weight gradient is summed over rows in a fixed order, no atomics).
 
 // The preconditions of both (InvalidArgument naming op otherwise): N, C >= 0, pointers non-null

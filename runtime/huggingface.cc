@@ -15,7 +15,7 @@
 namespace fp8rt {
 
 std::vector<int64_t> Gpt2HfEntry::HfShape() const {
-  if (rows == 1) return {cols};
+  if (vector) return {cols};
   return transpose ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{rows, cols};
 }
 
@@ -24,25 +24,31 @@ std::vector<Gpt2HfEntry> Gpt2HfMap(const ModelConfig& m) {
   const Layout L(m);
   const int64_t C = m.n_embd;
   std::vector<Gpt2HfEntry> e;
-  e.push_back({"transformer.wte.weight", L.offset[kWte], m.vocab_size, C, false});
-  e.push_back({"transformer.wpe.weight", L.offset[kWpe], m.block_size, C, false});
+  auto mat = [&](std::string name, int64_t off, int64_t rows, int64_t cols, bool transpose) {
+    e.push_back({std::move(name), off, rows, cols, transpose, false});
+  };
+  auto vec = [&](std::string name, int64_t off, int64_t n) {
+    e.push_back({std::move(name), off, 1, n, false, true});
+  };
+  mat("transformer.wte.weight", L.offset[kWte], m.vocab_size, C, false);
+  mat("transformer.wpe.weight", L.offset[kWpe], m.block_size, C, false);
   for (int64_t l = 0; l < m.n_layer; ++l) {
     const std::string h = StrCat("transformer.h.", l, ".");
-    e.push_back({h + "ln_1.weight", L.offset[kLn1W] + l * C, 1, C, false});
-    e.push_back({h + "ln_1.bias", L.offset[kLn1B] + l * C, 1, C, false});
-    e.push_back({h + "attn.c_attn.weight", L.offset[kQkvW] + l * 3 * C * C, 3 * C, C, true});
-    e.push_back({h + "attn.c_attn.bias", L.offset[kQkvB] + l * 3 * C, 1, 3 * C, false});
-    e.push_back({h + "attn.c_proj.weight", L.offset[kAttProjW] + l * C * C, C, C, true});
-    e.push_back({h + "attn.c_proj.bias", L.offset[kAttProjB] + l * C, 1, C, false});
-    e.push_back({h + "ln_2.weight", L.offset[kLn2W] + l * C, 1, C, false});
-    e.push_back({h + "ln_2.bias", L.offset[kLn2B] + l * C, 1, C, false});
-    e.push_back({h + "mlp.c_fc.weight", L.offset[kFcW] + l * 4 * C * C, 4 * C, C, true});
-    e.push_back({h + "mlp.c_fc.bias", L.offset[kFcB] + l * 4 * C, 1, 4 * C, false});
-    e.push_back({h + "mlp.c_proj.weight", L.offset[kFcProjW] + l * 4 * C * C, C, 4 * C, true});
-    e.push_back({h + "mlp.c_proj.bias", L.offset[kFcProjB] + l * C, 1, C, false});
+    vec(h + "ln_1.weight", L.offset[kLn1W] + l * C, C);
+    vec(h + "ln_1.bias", L.offset[kLn1B] + l * C, C);
+    mat(h + "attn.c_attn.weight", L.offset[kQkvW] + l * 3 * C * C, 3 * C, C, true);
+    vec(h + "attn.c_attn.bias", L.offset[kQkvB] + l * 3 * C, 3 * C);
+    mat(h + "attn.c_proj.weight", L.offset[kAttProjW] + l * C * C, C, C, true);
+    vec(h + "attn.c_proj.bias", L.offset[kAttProjB] + l * C, C);
+    vec(h + "ln_2.weight", L.offset[kLn2W] + l * C, C);
+    vec(h + "ln_2.bias", L.offset[kLn2B] + l * C, C);
+    mat(h + "mlp.c_fc.weight", L.offset[kFcW] + l * 4 * C * C, 4 * C, C, true);
+    vec(h + "mlp.c_fc.bias", L.offset[kFcB] + l * 4 * C, 4 * C);
+    mat(h + "mlp.c_proj.weight", L.offset[kFcProjW] + l * 4 * C * C, C, 4 * C, true);
+    vec(h + "mlp.c_proj.bias", L.offset[kFcProjB] + l * C, C);
   }
-  e.push_back({"transformer.ln_f.weight", L.offset[kLnfW], 1, C, false});
-  e.push_back({"transformer.ln_f.bias", L.offset[kLnfB], 1, C, false});
+  vec("transformer.ln_f.weight", L.offset[kLnfW], C);
+  vec("transformer.ln_f.bias", L.offset[kLnfB], C);
   return e;
 }
 
@@ -78,7 +84,12 @@ Result<std::vector<float>> Gpt2MasterFromHf(const ModelConfig& m, const std::str
     } catch (const nlohmann::json::exception& e) {
       return Status::InvalidArgument(StrCat(where, ": config.json is not JSON (", e.what(), ")"));
     }
-    const std::string type = cfg.value("model_type", std::string("?"));
+    if (!cfg.is_object()) {
+      return Status::InvalidArgument(StrCat(where, ": config.json is not a JSON object"));
+    }
+    const std::string type = cfg.contains("model_type") && cfg["model_type"].is_string()
+                                 ? cfg["model_type"].get<std::string>()
+                                 : std::string("(none)");
     if (type != "gpt2") {
       return Status::InvalidArgument(StrCat(where, ": config.json says model_type '", type,
                                             "'; this run's model is gpt2"));

@@ -33,6 +33,7 @@ struct Gpt2HfEntry {
   std::string name;  // with the "transformer." prefix of GPT2LMHeadModel
   int64_t offset, rows, cols;
   bool transpose;
+  bool vector;  // a 1-D tensor (biases, LayerNorm weights): shape (cols)
   std::vector<int64_t> HfShape() const;
 };
 // Every tensor of GPT2LMHeadModel for model m (wte, wpe, per layer ln_1, c_attn, c_proj, ln_2,
@@ -50,7 +51,9 @@ std::string Gpt2HfConfig(const ModelConfig& m, const std::string& dtype);
 // the "transformer." prefix (transformers writes it; the hub's gpt2 files have none), the
 // attention-mask buffers of old files ignored, a tied lm_head.weight accepted. Refused, naming
 // what differs: a missing tensor, a shape that is not this model's, any other tensor, an untied
-// lm_head, or a config.json whose model_type or shape is not this model's.
+// lm_head, or a config.json whose model_type or shape is not this model's. The token ids must
+// mean what they meant in training: the hub's gpt2 weights expect GPT-2 BPE ids (data.format:
+// tokens, llm.c's shards), not the bytes of data.format: text.
 Result<std::vector<float>> Gpt2MasterFromHf(const ModelConfig& m, const std::string& dir);
 
 // Reads the checkpoint in `checkpoint_dir` (LATEST, or `step` when >= 0; whole or sharded),

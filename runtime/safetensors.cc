@@ -50,6 +50,11 @@ int64_t SafetensorsDTypeBytes(const std::string& d) {
 }
 
 int64_t SafetensorsTensor::Elements() const {
+  // A validated tensor's byte span bounds the product, unless a dimension is 0 (then the other
+  // dimensions may be anything, and multiplying them first could overflow).
+  for (int64_t d : shape) {
+    if (d == 0) return 0;
+  }
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;

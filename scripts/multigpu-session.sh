@@ -246,7 +246,7 @@ for p in ("bf16", "fp8"):
     if not os.path.exists(one): continue
     s1 = med(one, "step_ms")
     print(f"| {p} 1 GPU | {s1:.1f} | - | - | - | - | {med(one, 'device_used_gib'):.1f} |")
-    for f in sorted(glob.glob(f"{out}/sc[24]_*_{p}.jsonl")):
+    for f in sorted(f for f in glob.glob(f"{out}/sc*_*_{p}.jsonl") if not os.path.basename(f).startswith("sc1_")):
         s, a = med(f, "step_ms"), med(f, "amax_reduce_ms")
         print(f"| {os.path.basename(f)[:-6]} | {s:.1f} | {s - s1:.1f} ms ({(s - s1) / s:.1%}) | "
               f"{med(f, 'grad_reduce_ms'):.1f} | {a:.3f} ({a / s:.3%}) | {med(f, 'weight_gather_ms'):.1f} | "
@@ -346,14 +346,17 @@ import json, os, sys
 out, ref = sys.argv[1], sys.argv[2]
 def rows(f):
     return [json.loads(l) for l in open(f) if '"loss"' in l] if os.path.exists(f) else []
-a, bad = rows(f"{out}/twonode.jsonl"), []
+a, bad, compared = rows(f"{out}/twonode.jsonl"), [], 0
 for g in (ref, "tp1_fp8", "eq1_fp8"):
     b = rows(f"{out}/{g}.jsonl")
-    if not b: continue
+    if not b: continue  # run with tpequiv (or equiv) for the references
+    compared += 1
     d = max((abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b)), default=float("inf"))
     d = d if len(a) == len(b) == 10 else float("inf")
     bad += [] if d <= 1e-3 else [g]
     print(f"| two host groups, network transport | {g} | {d:.2e} | 1e-3 |" + ("" if d <= 1e-3 else " FAIL"))
+if not compared:
+    bad.append("no reference run to compare with (run tpequiv in the same OUT)")
 print("failed: " + (", ".join(bad) if bad else "none"))
 sys.exit(1 if bad or not a else 0)
 PY
@@ -366,12 +369,14 @@ if want tpscale; then
   for p in ${TP_PRECISIONS:-fp8 bf16}; do
     timeout 300 $B/fp8train --config "$OUT/tp13_1.yaml" --precision $p --steps "$STEPS" \
       --metrics "$OUT/tp13_1_$p.jsonl" > "$OUT/tp13_1_$p.log" 2>&1
+    c=$?; [ $c -eq 0 ] || { echo "tp 1 $p exit $c"; tail -3 "$OUT/tp13_1_$p.log"; rc=1; continue; }
     one=$(median_tps "$OUT/tp13_1_$p.jsonl")
     echo "| gpt-1.3b $p | tp 1 | $one tok/s | $(median_tps "$OUT/tp13_1_$p.jsonl" step_ms) ms | 1.000 | $(median_tps "$OUT/tp13_1_$p.jsonl" device_used_gib) GiB |" | tee -a "$OUT/tp.md"
     for n in "${sizes[@]}"; do
       cp "$OUT/tp13_1.yaml" "$OUT/tp13_$n.yaml"; echo "parallel: {tp: $n}" >> "$OUT/tp13_$n.yaml"
       timeout 300 "${MPI[@]}" -np "$n" $B/fp8train --config "$OUT/tp13_$n.yaml" --precision $p \
         --steps "$STEPS" --metrics "$OUT/tp13_${n}_$p.jsonl" > "$OUT/tp13_${n}_$p.log" 2>&1
+      c=$?; [ $c -eq 0 ] || { echo "tp $n $p exit $c"; tail -3 "$OUT/tp13_${n}_$p.log"; rc=1; continue; }
       all=$(median_tps "$OUT/tp13_${n}_$p.jsonl")
       per=$(python3 -c "import sys; print(f'{float(sys.argv[1]) / $n / float(sys.argv[2]):.3f}')" "$all" "$one")
       echo "| gpt-1.3b $p | tp $n ($n GPUs, one replica) | $all tok/s | $(median_tps "$OUT/tp13_${n}_$p.jsonl" step_ms) ms | $per per GPU | $(median_tps "$OUT/tp13_${n}_$p.jsonl" device_used_gib) GiB |" | tee -a "$OUT/tp.md"

@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   for (const std::string dtype : {"F32", "BF16"}) {
     const std::string dir = out + (dtype == "F32" ? "/hf" : "/hf-bf16");
     std::filesystem::create_directories(dir);
-    s = WriteSafetensors(dir + "/model.safetensors", *hf, dtype);
+    s = WriteSafetensors(dir + "/model.safetensors", *hf, dtype, {{"format", "pt"}});
     if (s.ok()) s = WriteFileAtomic(dir + "/config.json", Gpt2HfConfig(o.model, dtype));
     if (!s.ok()) {
       std::cerr << s.ToString() << "\n";

@@ -192,6 +192,8 @@ TEST_F(HuggingFaceTest, AMismatchedDirectoryIsRefusedNamingWhatDiffers) {
   ExpectRefused(Gpt2MasterFromHf(wider, out()), "config.json has n_embd 64, this run's model 128");
   EditConfig([](nlohmann::json& j) { j["model_type"] = "llama"; });
   ExpectRefused(Gpt2MasterFromHf(Model(), out()), "model_type 'llama'; this run's model is gpt2");
+  std::ofstream(out() + "/config.json") << "[1, 2]";
+  ExpectRefused(Gpt2MasterFromHf(Model(), out()), "config.json is not a JSON object");
   fs::remove(out() + "/config.json");
   ExpectRefused(Gpt2MasterFromHf(wider, out()),
                 "tensor 'transformer.wte.weight' is (256, 64), this run's model needs (256, 128)");
