@@ -387,15 +387,16 @@ fi
 # The largest GPT of configs/: gpt-6.7b, data parallel over every GPU with ZeRO-1 (its FP32 state
 # does not fit one GPU beside the activations), fp8 and bf16: per-GPU tokens/s, MFU, memory.
 if want largest; then
-  echo "== the largest model: gpt-6.7b, dp $NGPU, ZeRO-1 (median of steps 4..$STEPS)"
-  sed "s|\.\./data/|$(pwd)/data/|" configs/gpt-6.7b.yaml > "$OUT/big.yaml"
+  BIG=${LARGEST_CONFIG:-configs/gpt-6.7b.yaml}  # or configs/gpt-13b.yaml (tp 2 x ZeRO-1)
+  echo "== the largest model: $BIG on $NGPU GPUs (median of steps 4..$STEPS)"
+  sed "s|\.\./data/|$(pwd)/data/|" "$BIG" > "$OUT/big.yaml"
   for p in ${LARGEST_PRECISIONS:-fp8 bf16}; do
     timeout 400 "${MPI[@]}" -np "$NGPU" $B/fp8train --config "$OUT/big.yaml" --precision $p \
       --steps "$STEPS" --metrics "$OUT/big_$p.jsonl" > "$OUT/big_$p.log" 2>&1
-    c=$?; echo "gpt-6.7b $p exit $c"; [ $c -eq 0 ] || { rc=1; tail -5 "$OUT/big_$p.log"; }
+    c=$?; echo "$(basename "$BIG" .yaml) $p exit $c"; [ $c -eq 0 ] || { rc=1; tail -5 "$OUT/big_$p.log"; }
     all=$(median_tps "$OUT/big_$p.jsonl")
     per=$(python3 -c "import sys; print(f'{float(sys.argv[1]) / $NGPU:.0f}')" "$all")
-    echo "| gpt-6.7b $p | dp $NGPU ZeRO-1 | $per tok/s per GPU | step $(median_tps "$OUT/big_$p.jsonl" step_ms) ms | MFU $(median_tps "$OUT/big_$p.jsonl" mfu) | $(median_tps "$OUT/big_$p.jsonl" device_used_gib) GiB per GPU | model $(median_tps "$OUT/big_$p.jsonl" model_gib) GiB |" | tee -a "$OUT/largest.md"
+    echo "| $(basename "$BIG" .yaml) $p | $NGPU GPUs, $(grep '^parallel' "$BIG") | $per tok/s per GPU | step $(median_tps "$OUT/big_$p.jsonl" step_ms) ms | MFU $(median_tps "$OUT/big_$p.jsonl" mfu) | $(median_tps "$OUT/big_$p.jsonl" device_used_gib) GiB per GPU | model $(median_tps "$OUT/big_$p.jsonl" model_gib) GiB |" | tee -a "$OUT/largest.md"
   done
 fi
 
