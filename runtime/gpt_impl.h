@@ -195,13 +195,13 @@ class Gpt final : public GptModel {
   Status ReduceAcrossRanks();
   Status ClipAndOptimize(int step, float lr);
   Status UpdateScales();
-  // Writes the T working copies from the full FP32 master (downloaded when `full` is null).
   // One whole-model array (master or a moment) from its device copy: gathered over ZeRO-1's
   // shards and TP's parts (every rank must call it then).
   Status ExportArray(const float* dev, std::vector<float>* whole);
   // ImportState and ImportWeights: this rank's part of whole-model arrays; null moments: zeros.
   Status ImportParts(std::vector<float> whole_master, const std::vector<float>* whole_m,
                      const std::vector<float>* whole_v);
+  // Writes the T working copies from the full FP32 master (downloaded when `full` is null).
   Status RefreshWorkingCopy(const std::vector<float>* full = nullptr);
   // Tensor parallelism: the sum over the TP group of a (M_, C) activation or gradient that each
   // rank holds a part of, in place, on the compute stream.

@@ -31,7 +31,7 @@ template <typename Ops, typename T>
 Status Gpt<Ops, T>::InitRandom(uint64_t seed) {
   const ModelConfig& m = o_.model;
   const int64_t C = m.n_embd;
-  // The whole model, drawn the same whatever the parallelism (ImportState takes this rank's part).
+  // The whole model, drawn the same whatever the parallelism (ImportWeights takes this rank's part).
   const Layout whole(m);
   std::vector<float> host(static_cast<size_t>(whole.total), 0.0f);
   // One SplitMix64 stream of normals, in parameter order, as if drawn one after another; drawn in
