@@ -1,0 +1,182 @@
+// Gpt<Ops, T>::Setup: checks the shapes FP8 and TP need, then allocates everything the model
+// holds, by memory category (gpt_layout.h's MemCategory). Member functions of Gpt<Ops, T>,
+// included at the end of runtime/gpt_impl.h.
+#pragma once
+
+namespace fp8rt::gpt_detail {
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::Setup() {
+  const ModelConfig& m = o_.model;
+  const int64_t B = o_.B, Tn = o_.T, C = m.n_embd, L = m.n_layer, Vp = m.padded_vocab();
+  const int64_t P = layout_.total;
+  M_ = B * Tn;
+  const bool fp8 = o_.precision == Precision::kFp8;
+  if (fp8) {
+    if (M_ % 16 != 0) {
+      return Status::InvalidArgument(StrCat("fp8: batch_size * seq_len = ", M_,
+                                            " tokens is not a multiple of 16, which FP8 GEMMs "
+                                            "need; choose batch_size/seq_len accordingly"));
+    }
+    if (C % 16 != 0) {
+      return Status::InvalidArgument(
+          StrCat("fp8: model.n_embd = ", C, " is not a multiple of 16, which FP8 GEMMs need"));
+    }
+  }
+  if (Tp()) {
+    const int tp = o_.tp->size();
+    if (m.n_head % tp != 0) {
+      return Status::InvalidArgument(StrCat("parallel.tp = ", tp, " does not divide model.n_head = ",
+                                            m.n_head, " (tensor parallelism splits the heads)"));
+    }
+    if (fp8 && (C / tp) % 16 != 0) {
+      return Status::InvalidArgument(
+          StrCat("fp8: model.n_embd / parallel.tp = ", C / tp,
+                 " (the attention projection's inner dimension) is not a multiple of 16, which "
+                 "FP8 GEMMs need"));
+    }
+  }
+  if (Zero()) FP8RT_RETURN_IF_ERROR(SetupZero());
+  const int64_t owned = Zero() ? shard_total_ : P;  // master weights and moments kept here
+  mem_category_ = kMemMaster;
+  FP8RT_RETURN_IF_ERROR(Alloc(&master_, owned));
+  mem_category_ = kMemGrads;
+  FP8RT_RETURN_IF_ERROR(Alloc(&grads_, P));
+  mem_category_ = kMemOptimizer;
+  FP8RT_RETURN_IF_ERROR(Alloc(&m_, owned));
+  FP8RT_RETURN_IF_ERROR(Alloc(&v_, owned));
+  mem_category_ = kMemGrads;
+  if (Zero()) FP8RT_RETURN_IF_ERROR(Alloc(&gshard_, shard_total_));
+  if (Dp() && o_.grad_reduce_bf16) {
+    FP8RT_RETURN_IF_ERROR(Alloc(&g16_, P));
+    if (Zero()) FP8RT_RETURN_IF_ERROR(Alloc(&g16shard_, shard_total_));
+  }
+  cast_src_ = master_;
+  int64_t work_total = 0;
+  for (int p = 0; p < kNumParams; ++p) {
+    work_offset_[p] = HasWorking(p) ? work_total : -1;
+    if (HasWorking(p)) work_total += (layout_.size[p] + 63) / 64 * 64;
+  }
+  mem_category_ = kMemWorking;
+  FP8RT_RETURN_IF_ERROR(Alloc(&working_, work_total));
+  mem_category_ = kMemOther;
+  FP8RT_RETURN_IF_ERROR(Alloc(&tokens_, M_));
+  FP8RT_RETURN_IF_ERROR(Alloc(&targets_, M_));
+  // (+1: the step's stop vote, a float)
+  staging_ =
+      static_cast<int32_t*>(ops_->AllocHost(sizeof(int32_t) * (2 * M_ * o_.grad_accum + 1)));
+  if (staging_ == nullptr) return Status(StatusCode::kResourceExhausted, "pinned host memory");
+  mem_category_ = kMemActivations;
+  FP8RT_RETURN_IF_ERROR(Alloc(&encoded_, M_ * C));
+
+  auto per_layer = [&](std::vector<T*>* v, int64_t n, bool shared) -> Status {
+    v->assign(L, nullptr);
+    T* one = nullptr;
+    for (int64_t l = 0; l < L; ++l) {
+      if (shared && one != nullptr) {
+        (*v)[l] = one;
+        continue;
+      }
+      FP8RT_RETURN_IF_ERROR(Alloc(&(*v)[l], n));
+      one = (*v)[l];
+    }
+    return Status::Ok();
+  };
+  auto stats = [&](std::vector<float*>* v) -> Status {
+    v->assign(L, nullptr);
+    for (int64_t l = 0; l < L; ++l) FP8RT_RETURN_IF_ERROR(Alloc(&(*v)[l], M_));
+    return Status::Ok();
+  };
+  // The per-layer activations, declared once: (buffer, elements per token, shared by all
+  // layers). In FP8 layers the backward reads the saved FP8 copy of a linear layer's input, so
+  // that input can be one buffer for every layer.
+  const AttentionShape as = Att();
+  const int64_t Ct = C / o_.tp_size();  // this rank's width of the attention and FC (/ 4)
+  const struct {
+    std::vector<T*>* v;
+    int64_t per_token;
+    bool shared;
+  } activations[] = {
+      {&ln1_, C, Fp8On(kQkv)},
+      {&qkv_, 3 * Ct, false},
+      // The attention output is the projection's input, and the flash backward reads it too.
+      {&atty_, Ct, Fp8On(kAttProj) && !ops_->AttentionReadsOutput(as, kT)},
+      {&res2_, C, false},
+      {&ln2_, C, Fp8On(kFc)},
+      {&fch_, 4 * Ct, false},
+      {&fch_gelu_, 4 * Ct, Fp8On(kFcProj)},
+      {&res3_, C, false},
+  };
+  for (const auto& a : activations)
+    FP8RT_RETURN_IF_ERROR(per_layer(a.v, M_ * a.per_token, a.shared));
+  att_.assign(L, nullptr);
+  for (int64_t l = 0; l < L; ++l) {
+    FP8RT_RETURN_IF_ERROR(Alloc(&att_[l], static_cast<int64_t>(ops_->AttentionSavedBytes(as, kT))));
+  }
+  FP8RT_RETURN_IF_ERROR(stats(&ln1_mean_));
+  FP8RT_RETURN_IF_ERROR(stats(&ln1_rstd_));
+  FP8RT_RETURN_IF_ERROR(stats(&ln2_mean_));
+  FP8RT_RETURN_IF_ERROR(stats(&ln2_rstd_));
+  FP8RT_RETURN_IF_ERROR(Alloc(&lnf_, M_ * C));
+  FP8RT_RETURN_IF_ERROR(Alloc(&lnf_mean_, M_));
+  FP8RT_RETURN_IF_ERROR(Alloc(&lnf_rstd_, M_));
+  mem_category_ = kMemLogits;
+  FP8RT_RETURN_IF_ERROR(Alloc(&logits_, M_ * Vp));
+  mem_category_ = kMemOther;
+  FP8RT_RETURN_IF_ERROR(Alloc(&losses_, M_));
+  // [losses (grad_accum), stop vote, squared norm]: one all-reduce sums the losses and the votes,
+  // one download brings everything.
+  FP8RT_RETURN_IF_ERROR(Alloc(&step_losses_, o_.grad_accum + 2));
+  norm_sq_ = step_losses_ + o_.grad_accum + 1;
+  FP8RT_RETURN_IF_ERROR(Alloc(&ones_, M_));
+  mem_category_ = kMemActGrads;
+  FP8RT_RETURN_IF_ERROR(Alloc(&dres_, M_ * C));
+  FP8RT_RETURN_IF_ERROR(Alloc(&dc1_, M_ * C));
+  FP8RT_RETURN_IF_ERROR(Alloc(&dc2_, M_ * C));
+  FP8RT_RETURN_IF_ERROR(Alloc(&dqkv_, M_ * 3 * Ct));
+  FP8RT_RETURN_IF_ERROR(Alloc(&d4c_, M_ * 4 * Ct));
+  mem_category_ = kMemOther;
+  {
+    std::vector<T> ones(static_cast<size_t>(M_), T(1.0f));
+    FP8RT_RETURN_IF_ERROR(ops_->Upload(ones_, ones.data(), ones.size() * sizeof(T)));
+  }
+
+  for (comm::Communicator* g : {o_.dp, o_.tp, o_.world}) {
+    if (g != nullptr && g->size() > 1 && g->device_buffers() != Ops::kDevice) {
+      return Status::InvalidArgument(StrCat("the group of ranks (", g->backend(), ") works on ",
+                                            g->device_buffers() ? "GPU" : "host",
+                                            " buffers, the model's are on the ",
+                                            Ops::kDevice ? "GPU" : "host"));
+    }
+  }
+  if (Multi()) FP8RT_RETURN_IF_ERROR(Alloc(&gather_, World()->size()));
+  if (Dp()) {
+    buckets_ = PlanGradBuckets(m, layout_, o_.grad_bucket_bytes);
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const GradBucket& k = buckets_[b];
+      bucket_names_.push_back(
+          k.first_layer < 0
+              ? StrCat("gradient bucket ", b, " (embeddings, final layernorm) all-reduce")
+              : StrCat("gradient bucket ", b, " (layers ", k.first_layer, "..", k.last_layer,
+                       ") all-reduce"));
+    }
+  }
+  FP8RT_RETURN_IF_ERROR(fp8_.Setup(M_, [this](void** p, int64_t bytes, MemCategory what) {
+    uint8_t* raw = nullptr;
+    mem_category_ = what;
+    FP8RT_RETURN_IF_ERROR(Alloc(&raw, bytes));
+    mem_category_ = kMemOther;
+    *p = raw;
+    return Status::Ok();
+  }));
+
+  {
+    size_t scratch = 0;
+    FP8RT_RETURN_IF_ERROR(ops_->ReserveScratchFor(as, kT, m.vocab_size, P, &scratch));
+    allocated_bytes_ += scratch;
+    category_bytes_[kMemWorkspace] += scratch;
+  }
+  return Status::Ok();
+}
+
+}  // namespace fp8rt::gpt_detail
