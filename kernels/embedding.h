@@ -16,7 +16,8 @@ namespace fp8rt {
 //   EmbeddingBackward: dwte[v][:] += sum over (b, t) with tokens[b][t] == v of dout[b][t][:]
 //                      dwpe[t][:] += sum over b of dout[b][t][:]
 // Shapes: out, dout (B, T, C); tokens (B, T); wte, dwte (V, C); wpe, dwpe (maxT, C) with T <= maxT
-// (only the first T rows are read / accumulated). `seq_len` is T.
+// (only the first T rows are read / accumulated). `seq_len` is T. wpe (forward) and dwpe
+// (backward) may be null: the token embedding alone (llama, whose positions are rotary).
 //
 // Token ids outside [0, V): the CPU reference returns InvalidArgument (it can look). The CUDA
 // kernels cannot report without a host sync, so they never read out of bounds instead: forward

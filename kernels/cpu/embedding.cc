@@ -37,8 +37,8 @@ Status CheckArgs(const char* op, int64_t B, int64_t seq_len, int64_t C, int64_t 
 template <typename T>
 Status EmbeddingForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
                         int64_t seq_len, int64_t C, int64_t V) {
-  if (B * seq_len * C > 0 && (!out || !tokens || !wte || !wpe)) {
-    return Status::InvalidArgument("EmbeddingForward: out, tokens, wte and wpe must be non-null");
+  if (B * seq_len * C > 0 && (!out || !tokens || !wte)) {
+    return Status::InvalidArgument("EmbeddingForward: out, tokens and wte must be non-null");
   }
   if (B * seq_len > 0 && !tokens) return Status::InvalidArgument("EmbeddingForward: null tokens");
   FP8RT_RETURN_IF_ERROR(CheckArgs("EmbeddingForward", B, seq_len, C, V, tokens));
@@ -46,8 +46,12 @@ Status EmbeddingForward(T* out, const int32_t* tokens, const T* wte, const T* wp
     for (int64_t t = 0; t < seq_len; ++t) {
       const int64_t pos = b * seq_len + t;
       const T* te = wte + int64_t{tokens[pos]} * C;
-      const T* pe = wpe + t * C;
       T* o = out + pos * C;
+      if (wpe == nullptr) {
+        for (int64_t c = 0; c < C; ++c) o[c] = te[c];
+        continue;
+      }
+      const T* pe = wpe + t * C;
       for (int64_t c = 0; c < C; ++c) o[c] = Store<T>(Load(te[c]) + Load(pe[c]));
     }
   }
@@ -57,16 +61,15 @@ Status EmbeddingForward(T* out, const int32_t* tokens, const T* wte, const T* wp
 template <typename T>
 Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t* tokens, int64_t B,
                          int64_t seq_len, int64_t C, int64_t V) {
-  if (B * seq_len * C > 0 && (!dwte || !dwpe || !dout || !tokens)) {
-    return Status::InvalidArgument(
-        "EmbeddingBackward: dwte, dwpe, dout and tokens must be non-null");
+  if (B * seq_len * C > 0 && (!dwte || !dout || !tokens)) {
+    return Status::InvalidArgument("EmbeddingBackward: dwte, dout and tokens must be non-null");
   }
   if (B * seq_len > 0 && !tokens) return Status::InvalidArgument("EmbeddingBackward: null tokens");
   FP8RT_RETURN_IF_ERROR(CheckArgs("EmbeddingBackward", B, seq_len, C, V, tokens));
   const int64_t n = B * seq_len;
   std::vector<double> acc(static_cast<size_t>(C));
   // dwpe: each position t sums its B rows, then adds once.
-  for (int64_t t = 0; t < seq_len; ++t) {
+  for (int64_t t = 0; t < seq_len && dwpe != nullptr; ++t) {
     std::fill(acc.begin(), acc.end(), 0.0);
     for (int64_t b = 0; b < B; ++b) {
       const T* d = dout + (b * seq_len + t) * C;

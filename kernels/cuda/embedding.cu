@@ -34,9 +34,13 @@ __global__ void EmbeddingForwardKernel(T* __restrict__ out, const int32_t* __res
     for (int j = 0; j < kPack; ++j) o.v[j] = Round<T>(NAN);
   } else {
     const P a = reinterpret_cast<const P*>(wte + int64_t{tok} * C)[cv];
-    const P b = reinterpret_cast<const P*>(wpe + int64_t{t} * C)[cv];
+    if (wpe == nullptr) {
+      o = a;
+    } else {
+      const P b = reinterpret_cast<const P*>(wpe + int64_t{t} * C)[cv];
 #pragma unroll
-    for (int j = 0; j < kPack; ++j) o.v[j] = Round<T>(ToFloat(a.v[j]) + ToFloat(b.v[j]));
+      for (int j = 0; j < kPack; ++j) o.v[j] = Round<T>(ToFloat(a.v[j]) + ToFloat(b.v[j]));
+    }
   }
   reinterpret_cast<P*>(out)[i] = o;
 }
@@ -137,8 +141,8 @@ Status EmbeddingForward(T* out, const int32_t* tokens, const T* wte, const T* wp
   }
   const int64_t n = B * seq_len * C;
   if (n == 0) return Status::Ok();
-  if (!out || !tokens || !wte || !wpe) {
-    return Status::InvalidArgument("EmbeddingForward: out, tokens, wte and wpe must be non-null");
+  if (!out || !tokens || !wte) {
+    return Status::InvalidArgument("EmbeddingForward: out, tokens and wte must be non-null");
   }
   constexpr int kPack = 16 / sizeof(T);
   const bool vec = C % kPack == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
@@ -171,9 +175,8 @@ Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t*
                                           ": need B, T, C >= 0, B*T < 2^31, 1 <= V < 2^31 - 1"));
   }
   if (n == 0 || C == 0) return Status::Ok();
-  if (!dwte || !dwpe || !dout || !tokens) {
-    return Status::InvalidArgument(
-        "EmbeddingBackward: dwte, dwpe, dout and tokens must be non-null");
+  if (!dwte || !dout || !tokens) {
+    return Status::InvalidArgument("EmbeddingBackward: dwte, dout and tokens must be non-null");
   }
   size_t temp_bytes = 0;
   FP8RT_CUDA_TRY(SortTempBytes(static_cast<int>(n), V, &temp_bytes));
@@ -200,9 +203,11 @@ Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t*
   const int threads = C >= 256 ? 256 : static_cast<int>((C + 31) / 32 * 32);
   EmbeddingBackwardWteKernel<T>
       <<<ni, threads, 0, stream>>>(dwte, dout, s.keys_out, s.pos_out, ni, ci, vi);
-  const int64_t wpe_elems = seq_len * C;
-  EmbeddingBackwardWpeKernel<T><<<static_cast<unsigned>((wpe_elems + 255) / 256), 256, 0, stream>>>(
-      dwpe, dout, static_cast<int>(B), static_cast<int>(seq_len), ci);
+  const int64_t wpe_elems = dwpe == nullptr ? 0 : seq_len * C;
+  if (wpe_elems > 0) {
+    EmbeddingBackwardWpeKernel<T><<<static_cast<unsigned>((wpe_elems + 255) / 256), 256, 0, stream>>>(
+        dwpe, dout, static_cast<int>(B), static_cast<int>(seq_len), ci);
+  }
   FP8RT_CUDA_TRY_LAUNCH("EmbeddingBackward");
   return Status::Ok();
 }

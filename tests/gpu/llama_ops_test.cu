@@ -3,6 +3,8 @@
 // for RoPE), with the outputs poisoned first, accumulation, in-place calls and wider rows.
 #include <vector>
 
+#include "kernels/embedding.h"
+#include "kernels/gqa.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
@@ -100,6 +102,63 @@ TYPED_TEST(LlamaOpsGpu, RopeMatchesTheReference) {
     EXPECT_TRUE(test::AllClose(Down(d_out), test::ToFloatVector(out), tol, "forward"));
     EXPECT_TRUE(test::AllClose(Down(d_back), test::ToFloatVector(back), tol, "backward"));
   }
+}
+
+TYPED_TEST(LlamaOpsGpu, GqaExpandAndReduceMatchTheReference) {
+  using T = TypeParam;
+  // Reduce sums G values in FP32 (the reference in FP64, then rounded once).
+  const auto tol = ToleranceFor(OpKind::kElementwise, DTypeOf<T>());
+  const int64_t shapes[][4] = {{1, 1, 1, 2}, {37, 8, 2, 64}, {300, 32, 8, 64}, {5, 6, 3, 128},
+                               {17, 4, 4, 16}};
+  for (const auto& sh : shapes) {
+    const int64_t M = sh[0], NH = sh[1], KV = sh[2], HS = sh[3];
+    SCOPED_TRACE(::testing::Message() << M << "x" << NH << "/" << KV << "x" << HS);
+    const int64_t ldi = (NH + 2 * KV) * HS, ldo = 3 * NH * HS;
+    const auto in = test::CastVector<T>(test::RandomNormal(M * ldi, 41));
+    const auto dout = test::CastVector<T>(test::RandomNormal(M * ldo, 42));
+    std::vector<T> out(M * ldo), din(M * ldi);
+    ASSERT_TRUE(cpu::GqaExpand(out.data(), in.data(), M, NH, KV, HS).ok());
+    ASSERT_TRUE(cpu::GqaReduce(din.data(), dout.data(), M, NH, KV, HS).ok());
+    DeviceBuffer<T> d_in(in), d_dout(dout), d_out(M * ldo), d_din(M * ldi);
+    d_out.Poison(), d_din.Poison();
+    FP8RT_CHECK_OK(cuda::GqaExpand(d_out.get(), d_in.get(), M, NH, KV, HS, nullptr));
+    FP8RT_CHECK_OK(cuda::GqaReduce(d_din.get(), d_dout.get(), M, NH, KV, HS, nullptr));
+    EXPECT_TRUE(test::AllClose(Down(d_out), test::ToFloatVector(out), test::Tolerance{0, 0, 0},
+                               "expand (a copy: exact)"));
+    EXPECT_TRUE(test::AllClose(Down(d_din), test::ToFloatVector(din), tol, "reduce"));
+  }
+}
+
+// Llama's token embedding without a position table, against the reference.
+TYPED_TEST(LlamaOpsGpu, EmbeddingWithoutPositionsMatchesTheReference) {
+  using T = TypeParam;
+  const int64_t B = 3, Tn = 37, C = 72, V = 101;
+  const auto wte = test::CastVector<T>(test::RandomNormal(V * C, 51));
+  std::vector<int32_t> tokens(B * Tn);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7) % 13);
+  const auto dout = test::CastVector<T>(test::RandomNormal(B * Tn * C, 52));
+  std::vector<T> out(B * Tn * C);
+  std::vector<float> dwte(V * C, 0.25f);
+  ASSERT_TRUE(cpu::EmbeddingForward(out.data(), tokens.data(), wte.data(),
+                                    static_cast<const T*>(nullptr), B, Tn, C, V).ok());
+  ASSERT_TRUE(cpu::EmbeddingBackward(dwte.data(), nullptr, dout.data(), tokens.data(), B, Tn, C, V)
+                  .ok());
+  DeviceBuffer<T> d_wte(wte), d_out(B * Tn * C), d_dout(dout);
+  DeviceBuffer<int32_t> d_tok(tokens);
+  DeviceBuffer<float> d_dwte(std::vector<float>(V * C, 0.25f));
+  d_out.Poison();
+  FP8RT_CHECK_OK(cuda::EmbeddingForward(d_out.get(), d_tok.get(), d_wte.get(),
+                                        static_cast<const T*>(nullptr), B, Tn, C, V, nullptr));
+  auto bytes = cuda::EmbeddingBackwardScratchBytes(B, Tn, V);
+  FP8RT_CHECK_OK(bytes.status());
+  DeviceBuffer<char> scratch(*bytes);
+  FP8RT_CHECK_OK(cuda::EmbeddingBackward(d_dwte.get(), static_cast<float*>(nullptr), d_dout.get(),
+                                         d_tok.get(), B, Tn, C, V, scratch.get(), *bytes,
+                                         nullptr));
+  EXPECT_TRUE(test::AllClose(Down(d_out), test::ToFloatVector(out), test::Tolerance{0, 0, 0},
+                             "out (a copy: exact)"));
+  EXPECT_TRUE(test::AllClose(d_dwte.Download(), dwte,
+                             ToleranceFor(OpKind::kNormalization, DType::kFloat32), "dwte"));
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <functional>
 #include <vector>
 
+#include "kernels/embedding.h"
+#include "kernels/gqa.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
@@ -168,6 +170,54 @@ TEST(Rope, InPlaceOnThePartOfAWiderRowWithAnOffsetPosition) {
   }
   ASSERT_TRUE(cpu::RopeForward(row4.data(), packed.data(), 1, T, NH, HS, NH * HS, 10000.0f).ok());
   for (int64_t c = 0; c < NH * HS; ++c) EXPECT_EQ(buf[c], row4[4 * NH * HS + c]) << c;
+}
+
+// Grouped-query expansion written out by hand: 2 query heads per key/value head, head size 2.
+TEST(Gqa, ExpandRepeatsEachKeyValueHeadAndReduceSumsItsCopies) {
+  const int64_t M = 2, NH = 4, KV = 2, HS = 2, ldi = (NH + 2 * KV) * HS, ldo = 3 * NH * HS;
+  std::vector<double> in(M * ldi);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<double>(i);
+  std::vector<double> out(M * ldo, -1);
+  ASSERT_TRUE(cpu::GqaExpand(out.data(), in.data(), M, NH, KV, HS).ok());
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t c = 0; c < NH * HS; ++c) EXPECT_EQ(out[m * ldo + c], in[m * ldi + c]);
+    for (int64_t part = 0; part < 2; ++part) {
+      for (int64_t h = 0; h < NH; ++h) {
+        for (int64_t d = 0; d < HS; ++d) {
+          // heads 0, 1 read head 0; heads 2, 3 read head 1
+          EXPECT_EQ(out[m * ldo + NH * HS + part * NH * HS + h * HS + d],
+                    in[m * ldi + NH * HS + part * KV * HS + (h / 2) * HS + d]);
+        }
+      }
+    }
+  }
+  // The backward is the transpose: <reduce(dy), x> == <dy, expand(x)>.
+  const auto dy = Rand(M * ldo, 5), x = Rand(M * ldi, 6);
+  std::vector<double> ex(M * ldo), dx(M * ldi);
+  ASSERT_TRUE(cpu::GqaExpand(ex.data(), x.data(), M, NH, KV, HS).ok());
+  ASSERT_TRUE(cpu::GqaReduce(dx.data(), dy.data(), M, NH, KV, HS).ok());
+  EXPECT_NEAR(Dot(dx, x), Dot(dy, ex), 1e-12);
+  // KV == NH: both are copies.
+  std::vector<double> same(M * 3 * NH * HS);
+  const auto y = Rand(M * 3 * NH * HS, 7);
+  ASSERT_TRUE(cpu::GqaReduce(same.data(), y.data(), M, NH, NH, HS).ok());
+  EXPECT_EQ(same, y);
+  EXPECT_FALSE(cpu::GqaExpand(ex.data(), x.data(), M, 4, 3, HS).ok());
+}
+
+// Llama's token embedding: no position table (wpe and dwpe null).
+TEST(Embedding, WithoutAPositionTableIsTheTokenRowAlone) {
+  const std::vector<float> wte = {1, 2, 3, 4, 5, 6};  // (V=3, C=2)
+  const std::vector<int32_t> tokens = {2, 0, 2};
+  std::vector<float> out(6, -1);
+  ASSERT_TRUE(cpu::EmbeddingForward(out.data(), tokens.data(), wte.data(),
+                                    static_cast<const float*>(nullptr), 1, 3, 2, 3).ok());
+  EXPECT_EQ(out, (std::vector<float>{5, 6, 1, 2, 5, 6}));
+  const std::vector<float> dout = {1, 1, 2, 2, 3, 3};
+  std::vector<float> dwte(6, 0);
+  ASSERT_TRUE(cpu::EmbeddingBackward(dwte.data(), nullptr, dout.data(), tokens.data(), 1, 3, 2, 3)
+                  .ok());
+  EXPECT_EQ(dwte, (std::vector<float>{2, 2, 0, 0, 4, 4}));
 }
 
 TEST(LlamaOps, BadArgumentsAreRefusedNamingThem) {
