@@ -47,14 +47,23 @@ Status OneOf(const char* key, const std::string& v, std::initializer_list<const 
 }  // namespace
 
 int64_t ModelConfig::num_params() const {
-  const int64_t C = n_embd, L = n_layer;
-  const int64_t Vp = padded_vocab();
+  const int64_t C = n_embd, L = n_layer, F = ffn(), HS = head_size();
+  const int64_t Vp = padded_vocab(), QKV = (int64_t{n_head} + 2 * kv_heads()) * HS;
+  if (llama()) {
+    const int64_t per_layer = C                  // ln1
+                              + QKV * C          // qkv
+                              + C * C            // attn proj
+                              + C                // ln2
+                              + 2 * F * C        // gate/up
+                              + F * C;           // down
+    return 2 * Vp * C + L * per_layer + C;
+  }
   const int64_t per_layer = 2 * C                // ln1
                             + 3 * C * C + 3 * C  // qkv
                             + C * C + C          // attn proj
                             + 2 * C              // ln2
-                            + 4 * C * C + 4 * C  // fc
-                            + 4 * C * C + C;     // fc proj
+                            + F * C + F          // fc
+                            + F * C + C;         // fc proj
   return Vp * C + int64_t{block_size} * C + L * per_layer + 2 * C;
 }
 
@@ -65,6 +74,25 @@ Status RunConfig::Validate() const {
   if (model.n_embd % model.n_head != 0) {
     return Status::InvalidArgument(StrCat("model.n_embd = ", model.n_embd,
                                           " must be a multiple of model.n_head = ", model.n_head));
+  }
+  FP8RT_RETURN_IF_ERROR(Range("model.n_kv_head", model.n_kv_head, 0, model.n_head));
+  if (model.kv_heads() < 1 || model.n_head % model.kv_heads() != 0) {
+    return Status::InvalidArgument(StrCat("model.n_kv_head = ", model.n_kv_head,
+                                          " must divide model.n_head = ", model.n_head,
+                                          " (each key/value head serves n_head / n_kv_head "
+                                          "query heads)"));
+  }
+  if (!model.llama() && model.kv_heads() != model.n_head) {
+    return Status::InvalidArgument(StrCat("model.n_kv_head = ", model.n_kv_head,
+                                          ": grouped-query attention needs model.arch: llama "
+                                          "(gpt2 has one key/value head per query head)"));
+  }
+  FP8RT_RETURN_IF_ERROR(Range("model.ffn_hidden", model.ffn_hidden, 0, 1 << 20));
+  FP8RT_RETURN_IF_ERROR(Range("model.rope_theta", model.rope_theta, 1, 1e9));
+  if (model.llama() && (model.head_size() % 2 != 0 || model.head_size() > 256)) {
+    return Status::InvalidArgument(StrCat("model.arch llama: the head size n_embd / n_head = ",
+                                          model.head_size(),
+                                          " must be even and at most 256 (rotary embeddings)"));
   }
   FP8RT_RETURN_IF_ERROR(Range("model.block_size", model.block_size, 1, 1 << 20));
   FP8RT_RETURN_IF_ERROR(Range("model.vocab_size", model.vocab_size, 2, 1 << 24));
@@ -100,6 +128,16 @@ Status RunConfig::Validate() const {
     return Status::InvalidArgument(StrCat("parallel.tp = ", parallel.tp,
                                           " does not divide model.n_head = ", model.n_head,
                                           " (tensor parallelism splits the attention heads)"));
+  }
+  if (model.kv_heads() % parallel.tp != 0) {
+    return Status::InvalidArgument(StrCat("parallel.tp = ", parallel.tp,
+                                          " does not divide model.n_kv_head = ", model.kv_heads(),
+                                          " (tensor parallelism splits the key/value heads)"));
+  }
+  if (model.ffn() % parallel.tp != 0) {
+    return Status::InvalidArgument(StrCat("parallel.tp = ", parallel.tp,
+                                          " does not divide model.ffn_hidden = ", model.ffn(),
+                                          " (tensor parallelism splits the MLP)"));
   }
   FP8RT_RETURN_IF_ERROR(Range("parallel.bucket_mb", parallel.bucket_mb, 0.001, 1 << 16));
   FP8RT_RETURN_IF_ERROR(Range("parallel.collective_timeout_s", parallel.collective_timeout_s, 1, 1e7));
@@ -141,7 +179,11 @@ Result<RunConfig> ParseRunConfig(const std::string& yaml_text) {
                                     {"n_embd", Integer(&m.n_embd)},
                                     {"n_head", Integer(&m.n_head)},
                                     {"block_size", Integer(&m.block_size)},
-                                    {"vocab_size", Integer(&m.vocab_size)}})},
+                                    {"vocab_size", Integer(&m.vocab_size)},
+                                    {"arch", Enum(&m.arch, {Arch::kGpt2, Arch::kLlama}, ArchName)},
+                                    {"n_kv_head", Integer(&m.n_kv_head)},
+                                    {"ffn_hidden", Integer(&m.ffn_hidden)},
+                                    {"rope_theta", Number(&m.rope_theta)}})},
                   {"data", fields({{"train", String(&d.train_path)},
                                    {"val", String(&d.val_path)},
                                    {"format", String(&d.format)}})},

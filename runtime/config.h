@@ -12,14 +12,33 @@
 
 namespace fp8rt {
 
+// model.arch: the family of the model.
+//   gpt2: learned positions, LayerNorm, GELU MLP (4C unless ffn_hidden), biases, LM head tied to
+//     the token embedding;
+//   llama: rotary positions (rope_theta), RMSNorm, SwiGLU MLP (ffn_hidden), grouped-query
+//     attention (n_kv_head), no biases, untied LM head.
+enum class Arch { kGpt2, kLlama };
+inline const char* ArchName(Arch a) { return a == Arch::kLlama ? "llama" : "gpt2"; }
+
 struct ModelConfig {
   int n_layer = 2;        // L. Default: 2
   int n_embd = 64;        // C. Default: 64
   int n_head = 4;         // NH; C must be a multiple of it. Default: 4
   int block_size = 64;    // maximum sequence length (positions in wpe). Default: 64
   int vocab_size = 256;   // V; padded to a multiple of 128 for the LM head. Default: 256 (bytes)
+  Arch arch = Arch::kGpt2;  // Default: gpt2
+  // Key/value heads (grouped-query attention; must divide n_head); 0: n_head. Default: 0
+  int n_kv_head = 0;
+  // The MLP's hidden width F; 0: 4C. Default: 0
+  int ffn_hidden = 0;
+  float rope_theta = 10000.0f;  // llama: RoPE's base. Default: 10000
   int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
-  // Parameter count N (tied LM head counted once), as used by the MFU formula 6N + 12LCT.
+  bool llama() const { return arch == Arch::kLlama; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int ffn() const { return ffn_hidden > 0 ? ffn_hidden : 4 * n_embd; }
+  int head_size() const { return n_embd / n_head; }
+  // Parameter count N (GPT-2's tied LM head counted once; the vocabulary padding included), as
+  // used by the MFU formula 6N + 12LCT.
   int64_t num_params() const;
 };
 
@@ -78,8 +97,8 @@ struct TrainConfig {
   // Held-out tokens per evaluation, rounded down to whole (batch_size x seq_len) micro-batches
   // (at least one) and capped at what data.val holds. Default: 65536
   int64_t eval_tokens = 65536;
-  // A Hugging Face GPT-2 directory (model.safetensors + config.json, as --export-hf writes or
-  // transformers saves) whose weights start the run instead of a random initialisation
+  // A Hugging Face directory of model.arch (model.safetensors + config.json, as --export-hf writes
+  // or transformers saves: GPT2LMHeadModel, LlamaForCausalLM) whose weights start the run instead of a random initialisation
   // (continued pretraining); its shapes must be this model's. Relative to the config file.
   // Ignored on --resume (the checkpoint has the weights). Default: "" (random)
   std::string init_from;

@@ -1,7 +1,9 @@
-// The GPT-2-style model that fp8train trains, behind a backend-independent interface: token +
+// The model that fp8train trains, behind a backend-independent interface. model.arch gpt2: token +
 // learned position embedding, pre-LN blocks (LN -> QKV -> causal attention -> projection ->
 // residual; LN -> FC 4C -> GELU -> projection -> residual), final LN, LM head tied to the token
-// embedding, vocabulary padded to a multiple of 128.
+// embedding. llama: token embedding, pre-norm blocks (RMSNorm -> QKV -> RoPE -> grouped-query
+// causal attention -> projection -> residual; RMSNorm -> gate/up -> SwiGLU -> down -> residual),
+// final RMSNorm, untied LM head, no biases. Vocabulary padded to a multiple of 128.
 #pragma once
 
 #include <cstdint>
@@ -88,7 +90,8 @@ struct Fp8TelemetryRow {
 class GptModel {
  public:
   virtual ~GptModel() = default;
-  // GPT-2 initialisation from `seed` (normal(0, 0.02), residual projections / sqrt(2L)).
+  // GPT-2 initialisation from `seed` (normal(0, 0.02), residual projections / sqrt(2L); norm
+  // weights 1, biases 0); llama's the same, its untied LM head normal(0, 0.02) too.
   virtual Status InitRandom(uint64_t seed) = 0;
   // One optimizer step over grad_accum micro-batches. x, y: (grad_accum, B, T) host arrays.
   // step is 1-based (AdamW bias correction).
@@ -151,7 +154,7 @@ class GptModel {
   // optimizer read them, after the reduction across ranks), "master", "adam_m", "adam_v" (its
   // owned parts) and "scales" (the FP8 scale state).
   virtual Result<std::vector<std::pair<std::string, uint64_t>>> StateHashes() = 0;
-  // Names and (whole-model) sizes of the parameter tensors, in order.
+  // Names and (whole-model) sizes of the parameter tensors this arch has, in order.
   virtual std::vector<std::pair<std::string, int64_t>> ParamTensors() const = 0;
 };
 

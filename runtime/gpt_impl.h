@@ -89,7 +89,9 @@ class Gpt final : public GptModel {
   std::vector<std::pair<std::string, int64_t>> ParamTensors() const override {
     const Layout whole(o_.model);
     std::vector<std::pair<std::string, int64_t>> out;
-    for (int i = 0; i < kNumParams; ++i) out.emplace_back(kParamNames[i], whole.size[i]);
+    for (int i = 0; i < kNumParams; ++i) {
+      if (whole.size[i] > 0) out.emplace_back(kParamNames[i], whole.size[i]);
+    }
     return out;
   }
 
@@ -122,22 +124,29 @@ class Gpt final : public GptModel {
     return {o_.B, o_.T, m.n_head / o_.tp_size(), m.n_embd / m.n_head};
   }
   // The working copy of a parameter in T; null for the weights of FP8 linear layers, which are
-  // cast to FP8 straight from the FP32 master weights and need no T copy.
+  // cast to FP8 straight from the FP32 master weights and need no T copy. W and G are null for
+  // a tensor this arch does not have (size 0: llama's biases, gpt2's untied LM head).
   T* W(Param p) const { return work_offset_[p] < 0 ? nullptr : working_ + work_offset_[p]; }
-  float* G(Param p) const { return grads_ + layout_.offset[p]; }
+  float* G(Param p) const { return layout_.size[p] == 0 ? nullptr : grads_ + layout_.offset[p]; }
   // Layer l's slice of a per-layer tensor (this rank's part under TP).
-  T* Wl(Param p, int64_t l) const { return W(p) + l * PerLayer(p); }
-  float* Gl(Param p, int64_t l) const { return G(p) + l * PerLayer(p); }
-  // Whether p keeps a T working copy: everything except an FP8 linear layer's weight (the tied
-  // LM head / token embedding always keeps one: the embedding reads it).
+  T* Wl(Param p, int64_t l) const { return W(p) == nullptr ? nullptr : W(p) + l * PerLayer(p); }
+  float* Gl(Param p, int64_t l) const {
+    return G(p) == nullptr ? nullptr : G(p) + l * PerLayer(p);
+  }
+  // Whether p keeps a T working copy: every tensor this arch has except an FP8 linear layer's
+  // weight (the LM head always keeps one; gpt2's, the token embedding, is read by the embedding).
   bool HasWorking(int p) const {
+    if (layout_.size[p] == 0) return false;
     for (int kind = 0; kind < kNumLinear; ++kind) {
-      if (WeightOf(kind) == p && Fp8On(kind)) return false;
+      if (WeightOf(o_.model, kind) == p && Fp8On(kind)) return false;
     }
     return true;
   }
+  bool Llama() const { return o_.model.llama(); }
+  // Grouped-query attention: fewer key/value heads than query heads, expanded before attention.
+  bool Gqa() const { return o_.model.kv_heads() != o_.model.n_head; }
 
-  // y = x W^T + b (+ residual) for linear `kind` of layer l (its weight: WeightOf(kind), layer
+  // y = x W^T + b (+ residual) for linear `kind` of layer l (its weight: WeightOf(o_.model, kind), layer
   // l's slice); the residual, when given, is added in the GEMM's epilogue (C with beta 1), so a
   // projection writes the residual stream directly. With gelu_out, also gelu_out = GELU(y) in the
   // GEMM's epilogue where cuBLASLt can (then *gelu_done is set; otherwise the caller applies
@@ -190,6 +199,13 @@ class Gpt final : public GptModel {
   Status ForwardPass(const int32_t* x_host, const int32_t* y_host, bool cast_weights,
                      bool compute_grad, int micro);
   Status BackwardPass();
+  // One block, forward (from its input `res`; output in res3_[l]) and backward (from dres_, the
+  // gradient of res3_[l], to the gradient of its input in dres_): gpt2's in gpt_passes.h,
+  // llama's in llama_block.h.
+  Status GptBlockForward(int l, const T* res, bool cast_weights);
+  Status GptBlockBackward(int l, const T* res);
+  Status LlamaBlockForward(int l, const T* res, bool cast_weights);
+  Status LlamaBlockBackward(int l, const T* res);
   // The phases of Step.
   Status MicroBatches();
   Status ReduceAcrossRanks();
@@ -234,6 +250,9 @@ class Gpt final : public GptModel {
   // Activations, per layer where the backward needs them.
   T* encoded_ = nullptr;  // (B, T, C)
   std::vector<T*> ln1_, qkv_, atty_, res2_, ln2_, fch_, fch_gelu_, res3_;
+  // The attention's input per layer: qkv_ itself, or (grouped-query attention) qkv_ with its
+  // key/value heads expanded (M, 3 * NH/tp * HS); qkv_ is then one buffer for every layer.
+  std::vector<T*> attq_;
   std::vector<uint8_t*> att_;  // what attention saves for its backward (Ops decides)
   std::vector<float*> ln1_mean_, ln1_rstd_, ln2_mean_, ln2_rstd_;
   T* lnf_ = nullptr;                                 // (B, T, C)
@@ -245,6 +264,8 @@ class Gpt final : public GptModel {
   T* ones_ = nullptr;                                // (B*T) for bias gradients
   // Backward scratch.
   T *dres_ = nullptr, *dc1_ = nullptr, *dc2_ = nullptr, *dqkv_ = nullptr, *d4c_ = nullptr;
+  T* dqkvg_ = nullptr;  // grouped-query attention: the (M, QKV) gradient of qkv_
+  T* dffn_ = nullptr;   // llama: the (M, F) gradient of the SwiGLU output
 
   Fp8State<Ops> fp8_;
 
@@ -299,8 +320,9 @@ class Gpt final : public GptModel {
   // it) are written by their wgrad GEMMs (beta 0) rather than accumulated, so ZeroGrads need not
   // clear them first.
   bool wgrad_overwrites_ = false;
-  static bool WrittenByWgrad(int p) {
-    return p == kWte || p == kQkvW || p == kAttProjW || p == kFcW || p == kFcProjW;
+  bool WrittenByWgrad(int p) const {
+    return p == WeightOf(o_.model, kLmHead) || p == kQkvW || p == kAttProjW || p == kFcW ||
+           p == kFcProjW;
   }
   // Zeroes the gradients that the first micro-batch accumulates into (biases, LayerNorms, wpe).
   Status ZeroGrads() {
@@ -411,7 +433,7 @@ Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
     // ZeRO-1 the parts are also split over the data-parallel group: add up over every rank.
     FP8RT_RETURN_IF_ERROR(ops_->Zero(norm_sq_, sizeof(float)));
     for (int p = 0; p < kNumParams; ++p) {
-      if (!TpSplit(p) && o_.tp->rank() != 0) continue;
+      if ((!TpSplit(p) && o_.tp->rank() != 0) || layout_.size[p] == 0) continue;
       FP8RT_RETURN_IF_ERROR(
           Zero() ? ops_->NormSquared(norm_sq_, gshard_ + shard_offset_[p], Layers(p) * SliceOf(p),
                                      true)
@@ -438,6 +460,7 @@ Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
     ops_->Mark("adamw");
     const int64_t r = o_.dp->rank();
     for (int p = 0; p < kNumParams; ++p) {
+      if (layout_.size[p] == 0) continue;
       for (int l = 0; l < Layers(p); ++l) {
         const int64_t so = ShardOff(p, l), n = SliceOf(p);
         T* work = HasWorking(p) ? W(static_cast<Param>(p)) + l * PerLayer(p) + r * n : nullptr;
@@ -450,6 +473,7 @@ Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
   }
   ops_->Mark("adamw");
   for (int p = 0; p < kNumParams; ++p) {
+    if (layout_.size[p] == 0) continue;
     const int64_t off = layout_.offset[p];
     FP8RT_RETURN_IF_ERROR(ops_->AdamW(master_ + off, m_ + off, v_ + off, grads_ + off,
                                       W(static_cast<Param>(p)), layout_.size[p], step, cfg,
@@ -531,6 +555,7 @@ Result<std::unique_ptr<GptModel>> MakeGpt(const ModelOptions& o, std::unique_ptr
 
 #include "runtime/gpt_linear.h"
 #include "runtime/gpt_passes.h"
+#include "runtime/llama_block.h"
 #include "runtime/gpt_setup.h"
 #include "runtime/gpt_parallel.h"
 #include "runtime/gpt_state.h"

@@ -1,11 +1,13 @@
-// The parameters of the GPT model and the shapes of its linear layers: the one place that
-// says which tensors exist, how they are laid out in the flat FP32 arrays (master weights,
-// gradients, moments), and what (N, K) each linear layer has. Tensor parallelism changes shapes
-// here and nowhere else.
+// The parameters of the model (model.arch gpt2 or llama) and the shapes of its linear layers: the
+// one place that says which tensors exist, how they are laid out in the flat FP32 arrays (master
+// weights, gradients, moments), and what (N, K) each linear layer has. Tensor parallelism changes
+// shapes here and nowhere else. Both architectures share one list of tensors; a tensor that an
+// architecture does not have (llama's wpe and biases, gpt2's untied LM head) has size 0.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -13,24 +15,26 @@
 
 namespace fp8rt::gpt_detail {
 
-// Parameter tensors in storage order, with their shapes.
-enum Param {
-  kWte,       // (Vp, C)
-  kWpe,       // (maxT, C)
-  kLn1W,      // (L, C)
-  kLn1B,      // (L, C)
-  kQkvW,      // (L, 3C, C)
-  kQkvB,      // (L, 3C)
-  kAttProjW,  // (L, C, C)
-  kAttProjB,  // (L, C)
-  kLn2W,      // (L, C)
-  kLn2B,      // (L, C)
-  kFcW,       // (L, 4C, C)
-  kFcB,       // (L, 4C)
-  kFcProjW,   // (L, C, 4C)
-  kFcProjB,   // (L, C)
-  kLnfW,      // (C)
-  kLnfB,      // (C)
+// Parameter tensors in storage order, with their shapes (F: the MLP width, 4C by default; Q, KV:
+// the query and key/value widths n_head * HS and n_kv_head * HS; "-": size 0 in that arch).
+enum Param {      // gpt2            llama
+  kWte,           // (Vp, C)         (Vp, C)
+  kWpe,           // (maxT, C)       -
+  kLn1W,          // (L, C)          (L, C)       RMSNorm's weight in llama
+  kLn1B,          // (L, C)          -
+  kQkvW,          // (L, 3C, C)      (L, Q + 2KV, C): rows [Q heads | K heads | V heads]
+  kQkvB,          // (L, 3C)         -
+  kAttProjW,      // (L, C, C)       (L, C, Q)
+  kAttProjB,      // (L, C)          -
+  kLn2W,          // (L, C)          (L, C)
+  kLn2B,          // (L, C)          -
+  kFcW,           // (L, F, C)       (L, 2F, C): rows [gate | up]
+  kFcB,           // (L, F)          -
+  kFcProjW,       // (L, C, F)       (L, C, F)
+  kFcProjB,       // (L, C)          -
+  kLnfW,          // (C)             (C)
+  kLnfB,          // (C)             -
+  kLmHeadW,       // -               (Vp, C)      (gpt2's LM head is wte)
   kNumParams
 };
 inline const char* kParamNames[kNumParams] = {"wte",
@@ -48,10 +52,12 @@ inline const char* kParamNames[kNumParams] = {"wte",
                                               "fc_proj.weight",
                                               "fc_proj.bias",
                                               "lnf.weight",
-                                              "lnf.bias"};
+                                              "lnf.bias",
+                                              "lm_head.weight"};
 // Decoupled weight decay applies to 2-D weights only.
-inline const bool kDecay[kNumParams] = {true,  true,  false, false, true, false, true,  false,
-                                        false, false, true,  false, true, false, false, false};
+inline const bool kDecay[kNumParams] = {true,  true,  false, false, true,  false,
+                                        true,  false, false, false, true,  false,
+                                        true,  false, false, false, true};
 
 // The four linear layers of a block, and the LM head.
 enum LinearKind { kQkv, kAttProj, kFc, kFcProj, kNumLinear, kLmHead = kNumLinear };
@@ -92,7 +98,8 @@ inline const char* kWgradNames[] = {"gemm wgrad qkv", "gemm wgrad attn_proj", "g
 inline bool IsLayerParam(int p) { return p >= kLn1W && p <= kFcProjB; }
 
 // Tensor parallelism (Megatron-style, over `tp` ranks): QKV and FC are column-parallel (rank r
-// keeps its heads' rows of Q, K and V, and rows r of FC), the attention projection and FC2 are
+// keeps its heads' rows of Q, K and V, and rows r of FC; in llama rows r of gate and of up, and
+// its query heads' key/value heads), the attention projection and FC2 are
 // row-parallel (rank r keeps columns r of their weights); their biases follow (QKV's and FC's are
 // split, the projections' are whole and added by TP rank 0 only, before the sum over the group).
 // Embeddings, LayerNorms and the LM head are whole on every rank. A Layout with tp > 1 is rank r's
@@ -106,23 +113,26 @@ struct Layout {
   int64_t offset[kNumParams];
   int64_t total = 0;
   explicit Layout(const ModelConfig& m, int tp = 1) {
-    const int64_t C = m.n_embd, L = m.n_layer, Vp = m.padded_vocab(), t = tp;
+    const int64_t C = m.n_embd, L = m.n_layer, Vp = m.padded_vocab(), t = tp, F = m.ffn();
+    const int64_t QKV = (int64_t{m.n_head} + 2 * m.kv_heads()) * m.head_size();
+    const bool g = !m.llama();  // the tensors only gpt2 has
     const int64_t s[kNumParams] = {Vp * C,
-                                   int64_t{m.block_size} * C,
+                                   g ? int64_t{m.block_size} * C : 0,
                                    L * C,
-                                   L * C,
-                                   L * 3 * C * C / t,
-                                   L * 3 * C / t,
+                                   g ? L * C : 0,
+                                   L * QKV * C / t,
+                                   g ? L * QKV / t : 0,
                                    L * C * C / t,
+                                   g ? L * C : 0,
                                    L * C,
-                                   L * C,
-                                   L * C,
-                                   L * 4 * C * C / t,
-                                   L * 4 * C / t,
-                                   L * 4 * C * C / t,
-                                   L * C,
+                                   g ? L * C : 0,
+                                   L * (g ? 1 : 2) * F * C / t,
+                                   g ? L * F / t : 0,
+                                   L * F * C / t,
+                                   g ? L * C : 0,
                                    C,
-                                   C};
+                                   g ? C : 0,
+                                   g ? 0 : Vp * C};
     for (int i = 0; i < kNumParams; ++i) {
       size[i] = s[i];
       offset[i] = total;
@@ -134,19 +144,19 @@ struct Layout {
 
 // (N, K) of each linear layer on one of `tp` ranks: y (M, N) = x (M, K) W^T.
 inline void LinearShape(const ModelConfig& m, int kind, int64_t* N, int64_t* K, int tp = 1) {
-  const int64_t C = m.n_embd, t = tp;
+  const int64_t C = m.n_embd, t = tp, F = m.ffn();
   switch (kind) {
     case kQkv:
-      *N = 3 * C / t, *K = C;
+      *N = (int64_t{m.n_head} + 2 * m.kv_heads()) * m.head_size() / t, *K = C;
       return;
     case kAttProj:
       *N = C, *K = C / t;
       return;
     case kFc:
-      *N = 4 * C / t, *K = C;
+      *N = (m.llama() ? 2 : 1) * F / t, *K = C;
       return;
     case kFcProj:
-      *N = C, *K = 4 * C / t;
+      *N = C, *K = F / t;
       return;
     default:
       *N = m.padded_vocab(), *K = C;
@@ -161,28 +171,38 @@ struct TpRun {
   int64_t whole, part, n;
 };
 inline std::vector<TpRun> TpRuns(const ModelConfig& m, int tp, int r, int p) {
-  const int64_t C = m.n_embd, t = tp;
+  const int64_t C = m.n_embd, t = tp, F = m.ffn();
+  const int64_t Q = C, KV = int64_t{m.kv_heads()} * m.head_size();
   std::vector<TpRun> runs;
-  auto rows = [&](int64_t blocks, int64_t rows_per_block, int64_t cols) {
-    // Rank r's rows of each of `blocks` row blocks (Q, K, V; or FC's one block).
-    const int64_t mine = rows_per_block / t;
-    for (int64_t b = 0; b < blocks; ++b) {
-      runs.push_back({(b * rows_per_block + r * mine) * cols, b * mine * cols, mine * cols});
+  auto rows = [&](std::initializer_list<int64_t> blocks, int64_t cols) {
+    // Rank r's rows of each row block (Q, K, V; FC's one block; llama's gate and up).
+    int64_t whole = 0, part = 0;
+    for (const int64_t rows_per_block : blocks) {
+      const int64_t mine = rows_per_block / t;
+      runs.push_back({(whole + r * mine) * cols, part * cols, mine * cols});
+      whole += rows_per_block, part += mine;
     }
   };
   auto cols = [&](int64_t nrows, int64_t ncols) {  // rank r's columns of every row
     const int64_t mine = ncols / t;
     for (int64_t i = 0; i < nrows; ++i) runs.push_back({i * ncols + r * mine, i * mine, mine});
   };
+  const Layout whole(m);
+  if (whole.size[p] == 0) return runs;
   switch (p) {
-    case kQkvW: rows(3, C, C); break;
-    case kQkvB: rows(3, C, 1); break;
-    case kFcW: rows(1, 4 * C, C); break;
-    case kFcB: rows(1, 4 * C, 1); break;
-    case kAttProjW: cols(C, C); break;
-    case kFcProjW: cols(C, 4 * C); break;
+    case kQkvW: rows({Q, KV, KV}, C); break;
+    case kQkvB: rows({Q, KV, KV}, 1); break;
+    case kFcW:
+      if (m.llama()) {
+        rows({F, F}, C);
+      } else {
+        rows({F}, C);
+      }
+      break;
+    case kFcB: rows({F}, 1); break;
+    case kAttProjW: cols(C, Q); break;
+    case kFcProjW: cols(C, F); break;
     default: {
-      const Layout whole(m);
       const int64_t n = IsLayerParam(p) ? whole.size[p] / m.n_layer : whole.size[p];
       runs.push_back({0, 0, n});
     }
@@ -264,8 +284,8 @@ void AssembleWhole(const ModelConfig& m, int dp, int tp, bool zero, Owned owned,
   }
 }
 
-// The weight tensor of linear `kind` (the LM head is tied to the token embedding).
-inline Param WeightOf(int kind) {
+// The weight tensor of linear `kind` (gpt2's LM head is tied to the token embedding).
+inline Param WeightOf(const ModelConfig& m, int kind) {
   switch (kind) {
     case kQkv:
       return kQkvW;
@@ -276,7 +296,7 @@ inline Param WeightOf(int kind) {
     case kFcProj:
       return kFcProjW;
     default:
-      return kWte;
+      return m.llama() ? kLmHeadW : kWte;
   }
 }
 
@@ -284,7 +304,7 @@ inline Param WeightOf(int kind) {
 // array that one group of collectives reduces. Buckets follow the backward pass: blocks
 // [first_layer, last_layer] (their 12 per-layer tensors are contiguous slices of each
 // (L, ...) tensor, final once the backward has passed first_layer), from the last layer down,
-// and a final bucket with the embeddings and the final LayerNorm (first_layer = -1), final
+// and a final bucket with the embeddings, the final norm and llama's LM head (first_layer = -1), final
 // after the embedding backward.
 struct GradBucket {
   int first_layer = -1, last_layer = -1;
@@ -311,6 +331,7 @@ inline std::vector<GradBucket> PlanGradBuckets(const ModelConfig& m, const Layou
     if (cur.elements * 4 >= bucket_bytes || l == 0) {
       for (int p = kLn1W; p <= kFcProjB; ++p) {
         const int64_t n = per_layer(p);
+        if (n == 0) continue;  // (a tensor this arch does not have)
         cur.ranges.emplace_back(layout.offset[p] + cur.first_layer * n,
                                 (cur.last_layer - cur.first_layer + 1) * n);
         cur.range_param.push_back(p);
@@ -320,7 +341,8 @@ inline std::vector<GradBucket> PlanGradBuckets(const ModelConfig& m, const Layou
     }
   }
   GradBucket last;
-  for (int p : {kWte, kWpe, kLnfW, kLnfB}) {
+  for (int p : {kWte, kWpe, kLnfW, kLnfB, kLmHeadW}) {
+    if (layout.size[p] == 0) continue;
     last.ranges.emplace_back(layout.offset[p], layout.size[p]);
     last.range_param.push_back(p);
     last.elements += layout.size[p];

@@ -44,7 +44,7 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
                                   T* gelu_out, bool* gelu_done, const T* residual) {
   int64_t N, K;
   LinearShape(kind, &N, &K);
-  const Param wp = WeightOf(kind);
+  const Param wp = WeightOf(o_.model, kind);
   if (gelu_done != nullptr) *gelu_done = false;
   // Runs g, with GELU fused into its bias epilogue when asked and possible: the epilogue writes
   // GELU(y) to gelu_out and y itself (the backward's input) to aux.
@@ -131,7 +131,7 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
     FP8RT_RETURN_IF_ERROR(ops_->Gemm(g));
   }
   if (!Fp8On(kind)) {
-    const T* w = W(WeightOf(kind)) + l * N * K;
+    const T* w = W(WeightOf(o_.model, kind)) + l * N * K;
     GemmArgs gd;  // dX (M, K) = dY (M, N) W (N, K)
     gd.M = M_, gd.N = K, gd.K = N;
     gd.a = {dy, kT};

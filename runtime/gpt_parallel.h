@@ -152,7 +152,7 @@ Status Gpt<Ops, T>::GatherWeights() {
     uint8_t* mine = fp8_.w8[fp8_.Slot(l, kind)] + r * rows * K;
     const Fp8Tensor t = fp8_.Of(l, kind, kRoleW, mine, nullptr, rows, K);
     ++weight_casts_;
-    const float* shard = master_ + ShardOff(WeightOf(kind), kind == kLmHead ? 0 : l);
+    const float* shard = master_ + ShardOff(WeightOf(o_.model, kind), kind == kLmHead ? 0 : l);
     if (fp8_.current) {  // the whole weight's amax: over its shards (and its TP parts)
       FP8RT_RETURN_IF_ERROR(CurrentScale(l, kind, kRoleW, shard, rows * K,
                                          SplitOverTp(kind, kRoleW) ? World() : o_.dp));
@@ -202,6 +202,7 @@ Status Gpt<Ops, T>::GatherState(const float* shard, std::vector<float>* full) {
   void* stream = ops_->ForkComm();
   FP8RT_RETURN_IF_ERROR(o_.dp->GroupStart());
   for (int p = 0; p < kNumParams; ++p) {
+    if (layout_.size[p] == 0) continue;
     for (int l = 0; l < Layers(p); ++l) {
       FP8RT_RETURN_IF_ERROR(o_.dp->AllGather(
           shard + ShardOff(p, l), grads_ + FullOff(p, l), static_cast<size_t>(SliceOf(p)),

@@ -1,5 +1,6 @@
 // The forward and backward passes of one micro-batch: the model itself, a flat run of launcher
-// calls. Member functions of Gpt<Ops, T>, included at the end of runtime/gpt_impl.h.
+// calls. gpt2's block is here, llama's in llama_block.h. Member functions of Gpt<Ops, T>,
+// included at the end of runtime/gpt_impl.h.
 #pragma once
 
 namespace fp8rt::gpt_detail {
@@ -9,47 +10,27 @@ Status Gpt<Ops, T>::ForwardPass(const int32_t* x_host, const int32_t* y_host, bo
                                 bool compute_grad, int micro) {
   const ModelConfig& m = o_.model;
   const int64_t C = m.n_embd, Vp = m.padded_vocab(), V = m.vocab_size;
-  const AttentionShape as = Att();
-  // Under TP the projections' partial sums are added over the group; TP rank 0 alone adds the
-  // bias and the residual first.
-  const bool lead = o_.tp_rank() == 0;
   // x_host, y_host point into staging_, which stays untouched until the step's one Download.
   FP8RT_RETURN_IF_ERROR(ops_->UploadAsync(tokens_, x_host, M_ * sizeof(int32_t)));
   FP8RT_RETURN_IF_ERROR(ops_->UploadAsync(targets_, y_host, M_ * sizeof(int32_t)));
   ops_->Mark("embedding fwd");
+  // (llama has no wpe: W is null)
   FP8RT_RETURN_IF_ERROR(
       ops_->EmbeddingForward(encoded_, tokens_, W(kWte), W(kWpe), o_.B, o_.T, C, V));
   const T* res = encoded_;
   for (int l = 0; l < m.n_layer; ++l) {
-    ops_->Mark("layernorm fwd");
-    FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln1_[l], ln1_mean_[l], ln1_rstd_[l], res,
-                                                 Wl(kLn1W, l), Wl(kLn1B, l), M_, C));
-    FP8RT_RETURN_IF_ERROR(LinearForward(l, kQkv, qkv_[l], ln1_[l], Wl(kQkvB, l), cast_weights));
-    ops_->Mark("attention fwd");
-    FP8RT_RETURN_IF_ERROR(ops_->Attention(atty_[l], att_[l], qkv_[l], as));
-    FP8RT_RETURN_IF_ERROR(LinearForward(l, kAttProj, res2_[l], atty_[l],
-                                        lead ? Wl(kAttProjB, l) : nullptr, cast_weights, nullptr,
-                                        nullptr, /*residual=*/lead ? res : nullptr));
-    FP8RT_RETURN_IF_ERROR(TpAllReduce(res2_[l], "attention projection all-reduce (TP)"));
-    ops_->Mark("layernorm fwd");
-    FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln2_[l], ln2_mean_[l], ln2_rstd_[l], res2_[l],
-                                                 Wl(kLn2W, l), Wl(kLn2B, l), M_, C));
-    bool gelu_done = false;
-    FP8RT_RETURN_IF_ERROR(LinearForward(l, kFc, fch_[l], ln2_[l], Wl(kFcB, l), cast_weights,
-                                        fch_gelu_[l], &gelu_done));
-    if (!gelu_done) {
-      ops_->Mark("gelu fwd");
-      FP8RT_RETURN_IF_ERROR(ops_->Gelu(fch_gelu_[l], fch_[l], M_ * PerLayer(kFcB)));
-    }
-    FP8RT_RETURN_IF_ERROR(LinearForward(l, kFcProj, res3_[l], fch_gelu_[l],
-                                        lead ? Wl(kFcProjB, l) : nullptr, cast_weights, nullptr,
-                                        nullptr, /*residual=*/lead ? res2_[l] : nullptr));
-    FP8RT_RETURN_IF_ERROR(TpAllReduce(res3_[l], "FC2 all-reduce (TP)"));
+    FP8RT_RETURN_IF_ERROR(Llama() ? LlamaBlockForward(l, res, cast_weights)
+                                  : GptBlockForward(l, res, cast_weights));
     res = res3_[l];
   }
-  ops_->Mark("layernorm fwd");
-  FP8RT_RETURN_IF_ERROR(
-      ops_->LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, res, W(kLnfW), W(kLnfB), M_, C));
+  if (Llama()) {
+    ops_->Mark("rmsnorm fwd");
+    FP8RT_RETURN_IF_ERROR(ops_->RmsNormForward(lnf_, lnf_rstd_, res, W(kLnfW), M_, C));
+  } else {
+    ops_->Mark("layernorm fwd");
+    FP8RT_RETURN_IF_ERROR(
+        ops_->LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, res, W(kLnfW), W(kLnfB), M_, C));
+  }
   FP8RT_RETURN_IF_ERROR(LinearForward(0, kLmHead, logits_, lnf_, nullptr, cast_weights));
   const float dloss = grad_scale_ / static_cast<float>(M_ * o_.grad_accum);
   ops_->Mark("softmax-xent");
@@ -58,48 +39,60 @@ Status Gpt<Ops, T>::ForwardPass(const int32_t* x_host, const int32_t* y_host, bo
   return ops_->MeanLoss(step_losses_ + micro, losses_, M_);
 }
 
+// gpt2: LN -> QKV -> attention -> projection (+ residual) -> LN -> FC -> GELU -> FC2 (+ residual).
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::GptBlockForward(int l, const T* res, bool cast_weights) {
+  const int64_t C = o_.model.n_embd;
+  // Under TP the projections' partial sums are added over the group; TP rank 0 alone adds the
+  // bias and the residual first.
+  const bool lead = o_.tp_rank() == 0;
+  ops_->Mark("layernorm fwd");
+  FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln1_[l], ln1_mean_[l], ln1_rstd_[l], res,
+                                               Wl(kLn1W, l), Wl(kLn1B, l), M_, C));
+  FP8RT_RETURN_IF_ERROR(LinearForward(l, kQkv, qkv_[l], ln1_[l], Wl(kQkvB, l), cast_weights));
+  ops_->Mark("attention fwd");
+  FP8RT_RETURN_IF_ERROR(ops_->Attention(atty_[l], att_[l], qkv_[l], Att()));
+  FP8RT_RETURN_IF_ERROR(LinearForward(l, kAttProj, res2_[l], atty_[l],
+                                      lead ? Wl(kAttProjB, l) : nullptr, cast_weights, nullptr,
+                                      nullptr, /*residual=*/lead ? res : nullptr));
+  FP8RT_RETURN_IF_ERROR(TpAllReduce(res2_[l], "attention projection all-reduce (TP)"));
+  ops_->Mark("layernorm fwd");
+  FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln2_[l], ln2_mean_[l], ln2_rstd_[l], res2_[l],
+                                               Wl(kLn2W, l), Wl(kLn2B, l), M_, C));
+  bool gelu_done = false;
+  FP8RT_RETURN_IF_ERROR(LinearForward(l, kFc, fch_[l], ln2_[l], Wl(kFcB, l), cast_weights,
+                                      fch_gelu_[l], &gelu_done));
+  if (!gelu_done) {
+    ops_->Mark("gelu fwd");
+    FP8RT_RETURN_IF_ERROR(ops_->Gelu(fch_gelu_[l], fch_[l], M_ * PerLayer(kFcB)));
+  }
+  FP8RT_RETURN_IF_ERROR(LinearForward(l, kFcProj, res3_[l], fch_gelu_[l],
+                                      lead ? Wl(kFcProjB, l) : nullptr, cast_weights, nullptr,
+                                      nullptr, /*residual=*/lead ? res2_[l] : nullptr));
+  return TpAllReduce(res3_[l], "FC2 all-reduce (TP)");
+}
+
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::BackwardPass() {
   const ModelConfig& m = o_.model;
   const int64_t C = m.n_embd, L = m.n_layer;
-  const AttentionShape as = Att();
   // logits_ holds dlogits now.
-  FP8RT_RETURN_IF_ERROR(LinearBackward(0, kLmHead, dc1_, G(kWte), nullptr, logits_, lnf_));
-  ops_->Mark("layernorm bwd");
-  FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, G(kLnfW), G(kLnfB), dc1_, res3_[L - 1],
-                                                W(kLnfW), lnf_mean_, lnf_rstd_, M_, C, false));
+  FP8RT_RETURN_IF_ERROR(
+      LinearBackward(0, kLmHead, dc1_, G(WeightOf(m, kLmHead)), nullptr, logits_, lnf_));
+  if (Llama()) {
+    ops_->Mark("rmsnorm bwd");
+    FP8RT_RETURN_IF_ERROR(ops_->RmsNormBackward(dres_, G(kLnfW), dc1_, res3_[L - 1], W(kLnfW),
+                                                lnf_rstd_, M_, C, false));
+  } else {
+    ops_->Mark("layernorm bwd");
+    FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, G(kLnfW), G(kLnfB), dc1_, res3_[L - 1],
+                                                  W(kLnfW), lnf_mean_, lnf_rstd_, M_, C, false));
+  }
   for (int64_t l = L - 1; l >= 0; --l) {
     const T* res_in = l == 0 ? encoded_ : res3_[l - 1];
-    // dres_ is the gradient of this block's output (res3).
-    bool dgelu_done = false;
-    FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFcProj, d4c_, Gl(kFcProjW, l), Gl(kFcProjB, l),
-                                         dres_, fch_gelu_[l], fch_[l], &dgelu_done));
-    // The GELU backward: in fc_proj's dgrad epilogue (BF16), else in fc's FP8 cast of its output
-    // gradient, else a kernel of its own.
-    const bool gelu_in_cast = !dgelu_done && FusesGeluIntoDyCast(kFc);
-    if (!dgelu_done && !gelu_in_cast) {
-      ops_->Mark("gelu bwd");
-      FP8RT_RETURN_IF_ERROR(ops_->GeluBackward(d4c_, fch_[l], d4c_, M_ * PerLayer(kFcB)));
-    }
-    FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFc, dc1_, Gl(kFcW, l), Gl(kFcB, l), d4c_, ln2_[l],
-                                         nullptr, nullptr, gelu_in_cast ? fch_[l] : nullptr));
-    FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "FC input-gradient all-reduce (TP)"));
-    ops_->Mark("layernorm bwd");
-    FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, Gl(kLn2W, l), Gl(kLn2B, l), dc1_,
-                                                  res2_[l], Wl(kLn2W, l), ln2_mean_[l],
-                                                  ln2_rstd_[l], M_, C, true));
-    // dres_ is now the gradient of res2.
-    FP8RT_RETURN_IF_ERROR(LinearBackward(l, kAttProj, dc2_, Gl(kAttProjW, l), Gl(kAttProjB, l),
-                                         dres_, atty_[l]));
-    ops_->Mark("attention bwd");
-    FP8RT_RETURN_IF_ERROR(ops_->AttentionBackward(dqkv_, dc2_, qkv_[l], atty_[l], att_[l], as));
-    FP8RT_RETURN_IF_ERROR(
-        LinearBackward(l, kQkv, dc1_, Gl(kQkvW, l), Gl(kQkvB, l), dqkv_, ln1_[l]));
-    FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "QKV input-gradient all-reduce (TP)"));
-    ops_->Mark("layernorm bwd");
-    FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, Gl(kLn1W, l), Gl(kLn1B, l), dc1_, res_in,
-                                                  Wl(kLn1W, l), ln1_mean_[l], ln1_rstd_[l], M_,
-                                                  C, true));
+    // dres_ is the gradient of this block's output (res3); after it, of its input.
+    FP8RT_RETURN_IF_ERROR(Llama() ? LlamaBlockBackward(static_cast<int>(l), res_in)
+                                  : GptBlockBackward(static_cast<int>(l), res_in));
     // Layer l's gradients are final: launch the bucket that ends with it.
     if (reduce_grads_now_ && next_bucket_ < static_cast<int>(buckets_.size()) &&
         buckets_[next_bucket_].first_layer == l) {
@@ -111,6 +104,38 @@ Status Gpt<Ops, T>::BackwardPass() {
                                                 o_.model.vocab_size));
   if (reduce_grads_now_) FP8RT_RETURN_IF_ERROR(ReduceBucket(next_bucket_++));
   return Status::Ok();
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
+  const int64_t C = o_.model.n_embd;
+  bool dgelu_done = false;
+  FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFcProj, d4c_, Gl(kFcProjW, l), Gl(kFcProjB, l), dres_,
+                                       fch_gelu_[l], fch_[l], &dgelu_done));
+  // The GELU backward: in fc_proj's dgrad epilogue (BF16), else in fc's FP8 cast of its output
+  // gradient, else a kernel of its own.
+  const bool gelu_in_cast = !dgelu_done && FusesGeluIntoDyCast(kFc);
+  if (!dgelu_done && !gelu_in_cast) {
+    ops_->Mark("gelu bwd");
+    FP8RT_RETURN_IF_ERROR(ops_->GeluBackward(d4c_, fch_[l], d4c_, M_ * PerLayer(kFcB)));
+  }
+  FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFc, dc1_, Gl(kFcW, l), Gl(kFcB, l), d4c_, ln2_[l],
+                                       nullptr, nullptr, gelu_in_cast ? fch_[l] : nullptr));
+  FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "FC input-gradient all-reduce (TP)"));
+  ops_->Mark("layernorm bwd");
+  FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, Gl(kLn2W, l), Gl(kLn2B, l), dc1_, res2_[l],
+                                                Wl(kLn2W, l), ln2_mean_[l], ln2_rstd_[l], M_, C,
+                                                true));
+  // dres_ is now the gradient of res2.
+  FP8RT_RETURN_IF_ERROR(LinearBackward(l, kAttProj, dc2_, Gl(kAttProjW, l), Gl(kAttProjB, l),
+                                       dres_, atty_[l]));
+  ops_->Mark("attention bwd");
+  FP8RT_RETURN_IF_ERROR(ops_->AttentionBackward(dqkv_, dc2_, qkv_[l], atty_[l], att_[l], Att()));
+  FP8RT_RETURN_IF_ERROR(LinearBackward(l, kQkv, dc1_, Gl(kQkvW, l), Gl(kQkvB, l), dqkv_, ln1_[l]));
+  FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "QKV input-gradient all-reduce (TP)"));
+  ops_->Mark("layernorm bwd");
+  return ops_->LayerNormBackward(dres_, Gl(kLn1W, l), Gl(kLn1B, l), dc1_, res_in, Wl(kLn1W, l),
+                                 ln1_mean_[l], ln1_rstd_[l], M_, C, true);
 }
 
 }  // namespace fp8rt::gpt_detail

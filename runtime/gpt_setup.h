@@ -36,6 +36,28 @@ Status Gpt<Ops, T>::Setup() {
                  "FP8 GEMMs need"));
     }
   }
+  if (m.kv_heads() < 1 || m.n_head % m.kv_heads() != 0 || (!Llama() && Gqa()) ||
+      m.kv_heads() % o_.tp_size() != 0 || m.ffn() % o_.tp_size() != 0) {
+    return Status::InvalidArgument(StrCat(
+        "model: n_kv_head = ", m.kv_heads(), " must divide n_head = ", m.n_head,
+        " (and differ from it only in llama), and parallel.tp = ", o_.tp_size(),
+        " must divide n_kv_head and ffn_hidden = ", m.ffn()));
+  }
+  if (Llama() && (m.head_size() % 2 != 0 || m.head_size() > kRopeMaxHeadSize)) {
+    return Status::InvalidArgument(StrCat("model.arch llama: the head size ", m.head_size(),
+                                          " must be even and at most ", kRopeMaxHeadSize,
+                                          " (rotary embeddings)"));
+  }
+  for (int kind = 0; fp8 && kind < kNumLinear; ++kind) {
+    int64_t N, K;
+    LinearShape(kind, &N, &K);
+    if (Fp8On(kind) && (N % 16 != 0 || K % 16 != 0)) {
+      return Status::InvalidArgument(StrCat("fp8: linear layer ", kLinearNames[kind],
+                                            " is (N ", N, ", K ", K, ") on this rank; FP8 GEMMs "
+                                            "need both multiples of 16 (model.ffn_hidden, "
+                                            "n_kv_head and parallel.tp set them)"));
+    }
+  }
   if (Zero()) FP8RT_RETURN_IF_ERROR(SetupZero());
   const int64_t owned = Zero() ? shard_total_ : P;  // master weights and moments kept here
   mem_category_ = kMemMaster;
@@ -91,34 +113,47 @@ Status Gpt<Ops, T>::Setup() {
   // layers). In FP8 layers the backward reads the saved FP8 copy of a linear layer's input, so
   // that input can be one buffer for every layer.
   const AttentionShape as = Att();
-  const int64_t Ct = C / o_.tp_size();  // this rank's width of the attention and FC (/ 4)
+  const int64_t Ct = C / o_.tp_size();  // this rank's width of the attention
+  // This rank's widths of the QKV output (llama: Q + 2 KV heads), of FC's output (llama: gate
+  // and up) and of FC2's input.
+  int64_t Nqkv, Nfc, Kfc2, unused;
+  LinearShape(kQkv, &Nqkv, &unused);
+  LinearShape(kFc, &Nfc, &unused);
+  LinearShape(kFcProj, &unused, &Kfc2);
   const struct {
     std::vector<T*>* v;
     int64_t per_token;
     bool shared;
   } activations[] = {
       {&ln1_, C, Fp8On(kQkv)},
-      {&qkv_, 3 * Ct, false},
+      // Grouped-query attention saves the expanded copy (attq_); the backward needs no qkv_.
+      {&qkv_, Nqkv, Gqa()},
       // The attention output is the projection's input, and the flash backward reads it too.
       {&atty_, Ct, Fp8On(kAttProj) && !ops_->AttentionReadsOutput(as, kT)},
       {&res2_, C, false},
       {&ln2_, C, Fp8On(kFc)},
-      {&fch_, 4 * Ct, false},
-      {&fch_gelu_, 4 * Ct, Fp8On(kFcProj)},
+      {&fch_, Nfc, false},
+      {&fch_gelu_, Kfc2, Fp8On(kFcProj)},
       {&res3_, C, false},
   };
   for (const auto& a : activations)
     FP8RT_RETURN_IF_ERROR(per_layer(a.v, M_ * a.per_token, a.shared));
+  if (Gqa()) {
+    FP8RT_RETURN_IF_ERROR(per_layer(&attq_, M_ * 3 * Ct, false));
+  } else {
+    attq_ = qkv_;
+  }
   att_.assign(L, nullptr);
   for (int64_t l = 0; l < L; ++l) {
     FP8RT_RETURN_IF_ERROR(Alloc(&att_[l], static_cast<int64_t>(ops_->AttentionSavedBytes(as, kT))));
   }
-  FP8RT_RETURN_IF_ERROR(stats(&ln1_mean_));
+  // (RMSNorm keeps no mean.)
+  if (!Llama()) FP8RT_RETURN_IF_ERROR(stats(&ln1_mean_));
   FP8RT_RETURN_IF_ERROR(stats(&ln1_rstd_));
-  FP8RT_RETURN_IF_ERROR(stats(&ln2_mean_));
+  if (!Llama()) FP8RT_RETURN_IF_ERROR(stats(&ln2_mean_));
   FP8RT_RETURN_IF_ERROR(stats(&ln2_rstd_));
   FP8RT_RETURN_IF_ERROR(Alloc(&lnf_, M_ * C));
-  FP8RT_RETURN_IF_ERROR(Alloc(&lnf_mean_, M_));
+  if (!Llama()) FP8RT_RETURN_IF_ERROR(Alloc(&lnf_mean_, M_));
   FP8RT_RETURN_IF_ERROR(Alloc(&lnf_rstd_, M_));
   mem_category_ = kMemLogits;
   FP8RT_RETURN_IF_ERROR(Alloc(&logits_, M_ * Vp));
@@ -134,7 +169,9 @@ Status Gpt<Ops, T>::Setup() {
   FP8RT_RETURN_IF_ERROR(Alloc(&dc1_, M_ * C));
   FP8RT_RETURN_IF_ERROR(Alloc(&dc2_, M_ * C));
   FP8RT_RETURN_IF_ERROR(Alloc(&dqkv_, M_ * 3 * Ct));
-  FP8RT_RETURN_IF_ERROR(Alloc(&d4c_, M_ * 4 * Ct));
+  if (Gqa()) FP8RT_RETURN_IF_ERROR(Alloc(&dqkvg_, M_ * Nqkv));
+  FP8RT_RETURN_IF_ERROR(Alloc(&d4c_, M_ * std::max(Nfc, Kfc2)));
+  if (Llama()) FP8RT_RETURN_IF_ERROR(Alloc(&dffn_, M_ * Kfc2));
   mem_category_ = kMemOther;
   {
     std::vector<T> ones(static_cast<size_t>(M_), T(1.0f));

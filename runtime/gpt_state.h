@@ -49,9 +49,11 @@ Status Gpt<Ops, T>::InitRandom(uint64_t seed) {
   for (int p = 0; p < kNumParams; ++p) {
     float* t = host.data() + whole.offset[p];
     int64_t n = whole.size[p];
+    if (n == 0) continue;  // (a tensor this arch does not have)
     float std = 0.02f;
     switch (p) {
       case kWte:  // rows of the vocabulary padding stay zero
+      case kLmHeadW:
         n = int64_t{m.vocab_size} * C;
         break;
       case kWpe:

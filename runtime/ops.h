@@ -14,11 +14,15 @@
 #include "kernels/embedding.h"
 #include "kernels/gelu.h"
 #include "kernels/gemm.h"
+#include "kernels/gqa.h"
 #include "kernels/grad_norm.h"
 #include "kernels/layernorm.h"
 #include "kernels/quantize.h"
 #include "kernels/residual.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
 #include "kernels/scaling.h"
+#include "kernels/swiglu.h"
 #include "runtime/op_profile.h"
 
 namespace fp8rt {
@@ -89,6 +93,42 @@ class CpuOps {
   template <typename T>
   Status Gelu(T* out, const T* in, int64_t n) {
     return cpu::GeluForward(out, in, n);
+  }
+  // Llama's ops: RMSNorm (eps 1e-5), SwiGLU, RoPE in place on NH heads of each row (pitch ld),
+  // and grouped-query attention's key/value expansion.
+  template <typename T>
+  Status RmsNormForward(T* out, float* rstd, const T* in, const T* w, int64_t N, int64_t C) {
+    return cpu::RmsNormForward(out, rstd, in, w, N, C, 1e-5f);
+  }
+  template <typename T>
+  Status RmsNormBackward(T* din, float* dw, const T* dout, const T* in, const T* w,
+                         const float* rstd, int64_t N, int64_t C, bool accumulate) {
+    return cpu::RmsNormBackward(din, dw, dout, in, w, rstd, N, C, accumulate);
+  }
+  template <typename T>
+  Status SwiGlu(T* out, const T* gu, int64_t N, int64_t F) {
+    return cpu::SwiGluForward(out, gu, N, F);
+  }
+  template <typename T>
+  Status SwiGluBackward(T* dgu, const T* gu, const T* dout, int64_t N, int64_t F) {
+    return cpu::SwiGluBackward(dgu, gu, dout, N, F);
+  }
+  template <typename T>
+  Status Rope(T* x, int64_t B, int64_t T_, int64_t NH, int64_t HS, int64_t ld, float theta) {
+    return cpu::RopeForward(x, x, B, T_, NH, HS, ld, theta);
+  }
+  template <typename T>
+  Status RopeBackward(T* dx, int64_t B, int64_t T_, int64_t NH, int64_t HS, int64_t ld,
+                      float theta) {
+    return cpu::RopeBackward(dx, dx, B, T_, NH, HS, ld, theta);
+  }
+  template <typename T>
+  Status GqaExpand(T* out, const T* in, int64_t M, int64_t NH, int64_t KV, int64_t HS) {
+    return cpu::GqaExpand(out, in, M, NH, KV, HS);
+  }
+  template <typename T>
+  Status GqaReduce(T* din, const T* dout, int64_t M, int64_t NH, int64_t KV, int64_t HS) {
+    return cpu::GqaReduce(din, dout, M, NH, KV, HS);
   }
   template <typename T>
   Status GeluBackward(T* din, const T* in, const T* dout, int64_t n) {

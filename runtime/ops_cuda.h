@@ -233,6 +233,41 @@ class CudaOps {
   Status Gelu(T* out, const T* in, int64_t n) {
     return cuda::GeluForward(out, in, n, stream_);
   }
+  // Llama's ops (CpuOps says what each does).
+  template <typename T>
+  Status RmsNormForward(T* out, float* rstd, const T* in, const T* w, int64_t N, int64_t C) {
+    return cuda::RmsNormForward(out, rstd, in, w, N, C, 1e-5f, stream_);
+  }
+  template <typename T>
+  Status RmsNormBackward(T* din, float* dw, const T* dout, const T* in, const T* w,
+                         const float* rstd, int64_t N, int64_t C, bool accumulate) {
+    return cuda::RmsNormBackward(din, dw, dout, in, w, rstd, N, C, accumulate, stream_);
+  }
+  template <typename T>
+  Status SwiGlu(T* out, const T* gu, int64_t N, int64_t F) {
+    return cuda::SwiGluForward(out, gu, N, F, stream_);
+  }
+  template <typename T>
+  Status SwiGluBackward(T* dgu, const T* gu, const T* dout, int64_t N, int64_t F) {
+    return cuda::SwiGluBackward(dgu, gu, dout, N, F, stream_);
+  }
+  template <typename T>
+  Status Rope(T* x, int64_t B, int64_t T_, int64_t NH, int64_t HS, int64_t ld, float theta) {
+    return cuda::RopeForward(x, x, B, T_, NH, HS, ld, theta, 0, stream_);
+  }
+  template <typename T>
+  Status RopeBackward(T* dx, int64_t B, int64_t T_, int64_t NH, int64_t HS, int64_t ld,
+                      float theta) {
+    return cuda::RopeBackward(dx, dx, B, T_, NH, HS, ld, theta, 0, stream_);
+  }
+  template <typename T>
+  Status GqaExpand(T* out, const T* in, int64_t M, int64_t NH, int64_t KV, int64_t HS) {
+    return cuda::GqaExpand(out, in, M, NH, KV, HS, stream_);
+  }
+  template <typename T>
+  Status GqaReduce(T* din, const T* dout, int64_t M, int64_t NH, int64_t KV, int64_t HS) {
+    return cuda::GqaReduce(din, dout, M, NH, KV, HS, stream_);
+  }
   template <typename T>
   Status GeluBackward(T* din, const T* in, const T* dout, int64_t n) {
     return cuda::GeluBackward(din, in, dout, n, stream_);

@@ -40,6 +40,11 @@ std::map<std::string, std::string> Fingerprint(const RunConfig& c, Precision p) 
       {"model.n_head", std::to_string(c.model.n_head)},
       {"model.block_size", std::to_string(c.model.block_size)},
       {"model.vocab_size", std::to_string(c.model.vocab_size)},
+      // (absent from checkpoints older than model.arch: those are gpt2 with F = 4C)
+      {"model.arch", ArchName(c.model.arch)},
+      {"model.n_kv_head", std::to_string(c.model.kv_heads())},
+      {"model.ffn_hidden", std::to_string(c.model.ffn())},
+      {"model.rope_theta", StrCat(c.model.rope_theta)},
       {"train.batch_size", std::to_string(c.train.batch_size)},
       {"train.seq_len", std::to_string(c.train.seq_len)},
       {"train.grad_accum", std::to_string(c.train.grad_accum)},
@@ -223,11 +228,20 @@ Result<ModelConfig> CheckpointModelConfig(const Checkpoint& ck) {
     m.n_head = std::stoi(f.at("model.n_head"));
     m.block_size = std::stoi(f.at("model.block_size"));
     m.vocab_size = std::stoi(f.at("model.vocab_size"));
+    if (f.count("model.arch")) {
+      const std::string arch = f.at("model.arch");
+      if (arch != "gpt2" && arch != "llama") throw std::invalid_argument(arch);
+      m.arch = arch == "llama" ? Arch::kLlama : Arch::kGpt2;
+      m.n_kv_head = std::stoi(f.at("model.n_kv_head"));
+      m.ffn_hidden = std::stoi(f.at("model.ffn_hidden"));
+      m.rope_theta = std::stof(f.at("model.rope_theta"));
+    }
   } catch (...) {
     return Status::Corruption(StrCat("checkpoint step ", ck.step, ": the model shape is missing"));
   }
   if (m.n_layer < 1 || m.n_embd < 1 || m.n_head < 1 || m.n_embd % m.n_head != 0 ||
-      m.block_size < 1 || m.vocab_size < 1) {
+      m.block_size < 1 || m.vocab_size < 1 || m.kv_heads() < 1 || m.n_head % m.kv_heads() != 0 ||
+      m.ffn() < 1 || !(m.rope_theta > 0)) {
     return Status::Corruption(StrCat("checkpoint step ", ck.step, ": model shape ", m.n_layer,
                                      " x ", m.n_embd, " (", m.n_head, " heads, T ", m.block_size,
                                      ", V ", m.vocab_size, ") is not a model"));

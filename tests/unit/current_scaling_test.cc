@@ -58,7 +58,7 @@ TEST(CurrentScalingModel, CachedWeightsAreCurrentScalingCastsOfTheMasterWeights)
       for (int kind = 0; kind < gpt_detail::kNumLinear; ++kind) {
         int64_t N, K;
         gpt_detail::LinearShape(mo.model, kind, &N, &K);
-        const float* w = master.data() + layout.offset[gpt_detail::WeightOf(kind)] + l * N * K;
+        const float* w = master.data() + layout.offset[gpt_detail::WeightOf(mo.model, kind)] + l * N * K;
         std::vector<uint8_t> want(static_cast<size_t>(N * K));
         float scale = 1.0f, scale_inv = 1.0f, amax = 0.0f;
         Fp8Tensor t;
