@@ -8,6 +8,7 @@
 
 #include "common/parallel_for.h"
 #include "runtime/checkpoint.h"
+#include "kernels/rope.h"
 #include "runtime/gpt_layout.h"
 #include "runtime/train_checkpoint.h"
 
@@ -31,6 +32,13 @@ void LayerNorm(const float* x, const float* w, const float* b, int64_t C, float*
   for (int64_t i = 0; i < C; ++i) var += (x[i] - mean) * (x[i] - mean);
   const double rstd = 1.0 / std::sqrt(var / C + 1e-5);
   for (int64_t i = 0; i < C; ++i) y[i] = static_cast<float>((x[i] - mean) * rstd * w[i] + b[i]);
+}
+
+void RmsNorm(const float* x, const float* w, int64_t C, float* y) {
+  double ss = 0;
+  for (int64_t i = 0; i < C; ++i) ss += double{x[i]} * x[i];
+  const double rstd = 1.0 / std::sqrt(ss / C + 1e-5);
+  for (int64_t i = 0; i < C; ++i) y[i] = static_cast<float>(x[i] * rstd * w[i]);
 }
 
 float GeluTanh(float x) {
@@ -59,6 +67,9 @@ Result<GptSampler> GptSampler::Create(const ModelConfig& m, std::vector<float> m
 Result<std::vector<float>> GptSampler::Feed(int32_t token) {
   using namespace gpt_detail;  // NOLINT: the layout's parameter names
   const int64_t C = m_.n_embd, NH = m_.n_head, HS = C / NH, T = m_.block_size;
+  // llama: KV key/value heads (query head h reads h / G), SwiGLU over F; gpt2: KV = NH.
+  const int64_t KV = m_.kv_heads(), G = NH / KV, KD = KV * HS, F = m_.ffn();
+  const bool llama = m_.llama();
   if (pos_ >= T) {
     return Status::InvalidArgument(StrCat("generate: the context is full (", T, " positions)"));
   }
@@ -68,26 +79,41 @@ Result<std::vector<float>> GptSampler::Feed(int32_t token) {
   }
   const Layout L(m_);
   const float* w = w_.data();
-  std::vector<float> x(C), h(C), qkv(3 * C), y(C), o(C), f(4 * C);
+  std::vector<float> x(C), h(C), qkv(C + 2 * KD), y(C), o(C), f((llama ? 2 : 1) * F);
   for (int64_t i = 0; i < C; ++i) {
-    x[i] = w[L.offset[kWte] + token * C + i] + w[L.offset[kWpe] + pos_ * C + i];
+    x[i] = w[L.offset[kWte] + token * C + i] + (llama ? 0.0f : w[L.offset[kWpe] + pos_ * C + i]);
   }
+  // The norms: RMSNorm (llama) or LayerNorm, weight w and bias b (gpt2) of C values.
+  auto norm = [&](const float* in, int p_w, int p_b, int64_t l, float* out) {
+    if (llama) return RmsNorm(in, w + L.offset[p_w] + l * C, C, out);
+    LayerNorm(in, w + L.offset[p_w] + l * C, w + L.offset[p_b] + l * C, C, out);
+  };
+  // A bias of the layout, or none (llama has none).
+  auto bias = [&](int p, int64_t off) { return L.size[p] == 0 ? nullptr : w + L.offset[p] + off; };
   const double inv_sqrt = 1.0 / std::sqrt(static_cast<double>(HS));
   std::vector<double> score(static_cast<size_t>(pos_ + 1));
   for (int64_t l = 0; l < m_.n_layer; ++l) {
-    LayerNorm(x.data(), w + L.offset[kLn1W] + l * C, w + L.offset[kLn1B] + l * C, C, h.data());
-    MatVec(w + L.offset[kQkvW] + l * 3 * C * C, w + L.offset[kQkvB] + l * 3 * C, h.data(), 3 * C,
-           C, qkv.data());
-    float* kc = k_cache_.data() + (l * T) * C;
-    float* vc = v_cache_.data() + (l * T) * C;
-    std::copy_n(qkv.data() + C, C, kc + pos_ * C);
-    std::copy_n(qkv.data() + 2 * C, C, vc + pos_ * C);
+    norm(x.data(), kLn1W, kLn1B, l, h.data());
+    const int64_t rows = C + 2 * KD;
+    MatVec(w + L.offset[kQkvW] + l * rows * C, bias(kQkvB, l * rows), h.data(), rows, C,
+           qkv.data());
+    if (llama) {  // rotary embeddings of this position on the query and key heads
+      FP8RT_RETURN_IF_ERROR(
+          cpu::RopeForward(qkv.data(), qkv.data(), 1, 1, NH, HS, rows, m_.rope_theta, pos_));
+      FP8RT_RETURN_IF_ERROR(cpu::RopeForward(qkv.data() + C, qkv.data() + C, 1, 1, KV, HS, rows,
+                                             m_.rope_theta, pos_));
+    }
+    float* kc = k_cache_.data() + (l * T) * KD;
+    float* vc = v_cache_.data() + (l * T) * KD;
+    std::copy_n(qkv.data() + C, KD, kc + pos_ * KD);
+    std::copy_n(qkv.data() + C + KD, KD, vc + pos_ * KD);
     for (int64_t hd = 0; hd < NH; ++hd) {
       const float* q = qkv.data() + hd * HS;
+      const int64_t kv = (hd / G) * HS;  // this query head's key/value head
       double mx = -INFINITY;
       for (int64_t j = 0; j <= pos_; ++j) {
         double s = 0;
-        for (int64_t i = 0; i < HS; ++i) s += double{q[i]} * kc[j * C + hd * HS + i];
+        for (int64_t i = 0; i < HS; ++i) s += double{q[i]} * kc[j * KD + kv + i];
         score[j] = s * inv_sqrt;
         mx = std::max(mx, score[j]);
       }
@@ -95,24 +121,30 @@ Result<std::vector<float>> GptSampler::Feed(int32_t token) {
       for (int64_t j = 0; j <= pos_; ++j) sum += (score[j] = std::exp(score[j] - mx));
       for (int64_t i = 0; i < HS; ++i) {
         double acc = 0;
-        for (int64_t j = 0; j <= pos_; ++j) acc += score[j] * vc[j * C + hd * HS + i];
+        for (int64_t j = 0; j <= pos_; ++j) acc += score[j] * vc[j * KD + kv + i];
         y[hd * HS + i] = static_cast<float>(acc / sum);
       }
     }
-    MatVec(w + L.offset[kAttProjW] + l * C * C, w + L.offset[kAttProjB] + l * C, y.data(), C, C,
-           o.data());
+    MatVec(w + L.offset[kAttProjW] + l * C * C, bias(kAttProjB, l * C), y.data(), C, C, o.data());
     for (int64_t i = 0; i < C; ++i) x[i] += o[i];
-    LayerNorm(x.data(), w + L.offset[kLn2W] + l * C, w + L.offset[kLn2B] + l * C, C, h.data());
-    MatVec(w + L.offset[kFcW] + l * 4 * C * C, w + L.offset[kFcB] + l * 4 * C, h.data(), 4 * C, C,
+    norm(x.data(), kLn2W, kLn2B, l, h.data());
+    const int64_t fc_rows = static_cast<int64_t>(f.size());
+    MatVec(w + L.offset[kFcW] + l * fc_rows * C, bias(kFcB, l * F), h.data(), fc_rows, C,
            f.data());
-    for (float& v : f) v = GeluTanh(v);
-    MatVec(w + L.offset[kFcProjW] + l * 4 * C * C, w + L.offset[kFcProjB] + l * C, f.data(), C,
-           4 * C, o.data());
+    if (llama) {  // SwiGLU: silu(gate) * up, into the first F values
+      for (int64_t i = 0; i < F; ++i) {
+        const double g = f[i];
+        f[i] = static_cast<float>(g / (1.0 + std::exp(-g)) * f[F + i]);
+      }
+    } else {
+      for (float& v : f) v = GeluTanh(v);
+    }
+    MatVec(w + L.offset[kFcProjW] + l * F * C, bias(kFcProjB, l * C), f.data(), C, F, o.data());
     for (int64_t i = 0; i < C; ++i) x[i] += o[i];
   }
-  LayerNorm(x.data(), w + L.offset[kLnfW], w + L.offset[kLnfB], C, h.data());
+  norm(x.data(), kLnfW, kLnfB, 0, h.data());
   std::vector<float> logits(static_cast<size_t>(m_.vocab_size));
-  MatVec(w + L.offset[kWte], nullptr, h.data(), m_.vocab_size, C, logits.data());
+  MatVec(w + L.offset[WeightOf(m_, kLmHead)], nullptr, h.data(), m_.vocab_size, C, logits.data());
   ++pos_;
   return logits;
 }

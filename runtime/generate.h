@@ -1,9 +1,11 @@
-// Text generation from a GPT checkpoint (fp8train --generate, train.sample_every): the model's
+// Text generation from a checkpoint (fp8train --generate, train.sample_every): the model's
 // FP32 master weights run token by token on the CPU with a KV cache (each new token attends to
 // the cached keys and values of the ones before it: one matrix-vector product per weight per
 // token, not a forward pass over the whole context), and the next token is sampled with a
-// temperature and top-k. The forward is the training model's in FP32 (LayerNorm eps 1e-5, tanh
-// GELU, the LM head tied to wte, the vocabulary padding never sampled); tests compare its logits
+// temperature and top-k. The forward is the training model's in FP32 (gpt2: LayerNorm eps 1e-5,
+// tanh GELU, the LM head tied to wte; llama: RMSNorm eps 1e-5, RoPE at each token's position, the
+// cache holding the n_kv_head key/value heads, SwiGLU, its own LM head; the vocabulary padding
+// never sampled); tests compare its logits
 // with the CPU training model's Forward. On the CPU whatever device trained the model: a 124M
 // model generates tens of tokens a second on a few cores.
 #pragma once
@@ -30,7 +32,8 @@ struct SampleOptions {
   uint64_t seed = 1337;
 };
 
-// A GPT's forward one token at a time with a KV cache of up to model.block_size positions.
+// The model's forward (gpt2 or llama) one token at a time with a KV cache of up to
+// model.block_size positions.
 class GptSampler {
  public:
   // `master`: the whole model's FP32 weights in Layout order (ExportState, CheckpointArray).

@@ -1,5 +1,5 @@
-// Hugging Face in and out: our GPT-2 as transformers' GPT2LMHeadModel, and back
-// (runtime/huggingface.h).
+// Hugging Face in and out: our GPT-2 as transformers' GPT2LMHeadModel, our llama as
+// LlamaForCausalLM, and back (runtime/huggingface.h).
 #include "runtime/huggingface.h"
 
 #include <filesystem>
@@ -14,16 +14,53 @@
 
 namespace fp8rt {
 
-std::vector<int64_t> Gpt2HfEntry::HfShape() const {
+std::vector<int64_t> HfEntry::HfShape() const {
   if (vector) return {cols};
   return transpose ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{rows, cols};
 }
 
-std::vector<Gpt2HfEntry> Gpt2HfMap(const ModelConfig& m) {
+namespace {
+
+// LlamaForCausalLM's tensors: nn.Linear keeps (out, in) as we do, so nothing is transposed; our
+// fused QKV and gate/up weights are row blocks of transformers' separate projections.
+std::vector<HfEntry> LlamaHfMap(const ModelConfig& m) {
   using namespace gpt_detail;  // NOLINT: the layout's parameter names
   const Layout L(m);
-  const int64_t C = m.n_embd;
-  std::vector<Gpt2HfEntry> e;
+  const int64_t C = m.n_embd, F = m.ffn(), Q = C, KV = int64_t{m.kv_heads()} * m.head_size();
+  std::vector<HfEntry> e;
+  auto mat = [&](std::string name, int64_t off, int64_t rows, int64_t cols) {
+    e.push_back({std::move(name), off, rows, cols, false, false});
+  };
+  auto vec = [&](std::string name, int64_t off, int64_t n) {
+    e.push_back({std::move(name), off, 1, n, false, true});
+  };
+  mat("model.embed_tokens.weight", L.offset[kWte], m.vocab_size, C);
+  for (int64_t l = 0; l < m.n_layer; ++l) {
+    const std::string h = StrCat("model.layers.", l, ".");
+    const int64_t qkv = L.offset[kQkvW] + l * (Q + 2 * KV) * C, fc = L.offset[kFcW] + l * 2 * F * C;
+    vec(h + "input_layernorm.weight", L.offset[kLn1W] + l * C, C);
+    mat(h + "self_attn.q_proj.weight", qkv, Q, C);
+    mat(h + "self_attn.k_proj.weight", qkv + Q * C, KV, C);
+    mat(h + "self_attn.v_proj.weight", qkv + (Q + KV) * C, KV, C);
+    mat(h + "self_attn.o_proj.weight", L.offset[kAttProjW] + l * C * Q, C, Q);
+    vec(h + "post_attention_layernorm.weight", L.offset[kLn2W] + l * C, C);
+    mat(h + "mlp.gate_proj.weight", fc, F, C);
+    mat(h + "mlp.up_proj.weight", fc + F * C, F, C);
+    mat(h + "mlp.down_proj.weight", L.offset[kFcProjW] + l * C * F, C, F);
+  }
+  vec("model.norm.weight", L.offset[kLnfW], C);
+  mat("lm_head.weight", L.offset[kLmHeadW], m.vocab_size, C);
+  return e;
+}
+
+}  // namespace
+
+std::vector<HfEntry> HfMap(const ModelConfig& m) {
+  if (m.llama()) return LlamaHfMap(m);
+  using namespace gpt_detail;  // NOLINT: the layout's parameter names
+  const Layout L(m);
+  const int64_t C = m.n_embd, F = m.ffn();
+  std::vector<HfEntry> e;
   auto mat = [&](std::string name, int64_t off, int64_t rows, int64_t cols, bool transpose) {
     e.push_back({std::move(name), off, rows, cols, transpose, false});
   };
@@ -42,9 +79,9 @@ std::vector<Gpt2HfEntry> Gpt2HfMap(const ModelConfig& m) {
     vec(h + "attn.c_proj.bias", L.offset[kAttProjB] + l * C, C);
     vec(h + "ln_2.weight", L.offset[kLn2W] + l * C, C);
     vec(h + "ln_2.bias", L.offset[kLn2B] + l * C, C);
-    mat(h + "mlp.c_fc.weight", L.offset[kFcW] + l * 4 * C * C, 4 * C, C, true);
-    vec(h + "mlp.c_fc.bias", L.offset[kFcB] + l * 4 * C, 4 * C);
-    mat(h + "mlp.c_proj.weight", L.offset[kFcProjW] + l * 4 * C * C, C, 4 * C, true);
+    mat(h + "mlp.c_fc.weight", L.offset[kFcW] + l * F * C, F, C, true);
+    vec(h + "mlp.c_fc.bias", L.offset[kFcB] + l * F, F);
+    mat(h + "mlp.c_proj.weight", L.offset[kFcProjW] + l * F * C, C, F, true);
     vec(h + "mlp.c_proj.bias", L.offset[kFcProjB] + l * C, C);
   }
   vec("transformer.ln_f.weight", L.offset[kLnfW], C);
@@ -52,7 +89,7 @@ std::vector<Gpt2HfEntry> Gpt2HfMap(const ModelConfig& m) {
   return e;
 }
 
-Result<std::vector<SafetensorsOut>> Gpt2HfTensors(const ModelConfig& m,
+Result<std::vector<SafetensorsOut>> HfTensors(const ModelConfig& m,
                                                   const std::vector<float>& master) {
   const gpt_detail::Layout L(m);
   if (master.size() != static_cast<size_t>(L.total)) {
@@ -61,7 +98,7 @@ Result<std::vector<SafetensorsOut>> Gpt2HfTensors(const ModelConfig& m,
                                           " model has ", L.total));
   }
   std::vector<SafetensorsOut> out;
-  for (const Gpt2HfEntry& e : Gpt2HfMap(m)) {
+  for (const HfEntry& e : HfMap(m)) {
     SafetensorsOut t{e.name, e.HfShape(), std::vector<float>(static_cast<size_t>(e.rows * e.cols))};
     for (int64_t r = 0; r < e.rows; ++r) {
       for (int64_t c = 0; c < e.cols; ++c) {
@@ -73,7 +110,7 @@ Result<std::vector<SafetensorsOut>> Gpt2HfTensors(const ModelConfig& m,
   return out;
 }
 
-Result<std::vector<float>> Gpt2MasterFromHf(const ModelConfig& m, const std::string& dir) {
+Result<std::vector<float>> MasterFromHf(const ModelConfig& m, const std::string& dir) {
   const std::string where = StrCat("train.init_from ", dir);
   // config.json, when there, must describe this model.
   std::ifstream cfg_in(dir + "/config.json");
@@ -90,15 +127,24 @@ Result<std::vector<float>> Gpt2MasterFromHf(const ModelConfig& m, const std::str
     const std::string type = cfg.contains("model_type") && cfg["model_type"].is_string()
                                  ? cfg["model_type"].get<std::string>()
                                  : std::string("(none)");
-    if (type != "gpt2") {
+    if (type != ArchName(m.arch)) {
       return Status::InvalidArgument(StrCat(where, ": config.json says model_type '", type,
-                                            "'; this run's model is gpt2"));
+                                            "'; this run's model is ", ArchName(m.arch)));
     }
-    const struct {
+    struct Dim {
       const char* key;
       int ours;
-    } dims[] = {{"n_layer", m.n_layer}, {"n_embd", m.n_embd}, {"n_head", m.n_head},
-                {"vocab_size", m.vocab_size}, {"n_positions", m.block_size}};
+    };
+    const std::vector<Dim> dims =
+        m.llama() ? std::vector<Dim>{{"num_hidden_layers", m.n_layer},
+                                     {"hidden_size", m.n_embd},
+                                     {"num_attention_heads", m.n_head},
+                                     {"num_key_value_heads", m.kv_heads()},
+                                     {"intermediate_size", m.ffn()},
+                                     {"vocab_size", m.vocab_size}}
+                  : std::vector<Dim>{{"n_layer", m.n_layer}, {"n_embd", m.n_embd},
+                                     {"n_head", m.n_head}, {"vocab_size", m.vocab_size},
+                                     {"n_positions", m.block_size}};
     for (const auto& d : dims) {
       if (cfg.contains(d.key) && cfg[d.key] != d.ours) {
         return Status::InvalidArgument(StrCat(where, ": config.json has ", d.key, " ",
@@ -117,7 +163,7 @@ Result<std::vector<float>> Gpt2MasterFromHf(const ModelConfig& m, const std::str
     if (t == nullptr && name.rfind("transformer.", 0) == 0) t = f.Find(name.substr(12));
     return t;
   };
-  for (const Gpt2HfEntry& e : Gpt2HfMap(m)) {
+  for (const HfEntry& e : HfMap(m)) {
     const SafetensorsTensor* t = find(e.name);
     if (t == nullptr) {
       return Status::InvalidArgument(StrCat(where, ": model.safetensors has no tensor '", e.name,
@@ -145,7 +191,7 @@ Result<std::vector<float>> Gpt2MasterFromHf(const ModelConfig& m, const std::str
     const bool mask = t.name.size() > 10 && (t.name.ends_with(".attn.bias") ||
                                              t.name.ends_with(".attn.masked_bias"));
     if (mask) continue;  // the causal-mask buffers old transformers versions saved
-    if (t.name == "lm_head.weight") {
+    if (t.name == "lm_head.weight" && !m.llama()) {
       // Tied to wte in GPT-2: accepted only when it is wte.
       FP8RT_ASSIGN_OR_RETURN(const std::vector<float> head, f.Floats(t.name));
       FP8RT_ASSIGN_OR_RETURN(const std::vector<float> wte,
@@ -156,13 +202,42 @@ Result<std::vector<float>> Gpt2MasterFromHf(const ModelConfig& m, const std::str
       }
       continue;
     }
+    if (m.llama() && t.name.ends_with(".rotary_emb.inv_freq")) continue;  // old files' buffer
     return Status::InvalidArgument(StrCat(where, ": model.safetensors has tensor '", t.name,
-                                          "', which a GPT-2 of this shape does not"));
+                                          "', which a ", m.llama() ? "llama" : "GPT-2",
+                                          " of this shape does not"));
   }
   return master;
 }
 
-std::string Gpt2HfConfig(const ModelConfig& m, const std::string& dtype) {
+std::string HfConfig(const ModelConfig& m, const std::string& dtype) {
+  if (m.llama()) {
+    nlohmann::ordered_json j = {
+        {"architectures", {"LlamaForCausalLM"}},
+        {"model_type", "llama"},
+        {"vocab_size", m.vocab_size},
+        {"hidden_size", m.n_embd},
+        {"intermediate_size", m.ffn()},
+        {"num_hidden_layers", m.n_layer},
+        {"num_attention_heads", m.n_head},
+        {"num_key_value_heads", m.kv_heads()},
+        {"head_dim", m.head_size()},
+        {"hidden_act", "silu"},
+        {"max_position_embeddings", m.block_size},
+        {"rms_norm_eps", 1e-5},
+        // transformers 4 reads rope_theta, 5 rope_parameters (and converts rope_theta).
+        {"rope_theta", m.rope_theta},
+        {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", m.rope_theta}}},
+        {"attention_bias", false},
+        {"attention_dropout", 0.0},
+        {"mlp_bias", false},
+        {"tie_word_embeddings", false},
+        {"initializer_range", 0.02},
+        {"use_cache", true},
+        {"torch_dtype", dtype == "BF16" ? "bfloat16" : "float32"},
+    };
+    return j.dump(2) + "\n";
+  }
   nlohmann::ordered_json j = {
       {"architectures", {"GPT2LMHeadModel"}},
       {"model_type", "gpt2"},
@@ -172,7 +247,7 @@ std::string Gpt2HfConfig(const ModelConfig& m, const std::string& dtype) {
       {"n_embd", m.n_embd},
       {"n_layer", m.n_layer},
       {"n_head", m.n_head},
-      {"n_inner", nullptr},
+      {"n_inner", m.ffn_hidden > 0 ? nlohmann::ordered_json(m.ffn_hidden) : nullptr},
       {"activation_function", "gelu_new"},
       {"layer_norm_epsilon", 1e-5},
       {"resid_pdrop", 0.0},
@@ -194,14 +269,14 @@ Status ExportHuggingFace(const std::string& checkpoint_dir, int64_t step,
   FP8RT_ASSIGN_OR_RETURN(const Checkpoint ck, ReadCheckpoint(checkpoint_dir, step, {}));
   FP8RT_ASSIGN_OR_RETURN(const ModelConfig m, CheckpointModelConfig(ck));
   FP8RT_ASSIGN_OR_RETURN(const std::vector<float> master, CheckpointArray(ck, "master"));
-  FP8RT_ASSIGN_OR_RETURN(const std::vector<SafetensorsOut> tensors, Gpt2HfTensors(m, master));
+  FP8RT_ASSIGN_OR_RETURN(const std::vector<SafetensorsOut> tensors, HfTensors(m, master));
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return Status::IOError(StrCat("--export-hf: cannot create ", out_dir, ": ", ec.message()));
   FP8RT_RETURN_IF_ERROR(WriteSafetensors(
       out_dir + "/model.safetensors", tensors, dtype,
       {{"format", "pt"}, {"fp8rt.checkpoint_step", std::to_string(ck.step)}}));
-  return WriteFileAtomic(out_dir + "/config.json", Gpt2HfConfig(m, dtype));
+  return WriteFileAtomic(out_dir + "/config.json", HfConfig(m, dtype));
 }
 
 }  // namespace fp8rt

@@ -203,8 +203,8 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   }
   FP8RT_RETURN_IF_ERROR(model->InitRandom(c.train.seed));
   if (!c.train.init_from.empty() && !o.resume) {
-    // Continued pretraining: a Hugging Face GPT-2's weights, fresh AdamW moments.
-    FP8RT_ASSIGN_OR_RETURN(std::vector<float> master, Gpt2MasterFromHf(c.model, c.train.init_from));
+    // Continued pretraining: a Hugging Face model's weights (of this arch), fresh AdamW moments.
+    FP8RT_ASSIGN_OR_RETURN(std::vector<float> master, MasterFromHf(c.model, c.train.init_from));
     FP8RT_RETURN_IF_ERROR(model->ImportWeights(std::move(master)));
     if (progress) *progress << "init: weights from " << c.train.init_from << "\n";
   }

@@ -1,9 +1,11 @@
-// fp8rt_gpt_dump: initialises a small GPT, runs forward + backward on a fixed batch and writes the
-// weights, batch, loss, logits and gradients, for scripts/torch_check.py to compare against an
-// independent PyTorch implementation of the same model; and the same weights as Hugging Face GPT-2
-// (DIR/hf, DIR/hf-bf16: model.safetensors + config.json, runtime/huggingface.h) for
-// scripts/hf_check.py to load with transformers.
-// Usage: fp8rt_gpt_dump --out DIR [--device cpu|cuda:K] [--precision fp32|bf16|fp8]
+// fp8rt_gpt_dump: initialises a small model, runs forward + backward on a fixed batch and writes
+// the weights, batch, loss, logits and gradients, for scripts/torch_check.py (gpt2) to compare
+// against an independent PyTorch implementation of the same model; and the same weights as Hugging
+// Face GPT-2 / Llama (DIR/hf, DIR/hf-bf16: model.safetensors + config.json,
+// runtime/huggingface.h) for scripts/hf_check.py (gpt2) and scripts/llama_check.py (llama, which
+// also compares the gradients) to load with transformers.
+// Usage: fp8rt_gpt_dump --out DIR [--arch gpt2|llama] [--device cpu|cuda:K]
+//                       [--precision fp32|bf16|fp8]
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -27,14 +29,19 @@ void Write(const std::string& path, const void* p, size_t bytes) {
 int main(int argc, char** argv) {
   using namespace fp8rt;
   CLI::App app{"fp8rt_gpt_dump"};
-  std::string out, device = "cpu", precision = "fp32";
+  std::string out, device = "cpu", precision = "fp32", arch = "gpt2";
   app.add_option("--out", out)->required();
+  app.add_option("--arch", arch)->check(CLI::IsMember({"gpt2", "llama"}));
   app.add_option("--device", device);
   app.add_option("--precision", precision)->check(CLI::IsMember({"fp32", "bf16", "fp8"}));
   CLI11_PARSE(app, argc, argv);
 
   ModelOptions o;
   o.model = {2, 128, 4, 64, 50257};  // V padded to 50304: exercises the padding
+  if (arch == "llama") {  // grouped-query (2 query heads per key/value head), F not 4C
+    o.model.arch = Arch::kLlama;
+    o.model.n_kv_head = 2, o.model.ffn_hidden = 352, o.model.rope_theta = 500000.0f;
+  }
   o.precision = *ParsePrecision(precision);
   o.B = 4, o.T = 64;
   auto dev = QueryDevice(device);
@@ -64,7 +71,10 @@ int main(int argc, char** argv) {
     std::cerr << s.ToString() << "\n";
     return 1;
   }
-  nlohmann::json meta = {{"n_layer", o.model.n_layer}, {"n_embd", o.model.n_embd},
+  nlohmann::json meta = {{"arch", arch}, {"n_kv_head", o.model.kv_heads()},
+                         {"head_dim", o.model.head_size()}, {"ffn_hidden", o.model.ffn()},
+                         {"rope_theta", o.model.rope_theta}, {"norm_eps", 1e-5},
+                         {"n_layer", o.model.n_layer}, {"n_embd", o.model.n_embd},
                          {"n_head", o.model.n_head},   {"block_size", o.model.block_size},
                          {"vocab_size", o.model.vocab_size}, {"padded_vocab", o.model.padded_vocab()},
                          {"B", o.B}, {"T", o.T}, {"loss", loss}, {"precision", precision},
@@ -82,7 +92,7 @@ int main(int argc, char** argv) {
   Write(out + "/targets.bin", y.data(), y.size() * 4);
   Write(out + "/logits.bin", logits.data(), logits.size() * 4);
   Write(out + "/grads.bin", grads.data(), grads.size() * 4);
-  auto hf = Gpt2HfTensors(o.model, master);
+  auto hf = HfTensors(o.model, master);
   if (!hf.ok()) {
     std::cerr << hf.status().ToString() << "\n";
     return 1;
@@ -91,7 +101,7 @@ int main(int argc, char** argv) {
     const std::string dir = out + (dtype == "F32" ? "/hf" : "/hf-bf16");
     std::filesystem::create_directories(dir);
     s = WriteSafetensors(dir + "/model.safetensors", *hf, dtype, {{"format", "pt"}});
-    if (s.ok()) s = WriteFileAtomic(dir + "/config.json", Gpt2HfConfig(o.model, dtype));
+    if (s.ok()) s = WriteFileAtomic(dir + "/config.json", HfConfig(o.model, dtype));
     if (!s.ok()) {
       std::cerr << s.ToString() << "\n";
       return 1;

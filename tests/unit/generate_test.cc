@@ -76,6 +76,29 @@ TEST(Generate, KvCacheLogitsMatchTheTrainingModelsForwardAtEveryPosition) {
             std::string::npos);
 }
 
+// llama: RoPE at the cached position, grouped-query heads reading their shared cache, SwiGLU,
+// RMSNorm and the untied LM head, against the training model's forward.
+TEST(Generate, LlamaKvCacheLogitsMatchTheTrainingModelsForward) {
+  ModelConfig m = kModel;
+  m.arch = Arch::kLlama, m.n_kv_head = 2, m.ffn_hidden = 80, m.rope_theta = 100.0f;
+  std::vector<int32_t> x(m.block_size);
+  for (int i = 0; i < m.block_size; ++i) x[i] = (i * 53 + 7) % m.vocab_size;
+  const Reference ref = RandomModel(m, x);
+  auto s = GptSampler::Create(m, ref.master);
+  ASSERT_TRUE(s.ok());
+  const int64_t Vp = m.padded_vocab(), V = m.vocab_size;
+  for (size_t t = 0; t < x.size(); ++t) {
+    auto logits = s->Feed(x[t]);
+    ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+    double err = 0, norm = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      const double want = ref.logits[t * Vp + v];
+      err += ((*logits)[v] - want) * ((*logits)[v] - want), norm += want * want;
+    }
+    EXPECT_LT(std::sqrt(err / norm), 1e-5) << "position " << t;
+  }
+}
+
 TEST(Generate, GreedyTopOneAndSeedsRepeat) {
   const Reference ref = RandomModel(kModel, Tokens(4, 11));
   const std::vector<int32_t> prompt = Tokens(4, 11);

@@ -167,7 +167,7 @@ TEST_F(HuggingFaceTest, TheExportReadBackIsTheCheckpointsWeightsAlsoInTheHubsNam
   ASSERT_TRUE(ck.ok());
   const std::vector<float> master = *CheckpointArray(*ck, "master");
   ASSERT_TRUE(ExportHuggingFace(ckpt(), -1, out(), "F32").ok());
-  auto back = Gpt2MasterFromHf(Model(), out());
+  auto back = MasterFromHf(Model(), out());
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, master);  // bit for bit, the padding (zero) included
 
@@ -180,7 +180,7 @@ TEST_F(HuggingFaceTest, TheExportReadBackIsTheCheckpointsWeightsAlsoInTheHubsNam
     ts.push_back({"h.0.attn.bias", {1, 1, 4, 4}, std::vector<float>(16, 1.0f)});
   });
   fs::remove(out() + "/config.json");
-  back = Gpt2MasterFromHf(Model(), out());
+  back = MasterFromHf(Model(), out());
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, master);
 }
@@ -189,16 +189,16 @@ TEST_F(HuggingFaceTest, AMismatchedDirectoryIsRefusedNamingWhatDiffers) {
   ASSERT_TRUE(ExportHuggingFace(ckpt(), -1, out(), "F32").ok());
   ModelConfig wider = Model();
   wider.n_embd = 128;
-  ExpectRefused(Gpt2MasterFromHf(wider, out()), "config.json has n_embd 64, this run's model 128");
+  ExpectRefused(MasterFromHf(wider, out()), "config.json has n_embd 64, this run's model 128");
   EditConfig([](nlohmann::json& j) { j["model_type"] = "llama"; });
-  ExpectRefused(Gpt2MasterFromHf(Model(), out()), "model_type 'llama'; this run's model is gpt2");
+  ExpectRefused(MasterFromHf(Model(), out()), "model_type 'llama'; this run's model is gpt2");
   std::ofstream(out() + "/config.json") << "[1, 2]";
-  ExpectRefused(Gpt2MasterFromHf(Model(), out()), "config.json is not a JSON object");
+  ExpectRefused(MasterFromHf(Model(), out()), "config.json is not a JSON object");
   fs::remove(out() + "/config.json");
-  ExpectRefused(Gpt2MasterFromHf(wider, out()),
+  ExpectRefused(MasterFromHf(wider, out()),
                 "tensor 'transformer.wte.weight' is (256, 64), this run's model needs (256, 128)");
   EditTensors([](std::vector<SafetensorsOut>& ts) { ts.pop_back(); });
-  ExpectRefused(Gpt2MasterFromHf(Model(), out()), "no tensor 'transformer.ln_f.bias'");
+  ExpectRefused(MasterFromHf(Model(), out()), "no tensor 'transformer.ln_f.bias'");
   ASSERT_TRUE(ExportHuggingFace(ckpt(), -1, out(), "F32").ok());
   EditTensors([](std::vector<SafetensorsOut>& ts) {
     SafetensorsOut head = ts[0];
@@ -206,12 +206,12 @@ TEST_F(HuggingFaceTest, AMismatchedDirectoryIsRefusedNamingWhatDiffers) {
     head.values[5] += 1.0f;
     ts.push_back(head);
   });
-  ExpectRefused(Gpt2MasterFromHf(Model(), out()), "an untied LM head");
+  ExpectRefused(MasterFromHf(Model(), out()), "an untied LM head");
   EditTensors([](std::vector<SafetensorsOut>& ts) {
     ts.back() = {"transformer.h.0.mlp.gate_proj.weight", {2}, {1.0f, 2.0f}};
   });
-  ExpectRefused(Gpt2MasterFromHf(Model(), out()), "tensor 'transformer.h.0.mlp.gate_proj.weight'");
-  ExpectRefused(Gpt2MasterFromHf(Model(), (dir_ / "none").string()), "none/model.safetensors");
+  ExpectRefused(MasterFromHf(Model(), out()), "tensor 'transformer.h.0.mlp.gate_proj.weight'");
+  ExpectRefused(MasterFromHf(Model(), (dir_ / "none").string()), "none/model.safetensors");
 }
 
 // train.init_from starts a run from the export's weights: its first loss is the trained model's
@@ -241,6 +241,87 @@ TEST_F(HuggingFaceTest, ARunStartsFromTheExportsWeights) {
   EXPECT_NE(refused.status().message().find("train.init_from"), std::string::npos)
       << refused.status().message();
   EXPECT_FALSE(fs::exists(fresh.checkpoint_dir));
+}
+
+}  // namespace
+}  // namespace fp8rt
+
+namespace fp8rt {
+namespace {
+
+// model.arch llama: LlamaForCausalLM's tensors (the fused QKV and gate/up split into their
+// projections, nothing transposed, the untied lm_head) and config.json; read back bit for bit;
+// a gpt2 directory or a shape that differs refused naming it.
+TEST_F(HuggingFaceTest, LlamaExportsAsLlamaForCausalLMAndReadsBack) {
+  TrainOptions o;
+  o.config = test::TinyRunConfig(corpus_, Precision::kFp8, 3);
+  ModelConfig& m = o.config.model;
+  m.arch = Arch::kLlama, m.n_kv_head = 2, m.ffn_hidden = 96;  // C 64, 4 heads of 16
+  o.checkpoint_dir = (dir_ / "llama").string();
+  ASSERT_TRUE(RunTraining(o, DeviceInfo{}).ok());
+  const std::string hf = (dir_ / "llama-hf").string();
+  ASSERT_TRUE(ExportHuggingFace(o.checkpoint_dir, -1, hf, "F32").ok());
+  auto ck = ReadCheckpoint(o.checkpoint_dir, -1, {});
+  ASSERT_TRUE(ck.ok());
+  const std::vector<float> master = *CheckpointArray(*ck, "master");
+  auto f = SafetensorsFile::Read(hf + "/model.safetensors");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  const std::map<std::string, std::vector<int64_t>> want = {
+      {"model.embed_tokens.weight", {256, 64}},
+      {"model.layers.1.input_layernorm.weight", {64}},
+      {"model.layers.1.self_attn.q_proj.weight", {64, 64}},
+      {"model.layers.1.self_attn.k_proj.weight", {32, 64}},
+      {"model.layers.1.self_attn.v_proj.weight", {32, 64}},
+      {"model.layers.1.self_attn.o_proj.weight", {64, 64}},
+      {"model.layers.1.post_attention_layernorm.weight", {64}},
+      {"model.layers.1.mlp.gate_proj.weight", {96, 64}},
+      {"model.layers.1.mlp.up_proj.weight", {96, 64}},
+      {"model.layers.1.mlp.down_proj.weight", {64, 96}},
+      {"model.norm.weight", {64}},
+      {"lm_head.weight", {256, 64}}};
+  EXPECT_EQ(f->tensors().size(), 2 + 2 * 9 + 1u);
+  for (const auto& [name, shape] : want) {
+    const SafetensorsTensor* t = f->Find(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->shape, shape) << name;
+  }
+  // Layer 1's v_proj row 3 is our QKV row Q + KV + 3; up_proj row 5 is FC row F + 5.
+  const gpt_detail::Layout L(m);
+  const int64_t C = 64, QKV = 64 + 2 * 32;
+  auto v = *f->Floats("model.layers.1.self_attn.v_proj.weight");
+  for (int64_t c = 0; c < C; ++c) {
+    ASSERT_EQ(v[3 * C + c], master[L.offset[gpt_detail::kQkvW] + (QKV + 64 + 32 + 3) * C + c]);
+  }
+  auto up = *f->Floats("model.layers.1.mlp.up_proj.weight");
+  for (int64_t c = 0; c < C; ++c) {
+    ASSERT_EQ(up[5 * C + c], master[L.offset[gpt_detail::kFcW] + (2 * 96 + 96 + 5) * C + c]);
+  }
+  const nlohmann::json cfg = nlohmann::json::parse(std::ifstream(hf + "/config.json"));
+  EXPECT_EQ(cfg["architectures"][0], "LlamaForCausalLM");
+  EXPECT_EQ(cfg["num_key_value_heads"], 2);
+  EXPECT_EQ(cfg["intermediate_size"], 96);
+  EXPECT_EQ(cfg["tie_word_embeddings"], false);
+  EXPECT_EQ(cfg["rope_theta"], 10000.0);
+
+  auto back = MasterFromHf(m, hf);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, master);
+  // A run continues from it.
+  TrainOptions next = o;
+  next.checkpoint_dir = (dir_ / "llama2").string();
+  next.config.train.init_from = hf;
+  ASSERT_TRUE(RunTraining(next, DeviceInfo{}).ok());
+
+  ModelConfig fewer = m;
+  fewer.n_kv_head = 4;
+  ExpectRefused(MasterFromHf(fewer, hf), "config.json has num_key_value_heads 2, this run's model 4");
+  ExpectRefused(MasterFromHf(m, out() + "-none"), "model.safetensors");
+  ASSERT_TRUE(ExportHuggingFace(ckpt(), -1, out(), "F32").ok());  // the fixture's gpt2
+  ExpectRefused(MasterFromHf(m, out()), "model_type 'gpt2'; this run's model is llama");
+  fs::remove(hf + "/config.json");
+  ExpectRefused(MasterFromHf(fewer, hf),
+                "tensor 'model.layers.0.self_attn.k_proj.weight' is (32, 64), this run's model "
+                "needs (64, 64)");
 }
 
 }  // namespace

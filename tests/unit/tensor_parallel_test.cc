@@ -218,7 +218,7 @@ TEST_F(TensorParallel, ShardedCheckpointsHoldEachRanksPartAndResumeAtAnotherGrid
   ASSERT_TRUE(ExportHuggingFace(dir_.str() + "/sz.ckpt", 3, hf, "F32").ok());
   ModelConfig m;
   m.n_layer = 2, m.n_embd = 32, m.n_head = 4, m.block_size = 32;  // model_ (vocabulary 256)
-  auto back = Gpt2MasterFromHf(m, hf);
+  auto back = MasterFromHf(m, hf);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, wz);
   // Both resume at 1 x 1 (and the ZeRO one at dp 2 x tp 1 with ZeRO): the same steps 4..5.
