@@ -10,9 +10,14 @@
 namespace fp8rt {
 namespace {
 
-ModelOptions Small(Precision p) {
+// gpt2, or llama with grouped-query attention (2 query heads per key/value head), FFN 160.
+ModelOptions Small(Precision p, Arch arch = Arch::kGpt2) {
   ModelOptions o;
   o.model = {2, 64, 4, 64, 256};
+  if (arch == Arch::kLlama) {
+    o.model.arch = arch, o.model.n_kv_head = 2, o.model.ffn_hidden = 160;
+    o.model.rope_theta = 500000.0f;
+  }
   o.precision = p;
   o.B = 2, o.T = 64;
   return o;
@@ -29,9 +34,11 @@ void Batch(std::vector<int32_t>* x, std::vector<int32_t>* y, size_t n, int salt)
 class GptGpu : public test::GpuTest {};
 
 TEST_F(GptGpu, GradientsMatchTheCpuModel) {
+  for (const Arch arch : {Arch::kGpt2, Arch::kLlama})
   for (Precision p : {Precision::kFp32, Precision::kBf16}) {
-    auto cpu = CreateCpuGpt(Small(Precision::kFp32));
-    auto gpu = CreateCudaGpt(Small(p), 0);
+    SCOPED_TRACE(ArchName(arch));
+    auto cpu = CreateCpuGpt(Small(Precision::kFp32, arch));
+    auto gpu = CreateCudaGpt(Small(p, arch), 0);
     ASSERT_TRUE(cpu.ok() && gpu.ok()) << gpu.status().ToString();
     ASSERT_TRUE((*cpu)->InitRandom(11).ok());
     ASSERT_TRUE((*gpu)->InitRandom(11).ok());
@@ -60,9 +67,10 @@ TEST_F(GptGpu, GradientsMatchTheCpuModel) {
 // Delayed and current scaling (fp8.scaling): the GPU model's losses follow the CPU emulation's.
 TEST_F(GptGpu, Fp8TrainingTracksTheCpuEmulation) {
   if (test::ComputeCapability() < 89) GTEST_SKIP() << "FP8 needs compute capability 8.9";
+  for (const Arch arch : {Arch::kGpt2, Arch::kLlama})
   for (const ScalingMode mode : {ScalingMode::kDelayed, ScalingMode::kCurrent}) {
-  SCOPED_TRACE(ScalingModeName(mode));
-  ModelOptions o = Small(Precision::kFp8);
+  SCOPED_TRACE(std::string(ScalingModeName(mode)) + " " + ArchName(arch));
+  ModelOptions o = Small(Precision::kFp8, arch);
   o.fp8.mode = mode;
   o.grad_accum = 2;
   auto cpu = CreateCpuGpt(o);

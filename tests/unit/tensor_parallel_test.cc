@@ -25,8 +25,12 @@ bool Has(const std::string& s, const std::string& sub) { return s.find(sub) != s
 // Every element of the whole model lands in exactly one TP rank's part of a split tensor, and in
 // every rank's part of a whole one; Extract then Insert gives the whole model back.
 TEST(TpLayout, EveryElementIsInExactlyOnePartAndTheRoundTripIsExact) {
-  ModelConfig m;
-  m.n_layer = 3, m.n_embd = 32, m.n_head = 4, m.block_size = 16, m.vocab_size = 200;
+  ModelConfig gpt;
+  gpt.n_layer = 3, gpt.n_embd = 32, gpt.n_head = 4, gpt.block_size = 16, gpt.vocab_size = 200;
+  ModelConfig llama = gpt;  // 4 query heads sharing 4 / 2 / 1 key/value heads at tp 1 / 2 / 4
+  llama.arch = Arch::kLlama, llama.n_kv_head = 4, llama.ffn_hidden = 48;
+  for (const ModelConfig& m : {gpt, llama}) {
+  SCOPED_TRACE(ArchName(m.arch));
   const gpt_detail::Layout whole(m);
   std::vector<float> w(static_cast<size_t>(whole.total));
   std::iota(w.begin(), w.end(), 1.0f);
@@ -57,6 +61,31 @@ TEST(TpLayout, EveryElementIsInExactlyOnePartAndTheRoundTripIsExact) {
       }
     }
   }
+  }
+}
+
+// llama's QKV: rank r keeps its query heads' rows and its share of the key/value heads' rows
+// (8 query heads of 2, 4 key/value heads: at tp 2 rank 1 has query heads 4..7, kv heads 2..3);
+// gate and up each give their rows r.
+TEST(TpLayout, LlamaQkvRowsAreTheRanksQueryAndKeyValueHeadsAndGateUpRowsSplitEach) {
+  ModelConfig m;
+  m.arch = Arch::kLlama, m.n_layer = 1, m.n_embd = 16, m.n_head = 8, m.n_kv_head = 4;
+  m.ffn_hidden = 12, m.block_size = 4, m.vocab_size = 16;
+  const auto runs = gpt_detail::TpRuns(m, 2, 1, gpt_detail::kQkvW);
+  ASSERT_EQ(runs.size(), 3u);  // Q rows 8..15, K rows 16 + 4..7, V rows 24 + 4..7; 16 columns
+  EXPECT_EQ(runs[0].whole, 8 * 16);
+  EXPECT_EQ(runs[0].n, 8 * 16);
+  EXPECT_EQ(runs[1].whole, (16 + 4) * 16);
+  EXPECT_EQ(runs[1].part, 8 * 16);
+  EXPECT_EQ(runs[1].n, 4 * 16);
+  EXPECT_EQ(runs[2].whole, (24 + 4) * 16);
+  EXPECT_EQ(runs[2].part, 12 * 16);
+  const auto fc = gpt_detail::TpRuns(m, 2, 1, gpt_detail::kFcW);
+  ASSERT_EQ(fc.size(), 2u);  // gate rows 6..11, up rows 12 + 6..11
+  EXPECT_EQ(fc[0].whole, 6 * 16);
+  EXPECT_EQ(fc[1].whole, (12 + 6) * 16);
+  EXPECT_EQ(fc[1].part, 6 * 16);
+  EXPECT_TRUE(gpt_detail::TpRuns(m, 2, 1, gpt_detail::kQkvB).empty());  // no biases
 }
 
 // Rank r's QKV rows are its heads' rows of Q, of K and of V, in that order: what the attention
@@ -151,6 +180,29 @@ TEST_F(TensorParallel, DpTwoByTpTwoEqualsOneByOneAndZeroOneEqualsPlain) {
         Mpirun(4, Config(zero, 2, model_, precision, 1, false, true, "fp32", ", tp: 2"), zero, 5);
     ASSERT_EQ(c.ranks[0].code, 0) << c.output;
     ExpectSame(b, grid, c, zero, 1e-5, precision == "fp32" ? 1e-5 : 1e-3);
+  }
+}
+
+// llama under TP (query heads with their key/value heads, gate and up rows split) and on a
+// dp 2 x tp 2 grid with ZeRO-1 equals one rank, as gpt2 does (the same tolerances).
+TEST_F(TensorParallel, LlamaTpTwoAndAZeroOneGridEqualOneRank) {
+  const std::string llama =
+      "{arch: llama, n_layer: 2, n_embd: 32, n_head: 4, n_kv_head: 2, ffn_hidden: 64, "
+      "block_size: 32}";
+  for (const std::string precision : {"fp32", "fp8"}) {
+    const double tol = precision == "fp32" ? 1e-5 : 1e-3;
+    const std::string one = "l1" + precision, two = "l2" + precision, grid = "lz" + precision;
+    const TrainRun a = Single(Config(one, 4, llama, precision), one, 5);
+    ASSERT_EQ(a.ranks[0].code, 0) << a.output;
+    const TrainRun b =
+        Mpirun(2, Config(two, 4, llama, precision, 1, false, false, "fp32", ", tp: 2"), two, 5);
+    ASSERT_EQ(b.ranks[0].code, 0) << b.output;
+    ExpectSame(a, one, b, two, tol, tol);
+    const TrainRun c =
+        Mpirun(4, Config(grid, 2, llama, precision, 1, false, true, "fp32", ", tp: 2"), grid, 5);
+    ASSERT_EQ(c.ranks[0].code, 0) << c.output;
+    for (const auto& j : c.metrics) EXPECT_EQ(j["amax_collectives"], precision == "fp8" ? 1 : 0);
+    ExpectSame(a, one, c, grid, tol, tol);
   }
 }
 
