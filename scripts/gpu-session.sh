@@ -2,7 +2,9 @@
 # One call on a GPU node, from the repository root with bundle/ and data/ carried: device facts,
 # the gpu test suite, the kernel benchmark table, and fp8train runs. Logs go to $OUT (or ./out).
 # Usage: scripts/gpu-session.sh [tests] [bench] [train] [torch] [throughput] [comm] [baseline]
-#        (default: tests bench train torch throughput)
+#        [llama] [llamaspeed]   (default: tests bench train torch throughput)
+# Environment: GPU_TEST_FILTER (gtest filter for tests), LLAMA_STEPS (llamaspeed; default 20),
+#              LLAMA_PRECISIONS (llamaspeed; default "bf16 fp8").
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -17,7 +19,8 @@ ldd $B/fp8train | grep -E 'not found|cublasLt|rocksdb' | tee -a "$OUT/device.txt
 
 if [[ $parts == *tests* ]]; then
   echo "== gpu tests"
-  timeout 300 $B/fp8rt_gpu_tests --gtest_brief=1 > "$OUT/gpu_tests.log" 2>&1
+  timeout 300 $B/fp8rt_gpu_tests --gtest_brief=1 --gtest_filter="${GPU_TEST_FILTER:-*}" \
+    > "$OUT/gpu_tests.log" 2>&1
   echo "gpu tests exit $?"; tail -4 "$OUT/gpu_tests.log"
 fi
 if [[ $parts == *bench* ]]; then
@@ -105,4 +108,35 @@ if [[ $parts == *converge* ]]; then
     echo "$p exit $?"; tail -1 "$OUT/conv_$p.log"
   done
   python3 bench/fp8_vs_bf16.py "$OUT/conv_bf16.jsonl" "$OUT/conv_fp8.jsonl" "$OUT/fp8_vs_bf16.png"
+fi
+if [[ $parts == *llama\ * || $parts == *llama ]]; then
+  # model.arch llama against transformers' LlamaForCausalLM: our logits and every gradient, from
+  # the CPU model and the GPU one in fp32 and bf16 (scripts/llama_check.py).
+  echo "== llama vs transformers"
+  dumps=()
+  for dp in cpu:fp32 cuda:0:fp32 cuda:0:bf16; do
+    dev=${dp%:*}; p=${dp##*:}; d=/tmp/llama_${dev//:/}_$p
+    mkdir -p $d
+    $B/fp8rt_gpt_dump --arch llama --out $d --device $dev --precision $p > /dev/null || echo "dump $dp failed"
+    dumps+=($d)
+  done
+  PYTHONUNBUFFERED=1 timeout 180 python3 scripts/llama_check.py "${dumps[@]}" 2>&1 | tee "$OUT/llama_check.log"
+  echo "llama check exit ${PIPESTATUS[0]}"
+fi
+if [[ $parts == *llamaspeed* ]]; then
+  # llama3-1b: fp8train against transformers' Llama with torch.compile (bench/llama_torch.py),
+  # side by side on this GPU.
+  echo "== llama3-1b throughput: fp8train and PyTorch"
+  for p in ${LLAMA_PRECISIONS:-bf16 fp8}; do
+    timeout 240 $B/fp8train --config configs/llama3-1b.yaml --device cuda:0 --precision $p \
+      --steps "${LLAMA_STEPS:-20}" --metrics "$OUT/llama_$p.jsonl" > "$OUT/llama_$p.log" 2>&1
+    echo "fp8train llama3-1b $p exit $?"; tail -2 "$OUT/llama_$p.log"
+  done
+  python3 bench/train_summary.py $(for p in ${LLAMA_PRECISIONS:-bf16 fp8}; do
+    echo "llama3-1b/$p=$OUT/llama_$p.jsonl"; done) | tee "$OUT/llama_ours.md"
+  for p in ${LLAMA_PRECISIONS:-bf16 fp8}; do
+    PYTHONUNBUFFERED=1 timeout 240 python3 bench/llama_torch.py --precision $p \
+      --steps "${LLAMA_STEPS:-20}" > "$OUT/llama_torch_$p.log" 2>&1
+    echo "torch llama $p exit $?"; grep -E "^\| torch|^llama_torch" "$OUT/llama_torch_$p.log" | tail -3
+  done
 fi
