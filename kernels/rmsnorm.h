@@ -20,7 +20,8 @@ namespace fp8rt {
 // (transformers' LlamaRMSNorm rounds twice in BF16: the normalised value to the input's dtype,
 // then its product with the weight; within a BF16 ulp of this.) rstd may be null in the forward
 // (inference); the backward needs it. din must not alias dout or in.
-// CUDA: deterministic (the weight gradient is summed over rows in a fixed order, no atomics).
+// CUDA: deterministic (the weight gradient is summed over rows in a fixed order, no atomics:
+// per-chunk partial sums in scratch, then added chunk by chunk).
 
 // The preconditions of both (InvalidArgument naming op otherwise): N, C >= 0, pointers non-null
 // when N * C > 0 (rstd may be null when rstd_optional), eps >= 0.
@@ -40,14 +41,17 @@ Status RmsNormBackward(T* din, float* dweight, const T* dout, const T* in, const
 
 #if FP8RT_WITH_CUDA
 namespace cuda {
-// Instantiated for T in {float, bf16}. Device pointers.
+// Scratch bytes RmsNormBackward needs for an (N, C) input (the weight gradient's partial sums).
+size_t RmsNormBackwardScratchBytes(int64_t N, int64_t C);
+// Instantiated for T in {float, bf16}. Device pointers; scratch of at least
+// RmsNormBackwardScratchBytes(N, C) bytes.
 template <typename T>
 Status RmsNormForward(T* out, float* rstd, const T* in, const T* weight, int64_t N, int64_t C,
                       float eps, cudaStream_t stream);
 template <typename T>
 Status RmsNormBackward(T* din, float* dweight, const T* dout, const T* in, const T* weight,
                        const float* rstd, int64_t N, int64_t C, bool accumulate_din,
-                       cudaStream_t stream);
+                       void* scratch, size_t scratch_bytes, cudaStream_t stream);
 }  // namespace cuda
 #endif
 

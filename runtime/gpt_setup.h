@@ -209,7 +209,8 @@ Status Gpt<Ops, T>::Setup() {
 
   {
     size_t scratch = 0;
-    FP8RT_RETURN_IF_ERROR(ops_->ReserveScratchFor(as, kT, m.vocab_size, P, &scratch));
+    FP8RT_RETURN_IF_ERROR(
+        ops_->ReserveScratchFor(as, kT, m.vocab_size, P, std::max(Nqkv, Nfc), &scratch));
     allocated_bytes_ += scratch;
     category_bytes_[kMemWorkspace] += scratch;
   }

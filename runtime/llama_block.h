@@ -16,9 +16,8 @@ Status Gpt<Ops, T>::LlamaBlockForward(int l, const T* res, bool cast_weights) {
   ops_->Mark("rmsnorm fwd");
   FP8RT_RETURN_IF_ERROR(ops_->RmsNormForward(ln1_[l], ln1_rstd_[l], res, Wl(kLn1W, l), M_, C));
   FP8RT_RETURN_IF_ERROR(LinearForward(l, kQkv, qkv_[l], ln1_[l], nullptr, cast_weights));
-  ops_->Mark("rope fwd");
-  FP8RT_RETURN_IF_ERROR(ops_->Rope(qkv_[l], o_.B, o_.T, NH, HS, ld, m.rope_theta));
-  FP8RT_RETURN_IF_ERROR(ops_->Rope(qkv_[l] + NH * HS, o_.B, o_.T, KV, HS, ld, m.rope_theta));
+  ops_->Mark("rope fwd");  // the query heads and the key heads after them: one call
+  FP8RT_RETURN_IF_ERROR(ops_->Rope(qkv_[l], o_.B, o_.T, NH + KV, HS, ld, m.rope_theta));
   if (Gqa()) {
     ops_->Mark("gqa expand");
     FP8RT_RETURN_IF_ERROR(ops_->GqaExpand(attq_[l], qkv_[l], M_, NH, KV, HS));
@@ -66,8 +65,7 @@ Status Gpt<Ops, T>::LlamaBlockBackward(int l, const T* res_in) {
     dq = dqkvg_;
   }
   ops_->Mark("rope bwd");
-  FP8RT_RETURN_IF_ERROR(ops_->RopeBackward(dq, o_.B, o_.T, NH, HS, ld, m.rope_theta));
-  FP8RT_RETURN_IF_ERROR(ops_->RopeBackward(dq + NH * HS, o_.B, o_.T, KV, HS, ld, m.rope_theta));
+  FP8RT_RETURN_IF_ERROR(ops_->RopeBackward(dq, o_.B, o_.T, NH + KV, HS, ld, m.rope_theta));
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kQkv, dc1_, Gl(kQkvW, l), nullptr, dq, ln1_[l]));
   FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "QKV input-gradient all-reduce (TP)"));
   ops_->Mark("rmsnorm bwd");

@@ -129,9 +129,11 @@ class CudaOps {
     scratch_bytes_ = bytes;
     return Status::Ok();
   }
-  // Scratch for every op of a model with these shapes (attention, embedding and LayerNorm
-  // backward, gradient norm over P parameters).
-  Status ReserveScratchFor(const AttentionShape& s, DType t, int64_t V, int64_t P, size_t* bytes) {
+  // Scratch for every op of a model with these shapes (attention, embedding, LayerNorm and
+  // RMSNorm backward, gradient norm over P parameters, the bias gradient of the widest linear
+  // output, `widest` columns).
+  Status ReserveScratchFor(const AttentionShape& s, DType t, int64_t V, int64_t P, int64_t widest,
+                           size_t* bytes) {
     const int64_t M = s.B * s.T;
     const AttentionMode path = PathFor(s, t);
     if (t == DType::kBFloat16 && attention_mode_ != AttentionMode::kAuto &&
@@ -147,8 +149,9 @@ class CudaOps {
     if (!emb.ok()) return emb.status();
     need = std::max(need, *emb);
     need = std::max(need, cuda::LayerNormBackwardScratchBytes(M, s.C()));
+    need = std::max(need, cuda::RmsNormBackwardScratchBytes(M, s.C()));
     need = std::max(need, cuda::GlobalNormSquaredScratchBytes(P));
-    need = std::max(need, cuda::QuantizeDbiasScratchBytes(M, 4 * s.C()));  // widest linear out
+    need = std::max(need, cuda::QuantizeDbiasScratchBytes(M, widest));
     *bytes = need;
     return ReserveScratch(need);
   }
@@ -241,7 +244,8 @@ class CudaOps {
   template <typename T>
   Status RmsNormBackward(T* din, float* dw, const T* dout, const T* in, const T* w,
                          const float* rstd, int64_t N, int64_t C, bool accumulate) {
-    return cuda::RmsNormBackward(din, dw, dout, in, w, rstd, N, C, accumulate, stream_);
+    return cuda::RmsNormBackward(din, dw, dout, in, w, rstd, N, C, accumulate, scratch_,
+                                 scratch_bytes_, stream_);
   }
   template <typename T>
   Status SwiGlu(T* out, const T* gu, int64_t N, int64_t F) {

@@ -1,9 +1,11 @@
 // RMSNorm on the GPU (kernels/rmsnorm.h): one 256-thread block per row for the forward and the
-// input gradient (FP32 sums reduced in a fixed order), and one thread per column for the weight
-// gradient, summing the rows in order: deterministic, no atomics. Correct first; not yet tuned
-// (the Llama model that uses it is not built yet).
+// input gradient (FP32 sums reduced in a fixed order); the weight gradient in two passes, each
+// block summing a chunk of rows for 32 columns into scratch, then one thread per column adding
+// the chunks in order: deterministic, no atomics. (The first version summed all N rows in one
+// thread per column: 64.6 ms of a 183 ms llama3-1b step on an H100, 2026-11-26.)
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "common/cuda_check.h"
@@ -68,19 +70,53 @@ __global__ void RmsNormBackwardKernel(T* din, const T* dout, const T* in, const 
   }
 }
 
+constexpr int kColTile = 32, kRowLanes = 8;
+
+// Rows per chunk of the weight gradient's first pass: 64, more when N needs more than 65535
+// chunks (the grid's y limit).
+int64_t RowsPerChunk(int64_t N) { return std::max<int64_t>(64, (N + 65534) / 65535); }
+int64_t Chunks(int64_t N) { return (N + RowsPerChunk(N) - 1) / RowsPerChunk(N); }
+
+// partial[chunk][c] = sum over the chunk's rows of dout * x * rstd: block (column tile, chunk),
+// thread (column, row lane); the lanes' sums added in lane order.
 template <typename T>
-__global__ void RmsNormWeightGradKernel(float* dweight, const T* dout, const T* in,
-                                        const float* rstd, int64_t N, int64_t C) {
+__global__ void RmsNormWeightGradPartialKernel(float* partial, const T* dout, const T* in,
+                                               const float* rstd, int64_t N, int64_t C,
+                                               int64_t rows_per_chunk) {
+  __shared__ float s[kRowLanes][kColTile + 1];
+  const int64_t c = blockIdx.x * int64_t{kColTile} + threadIdx.x;
+  const int64_t n0 = blockIdx.y * rows_per_chunk, n1 = min(N, n0 + rows_per_chunk);
+  float acc = 0;
+  if (c < C) {
+    for (int64_t n = n0 + threadIdx.y; n < n1; n += kRowLanes) {
+      acc += ToFloat(dout[n * C + c]) * ToFloat(in[n * C + c]) * rstd[n];
+    }
+  }
+  s[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float t = 0;
+    for (int k = 0; k < kRowLanes; ++k) t += s[k][threadIdx.x];
+    partial[blockIdx.y * C + c] = t;
+  }
+}
+
+__global__ void RmsNormWeightGradFinishKernel(float* dweight, const float* partial,
+                                              int64_t chunks, int64_t C) {
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (c >= C) return;
-  float s = 0;
-  for (int64_t n = 0; n < N; ++n) s += ToFloat(dout[n * C + c]) * ToFloat(in[n * C + c]) * rstd[n];
-  dweight[c] += s;
+  float t = 0;
+  for (int64_t k = 0; k < chunks; ++k) t += partial[k * C + c];
+  dweight[c] += t;
 }
 
 }  // namespace
 
 namespace cuda {
+
+size_t RmsNormBackwardScratchBytes(int64_t N, int64_t C) {
+  return N <= 0 || C <= 0 ? 0 : static_cast<size_t>(Chunks(N) * C) * sizeof(float);
+}
 
 template <typename T>
 Status RmsNormForward(T* out, float* rstd, const T* in, const T* weight, int64_t N, int64_t C,
@@ -96,15 +132,26 @@ Status RmsNormForward(T* out, float* rstd, const T* in, const T* weight, int64_t
 template <typename T>
 Status RmsNormBackward(T* din, float* dweight, const T* dout, const T* in, const T* weight,
                        const float* rstd, int64_t N, int64_t C, bool accumulate_din,
-                       cudaStream_t stream) {
+                       void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   FP8RT_RETURN_IF_ERROR(ValidateRmsNorm("RmsNormBackward", N, C, 0.0f,
                                         {din, dweight, dout, in, weight}, rstd, false));
   if (N * C == 0) return Status::Ok();
+  const size_t need = RmsNormBackwardScratchBytes(N, C);
+  if (scratch == nullptr || scratch_bytes < need) {
+    return Status::InvalidArgument(StrCat("RmsNormBackward: scratch of ", scratch_bytes,
+                                          " bytes; need ", need));
+  }
   RmsNormBackwardKernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
       din, dout, in, weight, rstd, C, accumulate_din);
   FP8RT_CUDA_TRY_LAUNCH("RmsNormBackward");
-  RmsNormWeightGradKernel<T><<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0,
-                               stream>>>(dweight, dout, in, rstd, N, C);
+  float* partial = static_cast<float*>(scratch);
+  const dim3 grid(static_cast<unsigned>((C + kColTile - 1) / kColTile),
+                  static_cast<unsigned>(Chunks(N)));
+  RmsNormWeightGradPartialKernel<T><<<grid, dim3(kColTile, kRowLanes), 0, stream>>>(
+      partial, dout, in, rstd, N, C, RowsPerChunk(N));
+  FP8RT_CUDA_TRY_LAUNCH("RmsNormBackward (weight gradient, partial sums)");
+  RmsNormWeightGradFinishKernel<<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads,
+                                  0, stream>>>(dweight, partial, Chunks(N), C);
   FP8RT_CUDA_TRY_LAUNCH("RmsNormBackward (weight gradient)");
   return Status::Ok();
 }
@@ -113,7 +160,7 @@ Status RmsNormBackward(T* din, float* dweight, const T* dout, const T* in, const
   template Status RmsNormForward<T>(T*, float*, const T*, const T*, int64_t, int64_t, float, \
                                     cudaStream_t);                                           \
   template Status RmsNormBackward<T>(T*, float*, const T*, const T*, const T*, const float*, \
-                                     int64_t, int64_t, bool, cudaStream_t);
+                                     int64_t, int64_t, bool, void*, size_t, cudaStream_t);
 FP8RT_INSTANTIATE(float)
 FP8RT_INSTANTIATE(bf16)
 #undef FP8RT_INSTANTIATE

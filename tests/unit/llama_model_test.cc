@@ -12,6 +12,10 @@
 #include "runtime/config.h"
 #include "runtime/gpt.h"
 #include "runtime/gpt_layout.h"
+#include "runtime/trainer.h"
+#include "tests/common/corpus.h"
+#include "tests/common/temp_dir.h"
+#include "tests/common/train_helpers.h"
 
 namespace fp8rt {
 namespace {
@@ -282,6 +286,39 @@ TEST(LlamaModel, Fp8RefusesAnFfnWidthItsGemmsCannotTake) {
   ASSERT_FALSE(model.ok());
   EXPECT_TRUE(Has(model.status().message(), "fc_proj")) << model.status().message();
   EXPECT_TRUE(CreateCpuGpt(Options(m, Precision::kBf16)).ok());
+}
+
+// A llama checkpoint resumes exactly as llama, and a gpt2 run (or another llama shape) refuses it
+// naming the key that differs.
+TEST(LlamaModel, CheckpointsResumeExactlyAndRefuseAnotherArch) {
+  test::TempDir dir;
+  const std::string corpus = test::EnglishCorpus(dir.str() + "/corpus.txt");
+  ASSERT_FALSE(corpus.empty());
+  TrainOptions o;
+  o.config = test::TinyRunConfig(corpus, Precision::kFp8, 6);
+  o.config.model.arch = Arch::kLlama, o.config.model.n_kv_head = 2, o.config.model.ffn_hidden = 96;
+  o.checkpoint_dir = dir.str() + "/whole";
+  auto whole = RunTraining(o, DeviceInfo{});
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  TrainOptions part = o;
+  part.checkpoint_dir = dir.str() + "/parts";
+  part.stop_step = 3;
+  ASSERT_TRUE(RunTraining(part, DeviceInfo{}).ok());
+  part.stop_step = -1, part.resume = true;
+  auto resumed = RunTraining(part, DeviceInfo{});
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  ASSERT_EQ(resumed->losses.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(resumed->losses[i], whole->losses[3 + i]);  // bit for bit
+  TrainOptions gpt = part;
+  gpt.config.model = test::TinyRunConfig(corpus, Precision::kFp8, 6).model;
+  auto refused = RunTraining(gpt, DeviceInfo{});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(Has(refused.status().message(), "model.arch")) << refused.status().message();
+  TrainOptions wider = part;
+  wider.config.model.n_kv_head = 4;
+  refused = RunTraining(wider, DeviceInfo{});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(Has(refused.status().message(), "model.n_kv_head")) << refused.status().message();
 }
 
 }  // namespace
