@@ -51,16 +51,18 @@ std::vector<int32_t> Tokens(int n, int mult) {
   return x;
 }
 
-TEST(Generate, KvCacheLogitsMatchTheTrainingModelsForwardAtEveryPosition) {
-  const std::vector<int32_t> x = Tokens(kModel.block_size, 37);
-  const Reference ref = RandomModel(kModel, x);
-  auto s = GptSampler::Create(kModel, ref.master);
-  ASSERT_TRUE(s.ok());
-  const int64_t Vp = kModel.padded_vocab(), V = kModel.vocab_size;
+// Feeds x token by token to a sampler of a random model m and checks its logits against the
+// training model's forward at every position; returns the sampler (its context now full).
+Result<GptSampler> ExpectKvCacheMatchesTheForward(const ModelConfig& m,
+                                                  const std::vector<int32_t>& x) {
+  const Reference ref = RandomModel(m, x);
+  auto s = GptSampler::Create(m, ref.master);
+  if (!s.ok()) return s.status();
+  const int64_t Vp = m.padded_vocab(), V = m.vocab_size;
   for (size_t t = 0; t < x.size(); ++t) {
     auto logits = s->Feed(x[t]);
-    ASSERT_TRUE(logits.ok()) << logits.status().ToString();
-    ASSERT_EQ(logits->size(), static_cast<size_t>(V));
+    if (!logits.ok()) return logits.status();
+    EXPECT_EQ(logits->size(), static_cast<size_t>(V));
     double err = 0, norm = 0;
     for (int64_t v = 0; v < V; ++v) {
       const double want = ref.logits[t * Vp + v];
@@ -68,6 +70,12 @@ TEST(Generate, KvCacheLogitsMatchTheTrainingModelsForwardAtEveryPosition) {
     }
     EXPECT_LT(std::sqrt(err / norm), 1e-5) << "position " << t;
   }
+  return s;
+}
+
+TEST(Generate, KvCacheLogitsMatchTheTrainingModelsForwardAtEveryPosition) {
+  auto s = ExpectKvCacheMatchesTheForward(kModel, Tokens(kModel.block_size, 37));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
   auto full = s->Feed(1);
   ASSERT_FALSE(full.ok());
   EXPECT_NE(full.status().message().find("context is full (24 positions)"), std::string::npos);
@@ -83,20 +91,8 @@ TEST(Generate, LlamaKvCacheLogitsMatchTheTrainingModelsForward) {
   m.arch = Arch::kLlama, m.n_kv_head = 2, m.ffn_hidden = 80, m.rope_theta = 100.0f;
   std::vector<int32_t> x(m.block_size);
   for (int i = 0; i < m.block_size; ++i) x[i] = (i * 53 + 7) % m.vocab_size;
-  const Reference ref = RandomModel(m, x);
-  auto s = GptSampler::Create(m, ref.master);
-  ASSERT_TRUE(s.ok());
-  const int64_t Vp = m.padded_vocab(), V = m.vocab_size;
-  for (size_t t = 0; t < x.size(); ++t) {
-    auto logits = s->Feed(x[t]);
-    ASSERT_TRUE(logits.ok()) << logits.status().ToString();
-    double err = 0, norm = 0;
-    for (int64_t v = 0; v < V; ++v) {
-      const double want = ref.logits[t * Vp + v];
-      err += ((*logits)[v] - want) * ((*logits)[v] - want), norm += want * want;
-    }
-    EXPECT_LT(std::sqrt(err / norm), 1e-5) << "position " << t;
-  }
+  auto s = ExpectKvCacheMatchesTheForward(m, x);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
 }
 
 TEST(Generate, GreedyTopOneAndSeedsRepeat) {
@@ -182,6 +178,30 @@ TEST(Generate, NanLogitsAreNeverDrawnAndADivergedModelIsRefused) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNonFinite);
   EXPECT_NE(r.status().message().find("not finite"), std::string::npos);
+}
+
+// A llama checkpoint: GenerateFromCheckpoint takes the arch from the checkpoint.
+TEST(Generate, ALlamaCheckpointContinuesText) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("fp8rt_generate_llama_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string corpus = test::EnglishCorpus((dir / "corpus.txt").string());
+  ASSERT_FALSE(corpus.empty());
+  TrainOptions o;
+  o.config = test::TinyRunConfig(corpus, Precision::kFp8, 60);
+  o.config.model.arch = Arch::kLlama, o.config.model.n_kv_head = 2;
+  o.checkpoint_dir = (dir / "ck").string();
+  ASSERT_TRUE(RunTraining(o, DeviceInfo{}).ok());
+  SampleOptions s;
+  s.max_new_tokens = 40, s.seed = 3;
+  std::ostringstream a;
+  ASSERT_TRUE(GenerateFromCheckpoint(o.checkpoint_dir, -1, "The ", s, a).ok());
+  EXPECT_EQ(a.str().rfind("The ", 0), 0u) << a.str();
+  int letters = 0;
+  for (char c : a.str()) letters += std::isalpha(static_cast<unsigned char>(c)) || c == ' ';
+  EXPECT_GT(letters, 30) << a.str();
+  fs::remove_all(dir);
 }
 
 TEST(Generate, ATrainedCheckpointContinuesText) {
