@@ -93,6 +93,9 @@ class GptModel {
   // GPT-2 initialisation from `seed` (normal(0, 0.02), residual projections / sqrt(2L); norm
   // weights 1, biases 0); llama's the same, its untied LM head normal(0, 0.02) too.
   virtual Status InitRandom(uint64_t seed) = 0;
+  // A fresh start from given whole-model master weights (train.init_from): what InitRandom does
+  // without drawing: a fresh FP8 scale state, zero AdamW moments, the weights taken over.
+  virtual Status InitFromWeights(std::vector<float> master) = 0;
   // One optimizer step over grad_accum micro-batches. x, y: (grad_accum, B, T) host arrays.
   // step is 1-based (AdamW bias correction).
   virtual Status Step(int step, float lr, const int32_t* x, const int32_t* y, StepStats* out) = 0;

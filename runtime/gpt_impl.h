@@ -32,6 +32,10 @@ class Gpt final : public GptModel {
   Status Setup();
 
   Status InitRandom(uint64_t seed) override;
+  Status InitFromWeights(std::vector<float> master) override {
+    FP8RT_RETURN_IF_ERROR(fp8_.Init());
+    return ImportWeights(std::move(master));
+  }
   Status Step(int step, float lr, const int32_t* x, const int32_t* y, StepStats* out) override;
   Status Forward(const int32_t* x, const int32_t* y, float* loss,
                  std::vector<float>* logits) override;

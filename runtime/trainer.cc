@@ -201,12 +201,14 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   } else {
     FP8RT_ASSIGN_OR_RETURN(model, CreateCudaGpt(mo, device.ordinal));
   }
-  FP8RT_RETURN_IF_ERROR(model->InitRandom(c.train.seed));
   if (!c.train.init_from.empty() && !o.resume) {
-    // Continued pretraining: a Hugging Face model's weights (of this arch), fresh AdamW moments.
+    // Continued pretraining: a Hugging Face model's weights (of this arch), fresh AdamW moments
+    // and scale state; nothing drawn.
     FP8RT_ASSIGN_OR_RETURN(std::vector<float> master, MasterFromHf(c.model, c.train.init_from));
-    FP8RT_RETURN_IF_ERROR(model->ImportWeights(std::move(master)));
+    FP8RT_RETURN_IF_ERROR(model->InitFromWeights(std::move(master)));
     if (progress) *progress << "init: weights from " << c.train.init_from << "\n";
+  } else {
+    FP8RT_RETURN_IF_ERROR(model->InitRandom(c.train.seed));
   }
   result.fp8_weights = model->num_fp8_weights();
   result.attention_kernel = model->attention_kernel();

@@ -202,6 +202,8 @@ TEST_F(TensorParallel, LlamaTpTwoAndAZeroOneGridEqualOneRank) {
         Mpirun(4, Config(grid, 2, llama, precision, 1, false, true, "fp32", ", tp: 2"), grid, 5);
     ASSERT_EQ(c.ranks[0].code, 0) << c.output;
     for (const auto& j : c.metrics) EXPECT_EQ(j["amax_collectives"], precision == "fp8" ? 1 : 0);
+    // (ExpectSame also puts the grid's sharded checkpoint together, llama's split rows included,
+    // and compares it with the one-rank run's weights.)
     ExpectSame(a, one, c, grid, tol, tol);
   }
 }
