@@ -17,6 +17,7 @@
 
 #include "cli/fp8ctl_view.h"
 #include "cli/local_daemon.h"
+#include "common/config_paths.h"
 #include "common/strict_yaml.h"
 #include "net/http_client.h"
 
@@ -97,21 +98,11 @@ void LocalDaemon(std::string* server, std::string* token) {
   if (token->empty()) *token = read(dir / "token");
 }
 
-// A training config's relative paths (data.train, data.val, train.init_from), made absolute
-// against the config file's directory (the config travels inside the job; the files must exist
-// at that path on the nodes).
+// A training config's relative paths (common/config_paths.h), made absolute against the config
+// file's directory (the config travels inside the job; the files must exist at that path on the
+// nodes).
 void AbsoluteDataPaths(json* config, const std::string& file) {
-  const std::pair<const char*, const char*> keys[] = {
-      {"data", "train"}, {"data", "val"}, {"train", "init_from"}};
-  for (const auto& [section, key] : keys) {
-    if (!config->contains(section) || !(*config)[section].is_object()) continue;
-    json& d = (*config)[section];
-    if (!d.contains(key) || !d[key].is_string()) continue;
-    const fs::path p = d[key].get<std::string>();
-    if (!p.empty() && p.is_relative()) {
-      d[key] = (fs::absolute(fs::path(file)).parent_path() / p).lexically_normal().string();
-    }
-  }
+  AbsoluteConfigPaths(config, fs::absolute(fs::path(file)).parent_path());
 }
 
 }  // namespace

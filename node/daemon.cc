@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/atomic_file.h"
+#include "common/config_paths.h"
 #include "common/exit_codes.h"
 #include "common/strict_yaml.h"
 #include "net/http_client.h"
@@ -358,18 +359,9 @@ void NodeDaemon::Start(int64_t job_id, const StartJob& s) {
       cfg["train"]["checkpoint_every"] = s.checkpoint_interval;
       run.checkpoint_every = s.checkpoint_interval;
     }
-    // Relative paths (data.train, data.val, train.init_from) against the submitted config's
-    // directory: the copy below lives in the job's directory.
-    const std::pair<const char*, const char*> keys[] = {
-        {"data", "train"}, {"data", "val"}, {"train", "init_from"}};
-    for (const auto& [section, key] : keys) {
-      if (!cfg.contains(section) || !cfg[section].is_object()) continue;
-      json& d = cfg[section];
-      if (d.contains(key) && d[key].is_string() && !d[key].get<std::string>().empty() &&
-          fs::path(d[key].get<std::string>()).is_relative()) {
-        d[key] = (fs::absolute(base) / d[key].get<std::string>()).lexically_normal().string();
-      }
-    }
+    // Relative paths (common/config_paths.h) against the submitted config's directory: the
+    // copy below lives in the job's directory.
+    AbsoluteConfigPaths(&cfg, base);
     config_path = (dir / "config.yaml").string();
     const Status w = WriteFileAtomic(config_path, cfg.dump(2) + "\n");
     if (!w.ok()) return fail(w.ToString());

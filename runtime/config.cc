@@ -247,7 +247,8 @@ Result<RunConfig> LoadRunConfig(const std::string& path) {
   ss << in.rdbuf();
   auto r = ParseRunConfig(ss.str());
   if (!r.ok()) return Status(r.status().code(), StrCat(path, ": ", r.status().message()));
-  // Data paths and train.init_from are relative to the config file's directory.
+  // Data paths and train.init_from (common/config_paths.h's keys) are relative to the config
+  // file's directory.
   const std::filesystem::path base = std::filesystem::path(path).parent_path();
   for (std::string* p : {&r->data.train_path, &r->data.val_path, &r->train.init_from}) {
     if (!p->empty() && std::filesystem::path(*p).is_relative()) *p = (base / *p).string();

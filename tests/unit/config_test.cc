@@ -1,4 +1,5 @@
 // RunConfig parsing: defaults, every error names the key and what is allowed.
+#include "common/config_paths.h"
 #include "runtime/config.h"
 
 #include <gtest/gtest.h>
@@ -82,6 +83,29 @@ TEST(RunConfig, EveryPresetInConfigsLoads) {
     ++n;
   }
   EXPECT_GE(n, 6) << "presets in " << FP8RT_CONFIGS_DIR;
+}
+
+}  // namespace
+}  // namespace fp8rt
+
+namespace fp8rt {
+namespace {
+
+// The one list of a config's path keys (common/config_paths.h), as fp8ctl and fp8d apply it.
+TEST(ConfigPaths, RelativePathsBecomeAbsoluteAgainstTheBaseOthersStay) {
+  nlohmann::json c = {{"data", {{"train", "corpus.txt"}, {"val", "/abs/val.txt"}, {"format", "x"}}},
+                      {"train", {{"init_from", "../hf"}, {"lr", 0.1}}},
+                      {"model", {{"n_layer", 2}}}};
+  AbsoluteConfigPaths(&c, "/jobs/7/cfg");
+  EXPECT_EQ(c["data"]["train"], "/jobs/7/cfg/corpus.txt");
+  EXPECT_EQ(c["data"]["val"], "/abs/val.txt");
+  EXPECT_EQ(c["data"]["format"], "x");
+  EXPECT_EQ(c["train"]["init_from"], "/jobs/7/hf");
+  EXPECT_EQ(c["train"]["lr"], 0.1);
+  nlohmann::json odd = {{"data", "not a map"}, {"train", {{"init_from", 3}}}};
+  AbsoluteConfigPaths(&odd, "/x");
+  EXPECT_EQ(odd["data"], "not a map");
+  EXPECT_EQ(odd["train"]["init_from"], 3);
 }
 
 }  // namespace
