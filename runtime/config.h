@@ -40,6 +40,11 @@ struct ModelConfig {
   // Parameter count N (GPT-2's tied LM head counted once; the vocabulary padding included), as
   // used by the MFU formula 6N + 12LCT.
   int64_t num_params() const;
+  // The parameters that multiply in the 6N of the MFU formula: num_params() less llama's input
+  // embedding (a lookup; gpt2's tied table counts once, as the LM head).
+  int64_t matmul_params() const {
+    return num_params() - (llama() ? int64_t{padded_vocab()} * n_embd : 0);
+  }
 };
 
 struct DataConfig {

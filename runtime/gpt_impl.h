@@ -141,6 +141,7 @@ class Gpt final : public GptModel {
   // weight (the LM head always keeps one; gpt2's, the token embedding, is read by the embedding).
   bool HasWorking(int p) const {
     if (layout_.size[p] == 0) return false;
+    if (p == kLmHeadW && Fp8On(kLmHead)) return false;  // llama's untied head, cast to FP8
     for (int kind = 0; kind < kNumLinear; ++kind) {
       if (WeightOf(o_.model, kind) == p && Fp8On(kind)) return false;
     }

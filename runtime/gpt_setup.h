@@ -210,7 +210,7 @@ Status Gpt<Ops, T>::Setup() {
   {
     size_t scratch = 0;
     FP8RT_RETURN_IF_ERROR(
-        ops_->ReserveScratchFor(as, kT, m.vocab_size, P, std::max(Nqkv, Nfc), &scratch));
+        ops_->ReserveScratchFor(as, kT, m.vocab_size, P, C, std::max({Nqkv, Nfc, C}), &scratch));
     allocated_bytes_ += scratch;
     category_bytes_[kMemWorkspace] += scratch;
   }

@@ -2,6 +2,7 @@
 // LlamaForCausalLM, and back (runtime/huggingface.h).
 #include "runtime/huggingface.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -51,6 +52,50 @@ std::vector<HfEntry> LlamaHfMap(const ModelConfig& m) {
   vec("model.norm.weight", L.offset[kLnfW], C);
   mat("lm_head.weight", L.offset[kLmHeadW], m.vocab_size, C);
   return e;
+}
+
+// What else a LlamaForCausalLM config.json must agree on for its weights to mean what they meant:
+// the RoPE base and no frequency scaling, RMSNorm's eps, SiLU, an untied LM head.
+Status CheckLlamaHfConfig(const ModelConfig& m, const nlohmann::json& cfg, const std::string& where) {
+  auto refuse = [&](const std::string& what) {
+    return Status::InvalidArgument(StrCat(where, ": config.json has ", what));
+  };
+  const nlohmann::json* rp = cfg.contains("rope_parameters") && cfg["rope_parameters"].is_object()
+                                 ? &cfg["rope_parameters"]
+                                 : nullptr;
+  const nlohmann::json* theta = cfg.contains("rope_theta") ? &cfg["rope_theta"]
+                                : rp != nullptr && rp->contains("rope_theta") ? &(*rp)["rope_theta"]
+                                                                              : nullptr;
+  if (theta != nullptr && (!theta->is_number() ||
+                           std::fabs(theta->get<double>() - m.rope_theta) > 1e-6 * m.rope_theta)) {
+    return refuse(StrCat("rope_theta ", theta->dump(), ", this run's model.rope_theta ",
+                         m.rope_theta));
+  }
+  if (cfg.contains("rope_scaling") && !cfg["rope_scaling"].is_null()) {
+    return refuse(StrCat("rope_scaling ", cfg["rope_scaling"].dump(),
+                         "; this model's RoPE has no frequency scaling"));
+  }
+  if (rp != nullptr && rp->contains("rope_type") && (*rp)["rope_type"] != "default") {
+    return refuse(StrCat("rope_parameters.rope_type ", (*rp)["rope_type"].dump(),
+                         "; this model's RoPE is the default one"));
+  }
+  if (cfg.contains("rms_norm_eps") &&
+      (!cfg["rms_norm_eps"].is_number() ||
+       std::fabs(cfg["rms_norm_eps"].get<double>() - 1e-5) > 1e-12)) {
+    return refuse(StrCat("rms_norm_eps ", cfg["rms_norm_eps"].dump(), "; this model's is 1e-5"));
+  }
+  if (cfg.contains("hidden_act") && cfg["hidden_act"] != "silu") {
+    return refuse(StrCat("hidden_act ", cfg["hidden_act"].dump(), "; this model's MLP is SwiGLU"));
+  }
+  if (cfg.contains("tie_word_embeddings") && cfg["tie_word_embeddings"] == true) {
+    return refuse("tie_word_embeddings true; this model's LM head is untied (its own "
+                  "lm_head.weight)");
+  }
+  if ((cfg.contains("attention_bias") && cfg["attention_bias"] == true) ||
+      (cfg.contains("mlp_bias") && cfg["mlp_bias"] == true)) {
+    return refuse("attention_bias or mlp_bias true; this model has no biases");
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -151,6 +196,7 @@ Result<std::vector<float>> MasterFromHf(const ModelConfig& m, const std::string&
                                               cfg[d.key].dump(), ", this run's model ", d.ours));
       }
     }
+    if (m.llama()) FP8RT_RETURN_IF_ERROR(CheckLlamaHfConfig(m, cfg, where));
   }
   auto read = SafetensorsFile::Read(dir + "/model.safetensors");
   if (!read.ok()) return Status(read.status().code(), StrCat(where, ": ", read.status().message()));

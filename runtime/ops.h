@@ -64,8 +64,8 @@ class CpuOps {
   void EndProfileStep() { prof_.EndStep(); }
   std::vector<OpTime> ProfileReport() const { return prof_.Report(); }
   // The CPU references need no scratch.
-  Status ReserveScratchFor(const AttentionShape&, DType, int64_t V, int64_t P, int64_t widest,
-                           size_t* bytes) {
+  Status ReserveScratchFor(const AttentionShape&, DType, int64_t V, int64_t P, int64_t C,
+                           int64_t widest, size_t* bytes) {
     *bytes = 0;
     return Status::Ok();
   }

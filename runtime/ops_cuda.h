@@ -129,11 +129,11 @@ class CudaOps {
     scratch_bytes_ = bytes;
     return Status::Ok();
   }
-  // Scratch for every op of a model with these shapes (attention, embedding, LayerNorm and
-  // RMSNorm backward, gradient norm over P parameters, the bias gradient of the widest linear
-  // output, `widest` columns).
-  Status ReserveScratchFor(const AttentionShape& s, DType t, int64_t V, int64_t P, int64_t widest,
-                           size_t* bytes) {
+  // Scratch for every op of a model with these shapes (this rank's attention s; embedding,
+  // LayerNorm and RMSNorm backward over the whole width C; gradient norm over P parameters; the
+  // bias gradient of the widest linear output, `widest` columns).
+  Status ReserveScratchFor(const AttentionShape& s, DType t, int64_t V, int64_t P, int64_t C,
+                           int64_t widest, size_t* bytes) {
     const int64_t M = s.B * s.T;
     const AttentionMode path = PathFor(s, t);
     if (t == DType::kBFloat16 && attention_mode_ != AttentionMode::kAuto &&
@@ -148,8 +148,8 @@ class CudaOps {
     auto emb = cuda::EmbeddingBackwardScratchBytes(s.B, s.T, V);
     if (!emb.ok()) return emb.status();
     need = std::max(need, *emb);
-    need = std::max(need, cuda::LayerNormBackwardScratchBytes(M, s.C()));
-    need = std::max(need, cuda::RmsNormBackwardScratchBytes(M, s.C()));
+    need = std::max(need, cuda::LayerNormBackwardScratchBytes(M, C));
+    need = std::max(need, cuda::RmsNormBackwardScratchBytes(M, C));
     need = std::max(need, cuda::GlobalNormSquaredScratchBytes(P));
     need = std::max(need, cuda::QuantizeDbiasScratchBytes(M, widest));
     *bytes = need;

@@ -227,7 +227,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
 
   const int64_t M = int64_t{c.train.batch_size} * c.train.seq_len;
   std::vector<int32_t> x(static_cast<size_t>(M * c.train.grad_accum)), y(x.size());
-  const double flops_per_token = 6.0 * static_cast<double>(c.model.num_params()) +
+  const double flops_per_token = 6.0 * static_cast<double>(c.model.matmul_params()) +
                                  12.0 * c.model.n_layer * c.model.n_embd * c.train.seq_len;
   // Diagnostics: FP8RT_STATE_HASHES=N hashes the state every N steps (and the last).
   long hash_every = 0;

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "kernels/dtype.h"
@@ -311,6 +312,34 @@ TEST_F(HuggingFaceTest, LlamaExportsAsLlamaForCausalLMAndReadsBack) {
   next.checkpoint_dir = (dir_ / "llama2").string();
   next.config.train.init_from = hf;
   ASSERT_TRUE(RunTraining(next, DeviceInfo{}).ok());
+
+  // What else the weights' meaning depends on: RoPE's base and scaling, eps, SiLU, the untied head.
+  const nlohmann::json exported = nlohmann::json::parse(std::ifstream(hf + "/config.json"));
+  const std::pair<std::function<void(nlohmann::json&)>, std::string> edits[] = {
+      {[](nlohmann::json& j) { j["rope_theta"] = 500000.0; },
+       "rope_theta 500000.0, this run's model.rope_theta 10000"},
+      {[](nlohmann::json& j) {
+         j.erase("rope_theta");
+         j["rope_parameters"]["rope_theta"] = 500000.0;
+       },
+       "rope_theta 500000.0"},
+      {[](nlohmann::json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}}; },
+       "this model's RoPE has no frequency scaling"},
+      {[](nlohmann::json& j) { j["rope_parameters"]["rope_type"] = "llama3"; },
+       "rope_parameters.rope_type \"llama3\""},
+      {[](nlohmann::json& j) { j["rms_norm_eps"] = 1e-6; }, "rms_norm_eps"},
+      {[](nlohmann::json& j) { j["hidden_act"] = "gelu"; }, "hidden_act \"gelu\""},
+      {[](nlohmann::json& j) { j["tie_word_embeddings"] = true; }, "tie_word_embeddings true"},
+      {[](nlohmann::json& j) { j["mlp_bias"] = true; }, "no biases"},
+  };
+  for (const auto& [change, want] : edits) {
+    nlohmann::json j = exported;
+    change(j);
+    std::ofstream(hf + "/config.json") << j.dump();
+    ExpectRefused(MasterFromHf(m, hf), want);
+  }
+  std::ofstream(hf + "/config.json") << exported.dump();
+  ASSERT_TRUE(MasterFromHf(m, hf).ok());
 
   ModelConfig fewer = m;
   fewer.n_kv_head = 4;

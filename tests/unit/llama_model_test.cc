@@ -63,6 +63,8 @@ TEST(LlamaLayout, TensorsAndParameterCount) {
   int64_t sum = 0;
   for (int p = 0; p < kNumParams; ++p) sum += L.size[p];
   EXPECT_EQ(sum, m.num_params());
+  // The MFU formula's 6N leaves out llama's input embedding (a lookup), not its LM head.
+  EXPECT_EQ(m.matmul_params(), sum - L.size[kWte]);
   // gpt2 has no separate LM head, and its layout is what it was before llama (offsets unchanged).
   ModelConfig g;
   const Layout G(g);
@@ -71,6 +73,7 @@ TEST(LlamaLayout, TensorsAndParameterCount) {
   int64_t gsum = 0;
   for (int p = 0; p < kNumParams; ++p) gsum += G.size[p];
   EXPECT_EQ(gsum, g.num_params());
+  EXPECT_EQ(g.matmul_params(), g.num_params());  // the tied table is the LM head
 }
 
 // Central differences (FP32 model, step 1e-2) on the 3 largest-gradient elements of every
