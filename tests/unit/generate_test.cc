@@ -1,7 +1,7 @@
 // Text generation (runtime/generate.h): the KV-cache forward's logits against the CPU training
 // model's Forward at every position, greedy and top-k 1 agreeing, the sampler's frequencies
 // against the softmax, seeds repeating, the context limit and bad arguments refused, and a trained
-// checkpoint continuing English text through GenerateFromCheckpoint, and train.sample_every's
+// checkpoint (gpt2 and llama) continuing English text through GenerateFromCheckpoint, and train.sample_every's
 // samples in the log leaving the run's losses as they were.
 #include <gtest/gtest.h>
 
@@ -180,30 +180,6 @@ TEST(Generate, NanLogitsAreNeverDrawnAndADivergedModelIsRefused) {
   EXPECT_NE(r.status().message().find("not finite"), std::string::npos);
 }
 
-// A llama checkpoint: GenerateFromCheckpoint takes the arch from the checkpoint.
-TEST(Generate, ALlamaCheckpointContinuesText) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("fp8rt_generate_llama_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string corpus = test::EnglishCorpus((dir / "corpus.txt").string());
-  ASSERT_FALSE(corpus.empty());
-  TrainOptions o;
-  o.config = test::TinyRunConfig(corpus, Precision::kFp8, 60);
-  o.config.model.arch = Arch::kLlama, o.config.model.n_kv_head = 2;
-  o.checkpoint_dir = (dir / "ck").string();
-  ASSERT_TRUE(RunTraining(o, DeviceInfo{}).ok());
-  SampleOptions s;
-  s.max_new_tokens = 40, s.seed = 3;
-  std::ostringstream a;
-  ASSERT_TRUE(GenerateFromCheckpoint(o.checkpoint_dir, -1, "The ", s, a).ok());
-  EXPECT_EQ(a.str().rfind("The ", 0), 0u) << a.str();
-  int letters = 0;
-  for (char c : a.str()) letters += std::isalpha(static_cast<unsigned char>(c)) || c == ' ';
-  EXPECT_GT(letters, 30) << a.str();
-  fs::remove_all(dir);
-}
-
 TEST(Generate, ATrainedCheckpointContinuesText) {
   const fs::path dir = fs::temp_directory_path() / ("fp8rt_generate_" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -211,21 +187,28 @@ TEST(Generate, ATrainedCheckpointContinuesText) {
   const std::string corpus = test::EnglishCorpus((dir / "corpus.txt").string());
   ASSERT_FALSE(corpus.empty());
   TrainOptions o;
-  o.config = test::TinyRunConfig(corpus, Precision::kFp8, 60);
-  o.checkpoint_dir = (dir / "ck").string();
-  ASSERT_TRUE(RunTraining(o, DeviceInfo{}).ok());
   SampleOptions s;
   s.max_new_tokens = 40, s.seed = 3;
-  std::ostringstream a, b;
-  ASSERT_TRUE(GenerateFromCheckpoint(o.checkpoint_dir, -1, "The ", s, a).ok());
-  ASSERT_TRUE(GenerateFromCheckpoint(o.checkpoint_dir, -1, "The ", s, b).ok());
-  EXPECT_EQ(a.str(), b.str());
-  EXPECT_EQ(a.str().rfind("The ", 0), 0u) << a.str();
-  EXPECT_EQ(a.str().size(), 4u + 40u + 1u) << a.str();
-  // 60 steps of English: mostly letters and spaces, not uniform bytes.
-  int letters = 0;
-  for (char c : a.str()) letters += std::isalpha(static_cast<unsigned char>(c)) || c == ' ';
-  EXPECT_GT(letters, 30) << a.str();
+  // Both archs (GenerateFromCheckpoint takes it from the checkpoint); gpt2 last: o goes on below.
+  for (const Arch arch : {Arch::kLlama, Arch::kGpt2}) {
+    SCOPED_TRACE(ArchName(arch));
+    o.config = test::TinyRunConfig(corpus, Precision::kFp8, 60);
+    o.config.model.arch = arch;
+    if (arch == Arch::kLlama) o.config.model.n_kv_head = 2;
+    o.checkpoint_dir = (dir / ArchName(arch)).string();
+    ASSERT_TRUE(RunTraining(o, DeviceInfo{}).ok());
+    std::ostringstream a, b;
+    ASSERT_TRUE(GenerateFromCheckpoint(o.checkpoint_dir, -1, "The ", s, a).ok());
+    ASSERT_TRUE(GenerateFromCheckpoint(o.checkpoint_dir, -1, "The ", s, b).ok());
+    EXPECT_EQ(a.str(), b.str());
+    EXPECT_EQ(a.str().rfind("The ", 0), 0u) << a.str();
+    EXPECT_EQ(a.str().size(), 4u + 40u + 1u) << a.str();
+    // 60 steps of English: mostly letters and spaces, not uniform bytes.
+    int letters = 0;
+    for (char c : a.str()) letters += std::isalpha(static_cast<unsigned char>(c)) || c == ' ';
+    EXPECT_GT(letters, 30) << a.str();
+  }
+  std::ostringstream a;
   EXPECT_FALSE(GenerateFromCheckpoint((dir / "none").string(), -1, "x", s, a).ok());
 
   // train.sample_every: samples in the log at steps 30 and 60, and the run's losses unchanged.
