@@ -1,8 +1,8 @@
 // Text generation (runtime/generate.h): the KV-cache forward's logits against the CPU training
 // model's Forward at every position, greedy and top-k 1 agreeing, the sampler's frequencies
-// against the softmax, seeds repeating, the context limit and bad arguments refused, and a trained
-// checkpoint (gpt2 and llama) continuing English text through GenerateFromCheckpoint, and train.sample_every's
-// samples in the log leaving the run's losses as they were.
+// against the softmax, seeds repeating, the context limit and bad arguments refused, a trained
+// checkpoint (gpt2 and llama) continuing English text through GenerateFromCheckpoint, and
+// train.sample_every's samples in the log leaving the run's losses as they were.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
