@@ -138,11 +138,11 @@ class Gpt final : public GptModel {
     return G(p) == nullptr ? nullptr : G(p) + l * PerLayer(p);
   }
   // Whether p keeps a T working copy: every tensor this arch has except an FP8 linear layer's
-  // weight (the LM head always keeps one; gpt2's, the token embedding, is read by the embedding).
+  // weight (LM head included), and always the token embedding, which the embedding reads (gpt2's
+  // tied LM head).
   bool HasWorking(int p) const {
     if (layout_.size[p] == 0) return false;
-    if (p == kLmHeadW && Fp8On(kLmHead)) return false;  // llama's untied head, cast to FP8
-    for (int kind = 0; kind < kNumLinear; ++kind) {
+    for (int kind = 0; kind <= kNumLinear && p != kWte; ++kind) {
       if (WeightOf(o_.model, kind) == p && Fp8On(kind)) return false;
     }
     return true;
