@@ -75,7 +75,9 @@ struct StepStats {
   int grad_buckets = 0;
   double amax_reduce_ms = 0;
   double grad_reduce_ms = 0;
-  double weight_gather_ms = 0;  // ZeRO-1: the FP8 (and T) weight all-gather after the update
+  // ZeRO-1: the FP8 (and T) weight all-gather launched after the previous step's update, first
+  // launch to last layer's end; it overlaps this step's forward, which waits layer by layer.
+  double weight_gather_ms = 0;
 };
 
 // Per-tensor FP8 telemetry: amax seen by the casts since the last report, current scale, and

@@ -13,12 +13,15 @@ Status Gpt<Ops, T>::ForwardPass(const int32_t* x_host, const int32_t* y_host, bo
   // x_host, y_host point into staging_, which stays untouched until the step's one Download.
   FP8RT_RETURN_IF_ERROR(ops_->UploadAsync(tokens_, x_host, M_ * sizeof(int32_t)));
   FP8RT_RETURN_IF_ERROR(ops_->UploadAsync(targets_, y_host, M_ * sizeof(int32_t)));
+  // Under ZeRO-1 the last step's weight all-gather may still run: wait for each part as it is read.
+  FP8RT_RETURN_IF_ERROR(WaitGathered(0));
   ops_->Mark("embedding fwd");
   // (llama has no wpe: W is null)
   FP8RT_RETURN_IF_ERROR(
       ops_->EmbeddingForward(encoded_, tokens_, W(kWte), W(kWpe), o_.B, o_.T, C, V));
   const T* res = encoded_;
   for (int l = 0; l < m.n_layer; ++l) {
+    FP8RT_RETURN_IF_ERROR(WaitGathered(l + 1));
     FP8RT_RETURN_IF_ERROR(Llama() ? LlamaBlockForward(l, res, cast_weights)
                                   : GptBlockForward(l, res, cast_weights));
     res = res3_[l];

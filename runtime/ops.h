@@ -189,7 +189,8 @@ class CpuOps {
   }
   Status InitScaling(const ScalingState& s) { return cpu::InitScalingState(s); }
   Status AmaxNanToInf(float* amax, int64_t n) { return cpu::AmaxNanToInf(amax, n); }
-  Status TransposeFp8(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols) {
+  Status TransposeFp8(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols,
+                      bool /*on_comm*/ = false) {
     return cpu::TransposeFp8(out, in, rows, cols);
   }
   Status FloatToBf16(bf16* out, const float* in, int64_t n) { return cpu::FloatToBf16(out, in, n); }
@@ -198,12 +199,14 @@ class CpuOps {
     return cpu::GlobalNormSquared(out, g, n, accumulate);
   }
 
-  // Collectives across ranks. On the CPU they run synchronously when called: ForkComm and
-  // JoinComm order nothing, CommStream is null (comm::Communicator's host-buffer streams) and a
-  // timer sums the host time between its Start and Stop calls.
+  // Collectives across ranks. On the CPU they run synchronously when called: ForkComm,
+  // JoinComm, MarkComm and WaitComm order nothing, CommStream is null (comm::Communicator's
+  // host-buffer streams) and a timer sums the host time between its Start and Stop calls.
   void* ForkComm() { return nullptr; }
   void* ComputeStream() { return nullptr; }
   Status JoinComm() { return Status::Ok(); }
+  Status MarkComm(int) { return Status::Ok(); }
+  Status WaitComm(int) { return Status::Ok(); }
   void CommTimerStart(int k) { timer_start_[k] = std::chrono::steady_clock::now(); }
   void CommTimerStop(int k) {
     timer_ms_[k] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -

@@ -76,6 +76,7 @@ class CudaOps {
     for (cudaEvent_t e : {forked_, joined_}) {
       if (e) cudaEventDestroy(e);
     }
+    for (cudaEvent_t e : marked_) cudaEventDestroy(e);
     for (auto& t : timer_) {
       for (cudaEvent_t e : t) {
         if (e) cudaEventDestroy(e);
@@ -378,8 +379,12 @@ class CudaOps {
   }
   Status InitScaling(const ScalingState& s) { return cuda::InitScalingState(s, stream_); }
   Status AmaxNanToInf(float* amax, int64_t n) { return cuda::AmaxNanToInf(amax, n, stream_); }
-  Status TransposeFp8(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols) {
-    return cuda::TransposeFp8(out, in, rows, cols, stream_);
+  // on_comm: on the communication stream, behind the collectives enqueued there so far (ZeRO-1's
+  // gathered weights, transposed while the next forward computes).
+  Status TransposeFp8(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols,
+                      bool on_comm = false) {
+    return cuda::TransposeFp8(out, in, rows, cols,
+                              on_comm && comm_stream_ != nullptr ? comm_stream_ : stream_);
   }
   Status FloatToBf16(bf16* out, const float* in, int64_t n) {
     return cuda::FloatToBf16(out, in, n, stream_);
@@ -407,6 +412,24 @@ class CudaOps {
     if (comm_stream_ == nullptr) return Status::Ok();
     FP8RT_CUDA_TRY(cudaEventRecord(joined_, comm_stream_));
     FP8RT_CUDA_TRY(cudaStreamWaitEvent(stream_, joined_, 0));
+    return Status::Ok();
+  }
+  // Finer than JoinComm: MarkComm(i) records mark i on the communication stream (after what is
+  // enqueued there so far), WaitComm(i) makes the compute stream wait for it. ZeRO-1's weight
+  // all-gather marks each layer, so the next forward waits for a layer's weights only.
+  Status MarkComm(int i) {
+    if (comm_stream_ == nullptr) return Status::Ok();
+    while (static_cast<int>(marked_.size()) <= i) {
+      cudaEvent_t e = nullptr;
+      FP8RT_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      marked_.push_back(e);
+    }
+    FP8RT_CUDA_TRY(cudaEventRecord(marked_[i], comm_stream_));
+    return Status::Ok();
+  }
+  Status WaitComm(int i) {
+    if (comm_stream_ == nullptr || i >= static_cast<int>(marked_.size())) return Status::Ok();
+    FP8RT_CUDA_TRY(cudaStreamWaitEvent(stream_, marked_[i], 0));
     return Status::Ok();
   }
   void CommTimerStart(int k) {
@@ -490,6 +513,7 @@ class CudaOps {
   cudaStream_t comm_stream_ = nullptr;
   bool comm_on_compute_ = false;
   cudaEvent_t forked_ = nullptr, joined_ = nullptr;
+  std::vector<cudaEvent_t> marked_;  // MarkComm's
   // Gradients, amaxes, the ZeRO-1 weight all-gather: (start, stop) events each.
   cudaEvent_t timer_[3][2] = {{nullptr, nullptr}, {nullptr, nullptr}, {nullptr, nullptr}};
   bool timer_started_[3] = {false, false, false};

@@ -2,11 +2,13 @@
 # One call on a multi-GPU node (issue [9 of 9]), from the repository root with bundle/ and data/
 # carried: collectives, data-parallel equivalence, ZeRO-1, a killed rank, and scaling, with every
 # log under $OUT. NVLink multicast stays off (NCCL_NVLS_ENABLE=0, as the device's KINDS.md asks).
-# Usage: scripts/multigpu-session.sh [devices] [comm] [equiv] [determinism] [fault] [scaling] [overlap]
+# Usage: scripts/multigpu-session.sh [devices] [comm] [equiv] [determinism] [fault] [scaling] [profile] [overlap]
 #        [tpequiv] [twonode] [tpscale] [largest] [product] (fp8d --standalone + fp8ctl on this node:
 #        scripts/multigpu-product.sh; determinism: scripts/dp-determinism.sh)
-#        (default: all but overlap, which compares gradient-reduction settings at dp 2)
-# Environment: NGPU (default: nvidia-smi's count), SIZES (the dp/tp sizes, default "2 4" with 4 GPUs), STEPS (scaling steps, default 12), FP8RT_BIN
+#        (default: all but overlap, which compares gradient-reduction settings at dp 2, and profile,
+#        rank 0's ops at dp 1 and the largest of SIZES with ZeRO-1)
+# Environment: NGPU (default: nvidia-smi's count), SIZES (the dp/tp sizes, default "2 4" with 4 GPUs), STEPS (scaling steps, default 12),
+# FP8TRAIN (the fp8train of scaling and profile), SCALING_ZERO (default "false true"), FP8RT_BIN
 # (the binaries, default bundle/bin). Exits 1 when a check fails, 77 (skipped) with fewer than 2 GPUs;
 # ctest runs its equiv and fault parts as the multigpu label (tests/CMakeLists.txt).
 # Written before a multi-GPU machine was lent: the first run is also its test.
@@ -14,6 +16,7 @@ set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 B=${FP8RT_BIN:-bundle/bin}
+TRAIN=${FP8TRAIN:-$B/fp8train}  # scaling and profile: another build to compare against
 parts=${*:-devices comm equiv determinism fault scaling tpequiv twonode tpscale largest}
 NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 if [ "$NGPU" -lt 2 ]; then
@@ -208,24 +211,41 @@ if want fault; then
 fi
 
 if want scaling; then
-  echo "== scaling: gpt-1.3b per-GPU tokens/s at dp 1, ${sizes[*]} (median of steps 4..$STEPS)"
-  for p in bf16 fp8; do
-    timeout 300 $B/fp8train --config configs/gpt-1.3b.yaml --precision $p --steps "$STEPS" \
+  echo "== scaling: gpt-1.3b per-GPU tokens/s at dp 1, ${sizes[*]} (median of steps 4..$STEPS), $TRAIN"
+  for p in ${SCALING_PRECISIONS:-bf16 fp8}; do
+    timeout 300 $TRAIN --config configs/gpt-1.3b.yaml --precision $p --steps "$STEPS" \
       --metrics "$OUT/sc1_$p.jsonl" > "$OUT/sc1_$p.log" 2>&1
     one=$(median_tps "$OUT/sc1_$p.jsonl")
     echo "| gpt-1.3b $p | dp 1 | $one tok/s | 1 GPU |" | tee -a "$OUT/scaling.md"
     for n in "${sizes[@]}"; do
-      for z in false true; do
+      for z in ${SCALING_ZERO:-false true}; do
         sed "s/^parallel:.*//" configs/gpt-1.3b.yaml > "$OUT/sc.yaml"
         echo "parallel: {zero: $z}" >> "$OUT/sc.yaml"
         sed -i "s|\.\./data/|$(pwd)/data/|" "$OUT/sc.yaml"
-        timeout 400 "${MPI[@]}" -np "$n" $B/fp8train --config "$OUT/sc.yaml" --precision $p \
+        timeout 400 "${MPI[@]}" -np "$n" $TRAIN --config "$OUT/sc.yaml" --precision $p \
           --steps "$STEPS" --metrics "$OUT/sc${n}_${z}_$p.jsonl" > "$OUT/sc${n}_${z}_$p.log" 2>&1
         all=$(median_tps "$OUT/sc${n}_${z}_$p.jsonl")
         python3 -c "a, o = float('$all') / $n, float('$one'); print(f'| gpt-1.3b $p | dp $n zero $z | {a:.0f} tok/s per GPU | {a / o:.3f} of 1 GPU |')" \
           | tee -a "$OUT/scaling.md"
       done
     done
+  done
+fi
+if want profile; then
+  # Where the step's time goes on rank 0 (--profile-ops: CUDA events around every op on the
+  # compute stream, steps 3..; the marks add about 2%): one GPU against dp N with ZeRO-1.
+  n=${sizes[-1]}
+  for p in ${PROFILE_PRECISIONS:-fp8}; do
+    timeout 300 $TRAIN --config configs/gpt-1.3b.yaml --precision $p --steps "$STEPS" \
+      --profile-ops > "$OUT/prof1_$p.log" 2>&1
+    sed "s/^parallel:.*//" configs/gpt-1.3b.yaml > "$OUT/prof.yaml"
+    echo "parallel: {zero: true}" >> "$OUT/prof.yaml"
+    sed -i "s|\.\./data/|$(pwd)/data/|" "$OUT/prof.yaml"
+    timeout 400 "${MPI[@]}" --tag-output -np "$n" $TRAIN --config "$OUT/prof.yaml" \
+      --precision $p --steps "$STEPS" --profile-ops > "$OUT/prof${n}_$p.log" 2>&1
+    echo "-- profile $p, 1 GPU:"; grep -A45 "^op (per step)" "$OUT/prof1_$p.log"
+    echo "-- profile $p, dp $n with ZeRO-1, rank 0:"
+    grep "^\[1,0\]" "$OUT/prof${n}_$p.log" | sed 's/^\[1,0\]<std...>://' | grep -A45 "^op (per step)"
   done
 fi
 if want scaling; then
