@@ -297,10 +297,11 @@ class Gpt final : public GptModel {
   int64_t FullOff(int p, int l) const { return layout_.offset[p] + l * PerLayer(p); }
   int64_t ShardOff(int p, int l) const { return shard_offset_[p] + l * SliceOf(p); }
   Status SetupZero();
-  Status GatherWeights();
-  // The weight all-gather overlaps the next forward: which of its slots (0: outside the layers,
-  // 1 + l: layer l) the compute stream has not waited for yet; FinishGather waits for them all
-  // (before anything else reads the weights: an evaluation, an import, a test hook).
+  void BeginGather();
+  Status GatherSlot(int slot);
+  // The weight all-gather overlaps the end of AdamW and the next forward: which of its slots (0:
+  // outside the layers, 1 + l: layer l) the compute stream has not waited for yet; FinishGather
+  // waits for them all (before anything else reads the weights: an import, a test hook).
   Status WaitGathered(int slot);
   Status FinishGather();
   std::vector<bool> gather_pending_;
@@ -377,9 +378,10 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
   grad_scale_ = 1.0f;
   FP8RT_RETURN_IF_ERROR(s);
   FP8RT_RETURN_IF_ERROR(ReduceAcrossRanks());
-  FP8RT_RETURN_IF_ERROR(ClipAndOptimize(step, lr));
+  // The scales first (they need only the reduced amaxes): under ZeRO-1, AdamW casts and gathers
+  // each slot's weights as soon as it has updated them.
   FP8RT_RETURN_IF_ERROR(UpdateScales());
-  if (Zero()) FP8RT_RETURN_IF_ERROR(GatherWeights());
+  FP8RT_RETURN_IF_ERROR(ClipAndOptimize(step, lr));
   // The one host synchronisation of the step: the numbers the metrics need.
   std::vector<float> stats(static_cast<size_t>(o_.grad_accum + 2));
   ops_->Mark("step sync");
@@ -470,17 +472,22 @@ Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
     FP8RT_RETURN_IF_ERROR(ops_->NormSquared(norm_sq_, grads_, layout_.total));
   }
   if (Zero()) {
-    ops_->Mark("adamw");
+    // Slot by slot (the tensors outside the layers, then layer by layer), each slot's weights
+    // cast and all-gathered as soon as they are updated.
     const int64_t r = o_.dp->rank();
-    for (int p = 0; p < kNumParams; ++p) {
-      if (layout_.size[p] == 0) continue;
-      for (int l = 0; l < Layers(p); ++l) {
+    BeginGather();
+    for (int slot = 0; slot <= o_.model.n_layer; ++slot) {
+      ops_->Mark("adamw");
+      const int l = slot > 0 ? slot - 1 : 0;
+      for (int p = 0; p < kNumParams; ++p) {
+        if (layout_.size[p] == 0 || IsLayerParam(p) != (slot > 0)) continue;
         const int64_t so = ShardOff(p, l), n = SliceOf(p);
         T* work = HasWorking(p) ? W(static_cast<Param>(p)) + l * PerLayer(p) + r * n : nullptr;
         FP8RT_RETURN_IF_ERROR(ops_->AdamW(master_ + so, m_ + so, v_ + so, gshard_ + so, work, n,
                                           step, cfg, kDecay[p] ? o_.weight_decay : 0.0f,
                                           norm_sq_, o_.grad_clip));
       }
+      FP8RT_RETURN_IF_ERROR(GatherSlot(slot));
     }
     return Status::Ok();
   }

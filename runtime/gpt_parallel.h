@@ -123,7 +123,7 @@ Status Gpt<Ops, T>::PrepareWeightCasts(bool* cast) {
   cast_src_ = master_;
   if (!Zero()) return Status::Ok();
   if (pending_master_.empty()) {
-    *cast = false;  // GatherWeights of the last step made this step's FP8 weights
+    *cast = false;  // the last step's gather (GatherSlot) made this step's FP8 weights
     return Status::Ok();
   }
   // After InitRandom/ImportState: the full master, the same on every rank, in grads_ (free until
@@ -137,22 +137,36 @@ Status Gpt<Ops, T>::PrepareWeightCasts(bool* cast) {
   return Status::Ok();
 }
 
-// After the optimizer step and the scale update: each rank casts its rows of every FP8 weight
-// with the weight's new scale, then the FP8 bytes and the T working copies are all-gathered and
-// the FP8 weights transposed, on the communication stream, overlapping the next step's forward.
-// One group of collectives per gather slot, in the order the forward reads them: slot 0 holds
-// the tensors outside the layers (the embeddings first, the final norm, the LM head), slot 1 + l
-// layer l. Each slot ends with a mark that the forward waits for (WaitGathered) before it reads
-// the slot's weights. Cast once per optimizer step, as without ZeRO; the weights' amaxes (of
-// this rank's rows) feed next step's amax reduction.
+// ZeRO-1's weight all-gather, slot by slot as AdamW finishes each (ClipAndOptimize), after the
+// scale update: each rank casts its rows of the slot's FP8 weights with the weights' new scales,
+// then the FP8 bytes and the T working copies are all-gathered and the FP8 weights transposed,
+// on the communication stream. So the gather overlaps the rest of AdamW and then the next
+// step's forward. One group of collectives per slot, in the order the forward reads them: slot
+// 0 holds the tensors outside the layers (the embeddings, the final norm, the LM head), slot
+// 1 + l layer l. Each slot ends with a mark that the forward waits for (WaitGathered) before it
+// reads the slot's weights. Cast once per optimizer step, as without ZeRO; the weights' amaxes
+// (of this rank's rows) feed next step's amax reduction.
 template <typename Ops, typename T>
-Status Gpt<Ops, T>::GatherWeights() {
-  const int64_t D = o_.dp->size(), r = o_.dp->rank();
-  const int L = o_.model.n_layer;
+void Gpt<Ops, T>::BeginGather() {
   // The previous step's gather: this step's forward waited for it, so it has finished.
   last_gather_ms_ = ops_->CommTimerMs(kGatherTimer);
+  gather_pending_.assign(static_cast<size_t>(o_.model.n_layer + 1), false);
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::GatherSlot(int slot) {
+  const int64_t D = o_.dp->size(), r = o_.dp->rank();
+  const int L = o_.model.n_layer;
+  // The FP8 weights of the slot: layer slot - 1's, or (slot 0) the LM head's.
+  auto slot_linears = [&](auto&& fn) -> Status {
+    for (int kind = 0; kind <= kNumLinear; ++kind) {
+      if ((slot == 0) != (kind == kLmHead) || !Fp8On(kind)) continue;
+      FP8RT_RETURN_IF_ERROR(fn(slot == 0 ? L : slot - 1, kind));
+    }
+    return Status::Ok();
+  };
   ops_->Mark("fp8 cast w (ZeRO part)");
-  FP8RT_RETURN_IF_ERROR(fp8_.ForEachLinear([&](int l, int kind) -> Status {
+  FP8RT_RETURN_IF_ERROR(slot_linears([&](int l, int kind) -> Status {
     int64_t N, K;
     LinearShape(kind, &N, &K);
     const int64_t rows = N / D;
@@ -171,48 +185,38 @@ Status Gpt<Ops, T>::GatherWeights() {
   ops_->CommTimerStart(kGatherTimer);
   const comm::DataType tt =
       kT == DType::kBFloat16 ? comm::DataType::kBFloat16 : comm::DataType::kFloat32;
-  // The FP8 weights of a slot: layer slot - 1's, or (slot 0) the LM head's.
-  auto slot_linears = [&](int slot, auto&& fn) -> Status {
-    for (int kind = 0; kind <= kNumLinear; ++kind) {
-      if ((slot == 0) != (kind == kLmHead) || !Fp8On(kind)) continue;
-      FP8RT_RETURN_IF_ERROR(fn(slot == 0 ? L : slot - 1, kind));
-    }
-    return Status::Ok();
-  };
-  for (int slot = 0; slot <= L; ++slot) {
-    const std::string what = slot == 0 ? std::string("weight all-gather (ZeRO-1), embeddings")
-                                       : StrCat("weight all-gather (ZeRO-1), layer ", slot - 1);
-    FP8RT_RETURN_IF_ERROR(o_.dp->GroupStart());
-    for (int p = 0; p < kNumParams; ++p) {
-      if (!HasWorking(p) || IsLayerParam(p) != (slot > 0)) continue;
-      T* all = W(static_cast<Param>(p)) + (slot > 0 ? slot - 1 : 0) * PerLayer(p);
-      FP8RT_RETURN_IF_ERROR(o_.dp->AllGather(all + r * SliceOf(p), all,
-                                             static_cast<size_t>(SliceOf(p)), tt, stream,
-                                             what.c_str()));
-    }
-    FP8RT_RETURN_IF_ERROR(slot_linears(slot, [&](int l, int kind) -> Status {
-      int64_t N, K;
-      LinearShape(kind, &N, &K);
-      uint8_t* all = fp8_.w8[fp8_.Slot(l, kind)];
-      const int64_t part = N / D * K;
-      return o_.dp->AllGather(all + r * part, all, static_cast<size_t>(part),
-                              comm::DataType::kUint8, stream, what.c_str());
-    }));
-    FP8RT_RETURN_IF_ERROR(o_.dp->GroupEnd(what.c_str()));
-    FP8RT_RETURN_IF_ERROR(slot_linears(slot, [&](int l, int kind) -> Status {
-      int64_t N, K;
-      LinearShape(kind, &N, &K);
-      const int s = fp8_.Slot(l, kind);
-      return ops_->TransposeFp8(fp8_.w8t[s], fp8_.w8[s], N, K, /*on_comm=*/true);
-    }));
-    FP8RT_RETURN_IF_ERROR(ops_->MarkComm(slot));
+  const std::string what = slot == 0 ? std::string("weight all-gather (ZeRO-1), embeddings")
+                                     : StrCat("weight all-gather (ZeRO-1), layer ", slot - 1);
+  FP8RT_RETURN_IF_ERROR(o_.dp->GroupStart());
+  for (int p = 0; p < kNumParams; ++p) {
+    if (!HasWorking(p) || IsLayerParam(p) != (slot > 0)) continue;
+    T* all = W(static_cast<Param>(p)) + (slot > 0 ? slot - 1 : 0) * PerLayer(p);
+    FP8RT_RETURN_IF_ERROR(o_.dp->AllGather(all + r * SliceOf(p), all,
+                                           static_cast<size_t>(SliceOf(p)), tt, stream,
+                                           what.c_str()));
   }
+  FP8RT_RETURN_IF_ERROR(slot_linears([&](int l, int kind) -> Status {
+    int64_t N, K;
+    LinearShape(kind, &N, &K);
+    uint8_t* all = fp8_.w8[fp8_.Slot(l, kind)];
+    const int64_t part = N / D * K;
+    return o_.dp->AllGather(all + r * part, all, static_cast<size_t>(part),
+                            comm::DataType::kUint8, stream, what.c_str());
+  }));
+  FP8RT_RETURN_IF_ERROR(o_.dp->GroupEnd(what.c_str()));
+  FP8RT_RETURN_IF_ERROR(slot_linears([&](int l, int kind) -> Status {
+    int64_t N, K;
+    LinearShape(kind, &N, &K);
+    const int s = fp8_.Slot(l, kind);
+    return ops_->TransposeFp8(fp8_.w8t[s], fp8_.w8[s], N, K, /*on_comm=*/true);
+  }));
+  FP8RT_RETURN_IF_ERROR(ops_->MarkComm(slot));
   ops_->CommTimerStop(kGatherTimer);
-  gather_pending_.assign(static_cast<size_t>(L + 1), true);
+  gather_pending_[slot] = true;
   return Status::Ok();
 }
 
-// The compute stream waits for a gather slot of the last GatherWeights (once).
+// The compute stream waits for a gather slot of the last step (once).
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::WaitGathered(int slot) {
   if (slot >= static_cast<int>(gather_pending_.size()) || !gather_pending_[slot]) {
