@@ -39,10 +39,17 @@ ncclRedOp_t Op(ReduceOp op) {
 
 // Non-blocking unless FP8RT_NCCL_BLOCKING=1 (diagnostics: rules NCCL's asynchronous enqueue in or
 // out when results look wrong; an aborted peer can then hang a call until the watchdog exits).
+// FP8RT_NCCL_CTA_POLICY=0|1|2 sets ncclConfig_t::CTAPolicy (default, efficiency, zero: fewer
+// blocks taken from the computation that the collectives overlap; measurements only).
 ncclConfig_t NonBlocking() {
   ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
   const char* b = std::getenv("FP8RT_NCCL_BLOCKING");
   c.blocking = b != nullptr && std::string(b) == "1" ? 1 : 0;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+  if (const char* p = std::getenv("FP8RT_NCCL_CTA_POLICY"); p != nullptr && *p != '\0') {
+    c.CTAPolicy = std::atoi(p);
+  }
+#endif
   return c;
 }
 

@@ -26,7 +26,9 @@ STEPS=${STEPS:-12}
 export NCCL_NVLS_ENABLE=0
 MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE
      -x LD_LIBRARY_PATH --mca btl self,tcp)
-for v in $(env | grep -o '^NCCL_[A-Z_0-9]*' | grep -v '^NCCL_NVLS_ENABLE$'); do MPI+=(-x "$v"); done  # e.g. NCCL_MAX_CTAS
+for v in $(env | grep -o -E '^(FP8RT_)?NCCL_[A-Z_0-9]*' | grep -v '^NCCL_NVLS_ENABLE$'); do
+  MPI+=(-x "$v")  # e.g. NCCL_MAX_CTAS, FP8RT_NCCL_CTA_POLICY
+done
 nvidia-smi --query-gpu=index,name,memory.total --format=csv | tee "$OUT/device.txt"
 date -u | tee -a "$OUT/device.txt"
 cat bundle/VERSION | tee -a "$OUT/device.txt"
