@@ -75,8 +75,9 @@ struct StepStats {
   int grad_buckets = 0;
   double amax_reduce_ms = 0;
   double grad_reduce_ms = 0;
-  // ZeRO-1: the FP8 (and T) weight all-gather launched after the previous step's update, first
-  // launch to last layer's end; it overlaps this step's forward, which waits layer by layer.
+  // ZeRO-1: the FP8 (and T) weight all-gather of the previous step's update (it overlapped the
+  // rest of that update and this step's forward): the communication stream's time in it, summed
+  // over the layers' gathers (with their transposes). 0 on the first step, which casts itself.
   double weight_gather_ms = 0;
 };
 

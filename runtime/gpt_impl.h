@@ -25,6 +25,8 @@ class Gpt final : public GptModel {
   Gpt(const ModelOptions& o, std::unique_ptr<Ops> ops)
       : o_(o), ops_(std::move(ops)), layout_(o.model, o.tp_size()), fp8_(o_, ops_.get()) {}
   ~Gpt() override {
+    // The last step's weight all-gather may still run on the communication stream.
+    if (!gather_pending_.empty() && FinishGather().ok()) (void)ops_->Sync();
     for (void* p : allocations_) ops_->Free(p);
     if (staging_) ops_->FreeHost(staging_);
   }
@@ -297,15 +299,18 @@ class Gpt final : public GptModel {
   int64_t FullOff(int p, int l) const { return layout_.offset[p] + l * PerLayer(p); }
   int64_t ShardOff(int p, int l) const { return shard_offset_[p] + l * SliceOf(p); }
   Status SetupZero();
-  void BeginGather();
-  Status GatherSlot(int slot);
+  Status BeginGather();
+  template <typename Fn>
+  Status ForSlotLinears(int slot, Fn&& fn) const;  // the FP8 linears of a gather slot
+  Status CastSlot(int slot);
+  Status LaunchGather(int slot);
   // The weight all-gather overlaps the end of AdamW and the next forward: which of its slots (0:
   // outside the layers, 1 + l: layer l) the compute stream has not waited for yet; FinishGather
-  // waits for them all (before anything else reads the weights: an import, a test hook).
+  // waits for them all (before anything else reads or frees the weights: an import, a test hook,
+  // the destructor).
   Status WaitGathered(int slot);
   Status FinishGather();
   std::vector<bool> gather_pending_;
-  double last_gather_ms_ = 0;  // the previous step's all-gather, first launch to last mark
   Status GatherState(const float* shard, std::vector<float>* full);
   Status ScatterState(const std::vector<float>& full, float* shard);
   // The step's FP8 weight casts: true (every step, from master_) without ZeRO; under ZeRO only
@@ -328,7 +333,7 @@ class Gpt final : public GptModel {
   float grad_scale_ = 1.0f;  // 1 / DP while a DP step runs: SUM then gives the mean
   int amax_collectives_ = 0;
   int current_amax_collectives_ = 0;
-  static constexpr int kGradTimer = 0, kAmaxTimer = 1, kGatherTimer = 2;
+  static constexpr int kGradTimer = 0, kAmaxTimer = 1;
   // Set during the backward of a step's first micro-batch: the linear layers' weight gradients
   // (and the tied wte's, which the LM head's wgrad writes before the embedding backward adds to
   // it) are written by their wgrad GEMMs (beta 0) rather than accumulated, so ZeroGrads need not
@@ -356,8 +361,9 @@ class Gpt final : public GptModel {
 // Implementation.
 
 // One optimizer step, as phases: micro-batches (forward + backward, gradients accumulated), then
-// the gradient and amax reductions across ranks (issue 11), clipping + AdamW, and the FP8 scale
-// update. Ends with the step's one host synchronisation.
+// the gradient and amax reductions across ranks (issue 11), the FP8 scale update, and clipping +
+// AdamW (under ZeRO-1 also the weight casts and all-gathers, which run on past the step's end
+// until the next forward waits for them). Ends with the step's one host synchronisation.
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y, StepStats* out) {
   weight_casts_ = 0;
@@ -401,7 +407,8 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
   out->grad_buckets = Dp() ? static_cast<int>(buckets_.size()) : 0;
   out->grad_reduce_ms = Dp() ? ops_->CommTimerMs(kGradTimer) : 0;
   out->amax_reduce_ms = amax_collectives_ > 0 ? ops_->CommTimerMs(kAmaxTimer) : 0;
-  out->weight_gather_ms = Zero() ? last_gather_ms_ : 0;
+  // (the previous step's gather: this step's forward waited for it, so reading it does not wait)
+  out->weight_gather_ms = Zero() ? ops_->SegmentsRotate() : 0;
   return Status::Ok();
 }
 
@@ -473,10 +480,13 @@ Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
   }
   if (Zero()) {
     // Slot by slot (the tensors outside the layers, then layer by layer), each slot's weights
-    // cast and all-gathered as soon as they are updated.
+    // cast and all-gathered as soon as they are updated. With current scaling a weight's cast
+    // first all-reduces its amax over its shards: then every slot is updated and cast before the
+    // first gather, so that those all-reduces never run beside a gather.
     const int64_t r = o_.dp->rank();
-    BeginGather();
-    for (int slot = 0; slot <= o_.model.n_layer; ++slot) {
+    const int slots = o_.model.n_layer + 1;
+    FP8RT_RETURN_IF_ERROR(BeginGather());
+    auto update = [&](int slot) -> Status {
       ops_->Mark("adamw");
       const int l = slot > 0 ? slot - 1 : 0;
       for (int p = 0; p < kNumParams; ++p) {
@@ -487,7 +497,16 @@ Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
                                           step, cfg, kDecay[p] ? o_.weight_decay : 0.0f,
                                           norm_sq_, o_.grad_clip));
       }
-      FP8RT_RETURN_IF_ERROR(GatherSlot(slot));
+      return CastSlot(slot);
+    };
+    if (fp8_.current) {
+      for (int slot = 0; slot < slots; ++slot) FP8RT_RETURN_IF_ERROR(update(slot));
+      for (int slot = 0; slot < slots; ++slot) FP8RT_RETURN_IF_ERROR(LaunchGather(slot));
+      return Status::Ok();
+    }
+    for (int slot = 0; slot < slots; ++slot) {
+      FP8RT_RETURN_IF_ERROR(update(slot));
+      FP8RT_RETURN_IF_ERROR(LaunchGather(slot));
     }
     return Status::Ok();
   }

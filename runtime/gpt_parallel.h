@@ -123,7 +123,7 @@ Status Gpt<Ops, T>::PrepareWeightCasts(bool* cast) {
   cast_src_ = master_;
   if (!Zero()) return Status::Ok();
   if (pending_master_.empty()) {
-    *cast = false;  // the last step's gather (GatherSlot) made this step's FP8 weights
+    *cast = false;  // the last step's gather (LaunchGather) made this step's FP8 weights
     return Status::Ok();
   }
   // After InitRandom/ImportState: the full master, the same on every rank, in grads_ (free until
@@ -138,35 +138,37 @@ Status Gpt<Ops, T>::PrepareWeightCasts(bool* cast) {
 }
 
 // ZeRO-1's weight all-gather, slot by slot as AdamW finishes each (ClipAndOptimize), after the
-// scale update: each rank casts its rows of the slot's FP8 weights with the weights' new scales,
-// then the FP8 bytes and the T working copies are all-gathered and the FP8 weights transposed,
-// on the communication stream. So the gather overlaps the rest of AdamW and then the next
-// step's forward. One group of collectives per slot, in the order the forward reads them: slot
-// 0 holds the tensors outside the layers (the embeddings, the final norm, the LM head), slot
-// 1 + l layer l. Each slot ends with a mark that the forward waits for (WaitGathered) before it
-// reads the slot's weights. Cast once per optimizer step, as without ZeRO; the weights' amaxes
-// (of this rank's rows) feed next step's amax reduction.
+// scale update: each rank casts its rows of the slot's FP8 weights with the weights' new scales
+// (CastSlot), then the FP8 bytes and the T working copies are all-gathered and the FP8 weights
+// transposed, on the communication stream (LaunchGather). So the gather overlaps the rest of
+// AdamW and then the next step's forward. One group of collectives per slot, in the order the
+// forward reads them: slot 0 holds the tensors outside the layers (the embeddings, the final
+// norm, the LM head), slot 1 + l layer l. Each slot ends with a mark that the forward waits for
+// (WaitGathered) before it reads the slot's weights. Cast once per optimizer step, as without
+// ZeRO; the weights' amaxes (of this rank's rows) feed next step's amax reduction.
 template <typename Ops, typename T>
-void Gpt<Ops, T>::BeginGather() {
-  // The previous step's gather: this step's forward waited for it, so it has finished.
-  last_gather_ms_ = ops_->CommTimerMs(kGatherTimer);
+Status Gpt<Ops, T>::BeginGather() {
+  // (The forward waited for every slot of the last step's gather; this makes sure of it.)
+  FP8RT_RETURN_IF_ERROR(FinishGather());
   gather_pending_.assign(static_cast<size_t>(o_.model.n_layer + 1), false);
+  return Status::Ok();
 }
 
 template <typename Ops, typename T>
-Status Gpt<Ops, T>::GatherSlot(int slot) {
+template <typename Fn>
+Status Gpt<Ops, T>::ForSlotLinears(int slot, Fn&& fn) const {
+  for (int kind = 0; kind <= kNumLinear; ++kind) {
+    if ((slot == 0) != (kind == kLmHead) || !Fp8On(kind)) continue;
+    FP8RT_RETURN_IF_ERROR(fn(slot == 0 ? o_.model.n_layer : slot - 1, kind));
+  }
+  return Status::Ok();
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::CastSlot(int slot) {
   const int64_t D = o_.dp->size(), r = o_.dp->rank();
-  const int L = o_.model.n_layer;
-  // The FP8 weights of the slot: layer slot - 1's, or (slot 0) the LM head's.
-  auto slot_linears = [&](auto&& fn) -> Status {
-    for (int kind = 0; kind <= kNumLinear; ++kind) {
-      if ((slot == 0) != (kind == kLmHead) || !Fp8On(kind)) continue;
-      FP8RT_RETURN_IF_ERROR(fn(slot == 0 ? L : slot - 1, kind));
-    }
-    return Status::Ok();
-  };
   ops_->Mark("fp8 cast w (ZeRO part)");
-  FP8RT_RETURN_IF_ERROR(slot_linears([&](int l, int kind) -> Status {
+  return ForSlotLinears(slot, [&](int l, int kind) -> Status {
     int64_t N, K;
     LinearShape(kind, &N, &K);
     const int64_t rows = N / D;
@@ -179,10 +181,15 @@ Status Gpt<Ops, T>::GatherSlot(int slot) {
                                          SplitOverTp(kind, kRoleW) ? World() : o_.dp));
     }
     return fp8_.Cast(shard, t, fp8_.SaturatedOf(l, kind, kRoleW));
-  }));
+  });
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::LaunchGather(int slot) {
+  const int64_t D = o_.dp->size(), r = o_.dp->rank();
   ops_->Mark("weight all-gather (launch)");
   void* stream = ops_->ForkComm();
-  ops_->CommTimerStart(kGatherTimer);
+  ops_->SegmentStart(stream);
   const comm::DataType tt =
       kT == DType::kBFloat16 ? comm::DataType::kBFloat16 : comm::DataType::kFloat32;
   const std::string what = slot == 0 ? std::string("weight all-gather (ZeRO-1), embeddings")
@@ -195,7 +202,7 @@ Status Gpt<Ops, T>::GatherSlot(int slot) {
                                            static_cast<size_t>(SliceOf(p)), tt, stream,
                                            what.c_str()));
   }
-  FP8RT_RETURN_IF_ERROR(slot_linears([&](int l, int kind) -> Status {
+  FP8RT_RETURN_IF_ERROR(ForSlotLinears(slot, [&](int l, int kind) -> Status {
     int64_t N, K;
     LinearShape(kind, &N, &K);
     uint8_t* all = fp8_.w8[fp8_.Slot(l, kind)];
@@ -204,14 +211,14 @@ Status Gpt<Ops, T>::GatherSlot(int slot) {
                             comm::DataType::kUint8, stream, what.c_str());
   }));
   FP8RT_RETURN_IF_ERROR(o_.dp->GroupEnd(what.c_str()));
-  FP8RT_RETURN_IF_ERROR(slot_linears([&](int l, int kind) -> Status {
+  FP8RT_RETURN_IF_ERROR(ForSlotLinears(slot, [&](int l, int kind) -> Status {
     int64_t N, K;
     LinearShape(kind, &N, &K);
     const int s = fp8_.Slot(l, kind);
-    return ops_->TransposeFp8(fp8_.w8t[s], fp8_.w8[s], N, K, /*on_comm=*/true);
+    return ops_->TransposeFp8(fp8_.w8t[s], fp8_.w8[s], N, K, stream);
   }));
-  FP8RT_RETURN_IF_ERROR(ops_->MarkComm(slot));
-  ops_->CommTimerStop(kGatherTimer);
+  FP8RT_RETURN_IF_ERROR(ops_->MarkComm(slot, stream));
+  ops_->SegmentStop(stream);
   gather_pending_[slot] = true;
   return Status::Ok();
 }

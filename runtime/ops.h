@@ -190,7 +190,7 @@ class CpuOps {
   Status InitScaling(const ScalingState& s) { return cpu::InitScalingState(s); }
   Status AmaxNanToInf(float* amax, int64_t n) { return cpu::AmaxNanToInf(amax, n); }
   Status TransposeFp8(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols,
-                      bool /*on_comm*/ = false) {
+                      void* /*on*/ = nullptr) {
     return cpu::TransposeFp8(out, in, rows, cols);
   }
   Status FloatToBf16(bf16* out, const float* in, int64_t n) { return cpu::FloatToBf16(out, in, n); }
@@ -205,8 +205,21 @@ class CpuOps {
   void* ForkComm() { return nullptr; }
   void* ComputeStream() { return nullptr; }
   Status JoinComm() { return Status::Ok(); }
-  Status MarkComm(int) { return Status::Ok(); }
+  Status MarkComm(int, void*) { return Status::Ok(); }
   Status WaitComm(int) { return Status::Ok(); }
+  // The segment timer (ops_cuda.h): host time between SegmentStart and SegmentStop, summed per
+  // set; SegmentsRotate returns the set closed the time before.
+  void SegmentStart(void*) { seg_start_ = std::chrono::steady_clock::now(); }
+  void SegmentStop(void*) {
+    seg_ms_[1] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                            seg_start_)
+                      .count();
+  }
+  double SegmentsRotate() {
+    const double ms = seg_ms_[0];
+    seg_ms_[0] = seg_ms_[1], seg_ms_[1] = 0;
+    return ms;
+  }
   void CommTimerStart(int k) { timer_start_[k] = std::chrono::steady_clock::now(); }
   void CommTimerStop(int k) {
     timer_ms_[k] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
@@ -227,8 +240,9 @@ class CpuOps {
 
  private:
   HostOpProfiler prof_;
-  std::chrono::steady_clock::time_point timer_start_[3];
-  double timer_ms_[3] = {0, 0, 0};  // gradients, amaxes, the ZeRO-1 weight all-gather
+  std::chrono::steady_clock::time_point timer_start_[2], seg_start_;
+  double timer_ms_[2] = {0, 0};  // gradients, amaxes
+  double seg_ms_[2] = {0, 0};    // the segment timer: the set closed last, the open one
 };
 
 }  // namespace fp8rt

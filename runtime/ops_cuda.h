@@ -77,6 +77,9 @@ class CudaOps {
       if (e) cudaEventDestroy(e);
     }
     for (cudaEvent_t e : marked_) cudaEventDestroy(e);
+    for (auto& set : segments_) {
+      for (auto& [a, b] : set) cudaEventDestroy(a), cudaEventDestroy(b);
+    }
     for (auto& t : timer_) {
       for (cudaEvent_t e : t) {
         if (e) cudaEventDestroy(e);
@@ -379,12 +382,12 @@ class CudaOps {
   }
   Status InitScaling(const ScalingState& s) { return cuda::InitScalingState(s, stream_); }
   Status AmaxNanToInf(float* amax, int64_t n) { return cuda::AmaxNanToInf(amax, n, stream_); }
-  // on_comm: on the communication stream, behind the collectives enqueued there so far (ZeRO-1's
-  // gathered weights, transposed while the next forward computes).
+  // on: a stream ForkComm returned, behind the collectives enqueued there so far (ZeRO-1's
+  // gathered weights, transposed beside the computation); the compute stream by default.
   Status TransposeFp8(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols,
-                      bool on_comm = false) {
+                      void* on = nullptr) {
     return cuda::TransposeFp8(out, in, rows, cols,
-                              on_comm && comm_stream_ != nullptr ? comm_stream_ : stream_);
+                              on != nullptr ? static_cast<cudaStream_t>(on) : stream_);
   }
   Status FloatToBf16(bf16* out, const float* in, int64_t n) {
     return cuda::FloatToBf16(out, in, n, stream_);
@@ -414,23 +417,55 @@ class CudaOps {
     FP8RT_CUDA_TRY(cudaStreamWaitEvent(stream_, joined_, 0));
     return Status::Ok();
   }
-  // Finer than JoinComm: MarkComm(i) records mark i on the communication stream (after what is
-  // enqueued there so far), WaitComm(i) makes the compute stream wait for it. ZeRO-1's weight
-  // all-gather marks each layer, so the next forward waits for a layer's weights only.
-  Status MarkComm(int i) {
-    if (comm_stream_ == nullptr) return Status::Ok();
+  // Finer than JoinComm: MarkComm(i, s) records mark i on s (a stream ForkComm returned, after
+  // what is enqueued there so far), WaitComm(i) makes the compute stream wait for it. ZeRO-1's
+  // weight all-gather marks each layer, so the next forward waits for a layer's weights only.
+  Status MarkComm(int i, void* s) {
     while (static_cast<int>(marked_.size()) <= i) {
       cudaEvent_t e = nullptr;
       FP8RT_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
       marked_.push_back(e);
     }
-    FP8RT_CUDA_TRY(cudaEventRecord(marked_[i], comm_stream_));
+    FP8RT_CUDA_TRY(cudaEventRecord(marked_[i], static_cast<cudaStream_t>(s)));
     return Status::Ok();
   }
   Status WaitComm(int i) {
-    if (comm_stream_ == nullptr || i >= static_cast<int>(marked_.size())) return Status::Ok();
+    if (i >= static_cast<int>(marked_.size())) return Status::Ok();
     FP8RT_CUDA_TRY(cudaStreamWaitEvent(stream_, marked_[i], 0));
     return Status::Ok();
+  }
+  // A timer of segments on a communication stream, summed (ZeRO-1's per-layer weight
+  // all-gathers): SegmentStart/SegmentStop record an event pair on s. SegmentsRotate() closes
+  // the step's set and returns the total of the set it closed the time before, which the caller
+  // knows has finished (the step since waited for it), so reading it does not make the host wait.
+  void SegmentStart(void* s) {
+    auto& set = segments_[seg_cur_];
+    if (seg_n_[seg_cur_] == set.size()) {
+      cudaEvent_t a = nullptr, b = nullptr;
+      if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) return;
+      set.emplace_back(a, b);
+    }
+    cudaEventRecord(set[seg_n_[seg_cur_]].first, static_cast<cudaStream_t>(s));
+    seg_open_ = true;
+  }
+  void SegmentStop(void* s) {
+    if (!seg_open_) return;
+    cudaEventRecord(segments_[seg_cur_][seg_n_[seg_cur_]++].second, static_cast<cudaStream_t>(s));
+    seg_open_ = false;
+  }
+  double SegmentsRotate() {
+    const int prev = 1 - seg_cur_;
+    double total = 0;
+    for (size_t i = 0; i < seg_n_[prev]; ++i) {
+      float ms = 0;
+      const auto& [a, b] = segments_[prev][i];
+      if (cudaEventSynchronize(b) == cudaSuccess && cudaEventElapsedTime(&ms, a, b) == cudaSuccess) {
+        total += ms;
+      }
+    }
+    seg_n_[prev] = 0;
+    seg_cur_ = prev;
+    return total;
   }
   void CommTimerStart(int k) {
     if (comm_on_compute_ || !EnsureCommStream() || timer_started_[k]) return;
@@ -514,9 +549,13 @@ class CudaOps {
   bool comm_on_compute_ = false;
   cudaEvent_t forked_ = nullptr, joined_ = nullptr;
   std::vector<cudaEvent_t> marked_;  // MarkComm's
-  // Gradients, amaxes, the ZeRO-1 weight all-gather: (start, stop) events each.
-  cudaEvent_t timer_[3][2] = {{nullptr, nullptr}, {nullptr, nullptr}, {nullptr, nullptr}};
-  bool timer_started_[3] = {false, false, false};
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> segments_[2];  // the segment timer's two sets
+  size_t seg_n_[2] = {0, 0};
+  int seg_cur_ = 0;
+  bool seg_open_ = false;
+  // Gradients, amaxes: (start, stop) events each.
+  cudaEvent_t timer_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
+  bool timer_started_[2] = {false, false};
   std::unique_ptr<GemmRunner> gemm_;
   AttentionMode attention_mode_ = AttentionMode::kAuto;
   std::unique_ptr<cuda::CudnnAttention> cudnn_;

@@ -282,6 +282,8 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
     const int every = c.parallel.scale_check_every;
     if (ranks > 1 && pd.precision == Precision::kFp8 && every > 0 &&
         (step % every == 0 || step == stop)) {
+      comm::FailureMonitor::Scope scope(o.world != nullptr ? o.world->monitor() : nullptr,
+                                        StrCat("scale check after step ", step));
       FP8RT_RETURN_IF_ERROR(CheckScalesAgree(*model, step));
     }
     // Diagnostics (FP8RT_STATE_HASHES=N: every N steps): every rank's hashes of its state.
@@ -338,6 +340,9 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
     }
     if (validator && IsEvalStep(c.train, step, stop)) {
       const auto e0 = std::chrono::steady_clock::now();
+      // (it may wait on collectives of the step: ZeRO-1's weight all-gather runs on)
+      comm::FailureMonitor::Scope scope(o.world != nullptr ? o.world->monitor() : nullptr,
+                                        StrCat("evaluation after step ", step));
       FP8RT_ASSIGN_OR_RETURN(const double val_loss, validator->Evaluate(*model));
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
       result.val_losses.emplace_back(step, val_loss);
