@@ -8,7 +8,8 @@
 #        (default: all but overlap, which compares gradient-reduction settings at dp 2, and profile,
 #        rank 0's ops at dp 1 and the largest of SIZES with ZeRO-1)
 # Environment: NGPU (default: nvidia-smi's count), SIZES (the dp/tp sizes, default "2 4" with 4 GPUs), STEPS (scaling steps, default 12),
-# FP8TRAIN (the fp8train of scaling and profile), SCALING_ZERO (default "false true"), FP8RT_BIN
+# FP8TRAIN (the fp8train of scaling and profile), SCALING_ZERO (default "false true"),
+# SCALING_PRECISIONS and PROFILE_PRECISIONS (default "bf16 fp8" and "fp8"), FP8RT_BIN
 # (the binaries, default bundle/bin). Exits 1 when a check fails, 77 (skipped) with fewer than 2 GPUs;
 # ctest runs its equiv and fault parts as the multigpu label (tests/CMakeLists.txt).
 # Written before a multi-GPU machine was lent: the first run is also its test.
