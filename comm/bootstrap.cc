@@ -91,7 +91,7 @@ const char* LauncherName(Launcher l) {
 }
 
 int SlurmDefaultPort(long job_id, long step_id) {
-  return 20000 + static_cast<int>((job_id * 16 + step_id) % 20000);
+  return 12000 + static_cast<int>((job_id * 16 + step_id) % 20000);
 }
 
 Result<std::vector<std::string>> ExpandSlurmHostList(const std::string& list) {

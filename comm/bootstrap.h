@@ -42,8 +42,10 @@ Result<LaunchInfo> DetectLaunch(const std::vector<std::string>& env = {});
 // "node7", "gpu5").
 Result<std::vector<std::string>> ExpandSlurmHostList(const std::string& list);
 
-// The rendezvous port of a Slurm step when FP8RT_MASTER_PORT is not set: 20000 + (job id * 16 +
-// step id) % 20000, the same on every rank of the step.
+// The rendezvous port of a Slurm step when FP8RT_MASTER_PORT is not set: 12000 + (job id * 16 +
+// step id) % 20000, the same on every rank of the step. Below 32768, where Linux's ephemeral
+// ports start (ip_local_port_range 32768-60999 by default), so that no outgoing connection on
+// the node holds it (CI once found job 3353's port 33648, under the old base 20000, taken).
 int SlurmDefaultPort(long job_id, long step_id);
 
 }  // namespace fp8rt::comm

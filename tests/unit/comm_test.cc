@@ -80,6 +80,15 @@ TEST(CommLaunch, MpirunAndSrun) {
   EXPECT_EQ(s->local_rank, 1);
   EXPECT_EQ(s->master_addr, "gpu07");
   EXPECT_EQ(s->master_port, SlurmDefaultPort(1234, 0));
+  // Every derived port is below Linux's ephemeral range (32768-60999 by default), where an
+  // outgoing connection could hold it (job 3353 once got 33648, taken, under the old base).
+  for (long job = 0; job < 5000; ++job) {
+    for (long step = 0; step < 3; ++step) {
+      const int port = SlurmDefaultPort(job, step);
+      ASSERT_GE(port, 12000) << job << "." << step;
+      ASSERT_LT(port, 32768) << job << "." << step;
+    }
+  }
   EXPECT_EQ(s->job, "slurm-1234.0");
   // The batch script itself (no SLURM_STEP_NUM_TASKS) is not a rank of a step.
   auto batch = DetectLaunch({"SLURM_PROCID=0", "SLURM_NTASKS=8", "SLURM_JOB_ID=1"});
