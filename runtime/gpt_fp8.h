@@ -121,11 +121,15 @@ class Fp8State {
   // LM head): the order of ExportScales, ImportScales and Telemetry.
   template <typename Fn>
   Status ForEachLinear(Fn&& fn) const {
-    for (int l = 0; l <= o_.model.n_layer; ++l) {
-      for (int kind = 0; kind <= kNumLinear; ++kind) {
-        if ((l == o_.model.n_layer) != (kind == kLmHead) || !On(kind)) continue;
-        FP8RT_RETURN_IF_ERROR(fn(l, kind));
-      }
+    for (int l = 0; l <= o_.model.n_layer; ++l) FP8RT_RETURN_IF_ERROR(ForLayerLinears(l, fn));
+    return Status::Ok();
+  }
+  // The same for layer l's FP8 linears only (l = n_layer: the LM head).
+  template <typename Fn>
+  Status ForLayerLinears(int l, Fn&& fn) const {
+    for (int kind = 0; kind <= kNumLinear; ++kind) {
+      if ((l == o_.model.n_layer) != (kind == kLmHead) || !On(kind)) continue;
+      FP8RT_RETURN_IF_ERROR(fn(l, kind));
     }
     return Status::Ok();
   }

@@ -145,7 +145,8 @@ class Gpt final : public GptModel {
   // tied LM head).
   bool HasWorking(int p) const {
     if (layout_.size[p] == 0) return false;
-    for (int kind = 0; kind <= kNumLinear && p != kWte; ++kind) {
+    if (p == kWte) return true;
+    for (int kind = 0; kind <= kNumLinear; ++kind) {
       if (WeightOf(o_.model, kind) == p && Fp8On(kind)) return false;
     }
     return true;
@@ -300,8 +301,14 @@ class Gpt final : public GptModel {
   int64_t ShardOff(int p, int l) const { return shard_offset_[p] + l * SliceOf(p); }
   Status SetupZero();
   Status BeginGather();
+  // Gather slot 0 holds the tensors outside the layers (and the LM head), slot 1 + l layer l.
+  bool InSlot(int p, int slot) const { return IsLayerParam(p) == (slot > 0); }
+  int SlotLayer(int slot) const { return slot > 0 ? slot - 1 : 0; }
+  // Its FP8 linears: layer slot - 1's, or the LM head's.
   template <typename Fn>
-  Status ForSlotLinears(int slot, Fn&& fn) const;  // the FP8 linears of a gather slot
+  Status ForSlotLinears(int slot, Fn&& fn) const {
+    return fp8_.ForLayerLinears(slot > 0 ? slot - 1 : o_.model.n_layer, fn);
+  }
   Status CastSlot(int slot);
   Status LaunchGather(int slot);
   // The weight all-gather overlaps the end of AdamW and the next forward: which of its slots (0:
@@ -488,9 +495,9 @@ Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
     FP8RT_RETURN_IF_ERROR(BeginGather());
     auto update = [&](int slot) -> Status {
       ops_->Mark("adamw");
-      const int l = slot > 0 ? slot - 1 : 0;
+      const int l = SlotLayer(slot);
       for (int p = 0; p < kNumParams; ++p) {
-        if (layout_.size[p] == 0 || IsLayerParam(p) != (slot > 0)) continue;
+        if (layout_.size[p] == 0 || !InSlot(p, slot)) continue;
         const int64_t so = ShardOff(p, l), n = SliceOf(p);
         T* work = HasWorking(p) ? W(static_cast<Param>(p)) + l * PerLayer(p) + r * n : nullptr;
         FP8RT_RETURN_IF_ERROR(ops_->AdamW(master_ + so, m_ + so, v_ + so, gshard_ + so, work, n,

@@ -155,16 +155,6 @@ Status Gpt<Ops, T>::BeginGather() {
 }
 
 template <typename Ops, typename T>
-template <typename Fn>
-Status Gpt<Ops, T>::ForSlotLinears(int slot, Fn&& fn) const {
-  for (int kind = 0; kind <= kNumLinear; ++kind) {
-    if ((slot == 0) != (kind == kLmHead) || !Fp8On(kind)) continue;
-    FP8RT_RETURN_IF_ERROR(fn(slot == 0 ? o_.model.n_layer : slot - 1, kind));
-  }
-  return Status::Ok();
-}
-
-template <typename Ops, typename T>
 Status Gpt<Ops, T>::CastSlot(int slot) {
   const int64_t D = o_.dp->size(), r = o_.dp->rank();
   ops_->Mark("fp8 cast w (ZeRO part)");
@@ -196,8 +186,8 @@ Status Gpt<Ops, T>::LaunchGather(int slot) {
                                      : StrCat("weight all-gather (ZeRO-1), layer ", slot - 1);
   FP8RT_RETURN_IF_ERROR(o_.dp->GroupStart());
   for (int p = 0; p < kNumParams; ++p) {
-    if (!HasWorking(p) || IsLayerParam(p) != (slot > 0)) continue;
-    T* all = W(static_cast<Param>(p)) + (slot > 0 ? slot - 1 : 0) * PerLayer(p);
+    if (!HasWorking(p) || !InSlot(p, slot)) continue;
+    T* all = W(static_cast<Param>(p)) + SlotLayer(slot) * PerLayer(p);
     FP8RT_RETURN_IF_ERROR(o_.dp->AllGather(all + r * SliceOf(p), all,
                                            static_cast<size_t>(SliceOf(p)), tt, stream,
                                            what.c_str()));

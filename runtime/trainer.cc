@@ -227,6 +227,9 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
 
   const int64_t M = int64_t{c.train.batch_size} * c.train.seq_len;
   std::vector<int32_t> x(static_cast<size_t>(M * c.train.grad_accum)), y(x.size());
+  // What waits on other ranks (a step, a scale check, an evaluation) runs in a scope of it: a dead
+  // or hung peer ends the job at the collective timeout.
+  comm::FailureMonitor* const monitor = o.world != nullptr ? o.world->monitor() : nullptr;
   const double flops_per_token = 6.0 * static_cast<double>(c.model.matmul_params()) +
                                  12.0 * c.model.n_layer * c.model.n_embd * c.train.seq_len;
   // Diagnostics: FP8RT_STATE_HASHES=N hashes the state every N steps (and the last).
@@ -257,9 +260,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
     StepStats st;
     st.stop = o.stop_flag != nullptr && o.stop_flag->load();
     {
-      // A step that waits on a dead or hung peer ends the job at the collective timeout.
-      comm::FailureMonitor::Scope scope(o.world != nullptr ? o.world->monitor() : nullptr,
-                                        StrCat("training step ", step));
+      comm::FailureMonitor::Scope scope(monitor, StrCat("training step ", step));
       FP8RT_RETURN_IF_ERROR(model->Step(static_cast<int>(step), lr, x.data(), y.data(), &st));
     }
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -282,8 +283,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
     const int every = c.parallel.scale_check_every;
     if (ranks > 1 && pd.precision == Precision::kFp8 && every > 0 &&
         (step % every == 0 || step == stop)) {
-      comm::FailureMonitor::Scope scope(o.world != nullptr ? o.world->monitor() : nullptr,
-                                        StrCat("scale check after step ", step));
+      comm::FailureMonitor::Scope scope(monitor, StrCat("scale check after step ", step));
       FP8RT_RETURN_IF_ERROR(CheckScalesAgree(*model, step));
     }
     // Diagnostics (FP8RT_STATE_HASHES=N: every N steps): every rank's hashes of its state.
@@ -341,8 +341,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
     if (validator && IsEvalStep(c.train, step, stop)) {
       const auto e0 = std::chrono::steady_clock::now();
       // (it may wait on collectives of the step: ZeRO-1's weight all-gather runs on)
-      comm::FailureMonitor::Scope scope(o.world != nullptr ? o.world->monitor() : nullptr,
-                                        StrCat("evaluation after step ", step));
+      comm::FailureMonitor::Scope scope(monitor, StrCat("evaluation after step ", step));
       FP8RT_ASSIGN_OR_RETURN(const double val_loss, validator->Evaluate(*model));
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
       result.val_losses.emplace_back(step, val_loss);
