@@ -48,6 +48,13 @@ print(f"{statistics.median(t):.{0 if sys.argv[2] == 'tokens_per_s' else 2}f}" if
 PY
 }
 
+# gpt-1.3b's config with "parallel: {$2}" and absolute data paths, written to $1.
+gpt13_yaml() {
+  sed "s/^parallel:.*//" configs/gpt-1.3b.yaml > "$1"
+  echo "parallel: {$2}" >> "$1"
+  sed -i "s|\.\./data/|$(pwd)/data/|" "$1"
+}
+
 if want comm; then
   echo "== collectives"
   for n in "${sizes[@]}"; do
@@ -223,9 +230,7 @@ if want scaling; then
     echo "| gpt-1.3b $p | dp 1 | $one tok/s | 1 GPU |" | tee -a "$OUT/scaling.md"
     for n in "${sizes[@]}"; do
       for z in ${SCALING_ZERO:-false true}; do
-        sed "s/^parallel:.*//" configs/gpt-1.3b.yaml > "$OUT/sc.yaml"
-        echo "parallel: {zero: $z}" >> "$OUT/sc.yaml"
-        sed -i "s|\.\./data/|$(pwd)/data/|" "$OUT/sc.yaml"
+        gpt13_yaml "$OUT/sc.yaml" "zero: $z"
         timeout 400 "${MPI[@]}" -np "$n" $TRAIN --config "$OUT/sc.yaml" --precision $p \
           --steps "$STEPS" --metrics "$OUT/sc${n}_${z}_$p.jsonl" > "$OUT/sc${n}_${z}_$p.log" 2>&1
         all=$(median_tps "$OUT/sc${n}_${z}_$p.jsonl")
@@ -242,9 +247,7 @@ if want profile; then
   for p in ${PROFILE_PRECISIONS:-fp8}; do
     timeout 300 $TRAIN --config configs/gpt-1.3b.yaml --precision $p --steps "$STEPS" \
       --profile-ops > "$OUT/prof1_$p.log" 2>&1
-    sed "s/^parallel:.*//" configs/gpt-1.3b.yaml > "$OUT/prof.yaml"
-    echo "parallel: {zero: true}" >> "$OUT/prof.yaml"
-    sed -i "s|\.\./data/|$(pwd)/data/|" "$OUT/prof.yaml"
+    gpt13_yaml "$OUT/prof.yaml" "zero: true"
     timeout 400 "${MPI[@]}" --tag-output -np "$n" $TRAIN --config "$OUT/prof.yaml" \
       --precision $p --steps "$STEPS" --profile-ops > "$OUT/prof${n}_$p.log" 2>&1
     echo "-- profile $p, 1 GPU:"; grep -A45 "^op (per step)" "$OUT/prof1_$p.log"
@@ -281,9 +284,7 @@ if want overlap; then
   echo "== overlap: gpt-1.3b at dp 1 and 2, gradient-reduction settings (medians, steps 4..$STEPS)"
   gpt13() {  # tag ranks "parallel settings" precision [NAME=value...]
     local tag=$1 n=$2 par=$3 prec=$4; shift 4
-    sed "s/^parallel:.*//" configs/gpt-1.3b.yaml > "$OUT/$tag.yaml"
-    echo "parallel: {$par}" >> "$OUT/$tag.yaml"
-    sed -i "s|\.\./data/|$(pwd)/data/|" "$OUT/$tag.yaml"
+    gpt13_yaml "$OUT/$tag.yaml" "$par"
     if [ "$n" = 1 ]; then
       env "$@" timeout 300 $B/fp8train --config "$OUT/$tag.yaml" --precision $prec \
         --steps "$STEPS" --metrics "$OUT/$tag.jsonl" > "$OUT/$tag.log" 2>&1
