@@ -41,15 +41,23 @@ ncclRedOp_t Op(ReduceOp op) {
 // out when results look wrong; an aborted peer can then hang a call until the watchdog exits).
 // FP8RT_NCCL_CTA_POLICY=0|1|2 sets ncclConfig_t::CTAPolicy (default, efficiency, zero: fewer
 // blocks taken from the computation that the collectives overlap; measurements only).
-ncclConfig_t NonBlocking() {
+Result<ncclConfig_t> NonBlocking() {
   ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
   const char* b = std::getenv("FP8RT_NCCL_BLOCKING");
   c.blocking = b != nullptr && std::string(b) == "1" ? 1 : 0;
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
   if (const char* p = std::getenv("FP8RT_NCCL_CTA_POLICY"); p != nullptr && *p != '\0') {
-    c.CTAPolicy = std::atoi(p);
-  }
+    const std::string v = p;
+    if (v != "0" && v != "1" && v != "2") {
+      return Status::InvalidArgument(
+          StrCat("FP8RT_NCCL_CTA_POLICY: '", v,
+                 "' is not one of 0 (default), 1 (efficiency), 2 (zero)"));
+    }
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+    c.CTAPolicy = v[0] - '0';
+#else
+    return Status::InvalidArgument("FP8RT_NCCL_CTA_POLICY: this NCCL (< 2.27) has no CTA policy");
 #endif
+  }
   return c;
 }
 
@@ -124,7 +132,7 @@ class NcclCommunicator final : public Communicator {
   }
   Result<std::unique_ptr<Communicator>> Split(int color, int key,
                                               const std::string& name) override {
-    ncclConfig_t config = NonBlocking();
+    FP8RT_ASSIGN_OR_RETURN(ncclConfig_t config, NonBlocking());
     ncclComm_t sub = nullptr;
     const ncclResult_t r = ncclCommSplit(comm_, color, key, &sub, &config);
     if (r != ncclSuccess && r != ncclInProgress) {
@@ -206,7 +214,7 @@ Result<std::unique_ptr<Communicator>> NewNcclCommunicator(int rank, int size,
                                       " bytes, expected ", sizeof id.internal));
   }
   std::memcpy(id.internal, bytes.data(), bytes.size());
-  ncclConfig_t config = NonBlocking();
+  FP8RT_ASSIGN_OR_RETURN(ncclConfig_t config, NonBlocking());
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
   if (r != ncclSuccess && r != ncclInProgress) {
