@@ -456,12 +456,15 @@ TEST_F(QuantizeGpuMisc, PreconditionsAreCheckedBeforeLaunching) {
   EXPECT_NE(s3.message().find("amax"), std::string::npos) << s3.message();
 }
 
-// The FP8 byte transpose (ZeRO-1's gathered weights) against the CPU reference on shapes that
-// leave partial tiles in both directions, a single row or column, and a tall and a wide case.
+// The FP8 byte transpose (the dgrad's weight operand) against the CPU reference on shapes that
+// leave partial tiles in both directions, a single row or column, and a tall and a wide case;
+// those with both sides multiples of 4 take the word kernel (64 x 64 tiles), partial tiles
+// included (4 x 4, 36 x 100, 196 x 68), the rest the byte kernel.
 TEST_F(QuantizeGpuMisc, TransposeFp8MatchesReference) {
-  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},   {1, 77},  {77, 1},  {31, 33},
-                                                {32, 32}, {33, 95}, {257, 3}, {3, 1000},
-                                                {768, 2304}};
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},     {1, 77},   {77, 1},    {31, 33},
+                                                {32, 32},   {33, 95},  {257, 3},   {3, 1000},
+                                                {768, 2304}, {4, 4},   {36, 100},  {196, 68},
+                                                {64, 64},   {2048, 6144}, {50304, 16}};
   std::mt19937 rng(7);
   for (const auto& [rows, cols] : shapes) {
     std::vector<uint8_t> in(static_cast<size_t>(rows * cols)), want(in.size());
