@@ -71,6 +71,11 @@ struct Fp8Config {
   // current scaling (its own amax) instead of the initial scale 1, which flushes small gradients
   // to zero. Later steps use delayed scaling. Default: true
   bool first_step_current = true;
+  // Keep each FP8 weight's transposed copy (the dgrad GEMM's operand) beside it, written by the
+  // weight's cast once per step. false: one transposed copy at a time, transposed from the
+  // cached FP8 weight just before its dgrad: half the FP8 weights' memory (1.1 GiB at gpt-1.3b)
+  // for one transpose per linear layer and micro-batch (0.7% of the step there). Default: true
+  bool keep_weight_transpose = true;
   // Per layer kind: true runs its GEMMs in FP8. Defaults: linears in FP8, LM head in BF16.
   bool qkv = true;                 // Default: true
   bool attn_proj = true;           // Default: true
@@ -112,6 +117,10 @@ struct TrainConfig {
   // sample exports the weights from the device). 0: never. Default: 0
   int sample_every = 0;
   int sample_tokens = 64;  // Default: 64
+  // Layers that do not run in FP8 recompute their LayerNorm (RMSNorm) and GELU (SwiGLU) outputs
+  // in the backward instead of keeping them per layer (FP8 layers keep an FP8 copy of those
+  // inputs instead). Default: true
+  bool recompute = true;
 };
 
 // parallel.*: how this run spreads over the ranks its launcher started (comm/README.md).

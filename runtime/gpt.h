@@ -31,6 +31,9 @@ struct ModelOptions {
   // CUDA only: the attention kernels, "auto" (cuDNN's fused flash attention where it loads and
   // takes the shape, else fp8rt's flash kernels, else GEMMs), "cudnn", "flash" or "gemm".
   std::string attention = "auto";
+  // train.recompute: non-FP8 layers recompute their normalised and activated inputs in the
+  // backward (from the saved block input, statistics and FC output) instead of saving them.
+  bool recompute = true;
   // Data parallelism: the group of ranks that hold replicas of this model (of this TP rank's
   // part under TP) and split the batch (null or a group of one: none). Not owned. Gradients are
   // averaged over it in buckets of about grad_bucket_bytes, each launched as soon as the last

@@ -60,7 +60,7 @@ class Fp8State {
           alloc(reinterpret_cast<void**>(&cur_amax), int64_t{num_tensors} * sizeof(float), kMemScaling));
     }
     w8.assign(slots, nullptr), w8t.assign(slots, nullptr), x8t.assign(slots, nullptr);
-    int64_t max_n = 0, max_k = 0;
+    int64_t max_n = 0, max_k = 0, max_w = 0;
     for (int s = 0; s < slots; ++s) {
       const int kind = s == slots - 1 ? kLmHead : s % kNumLinear;
       if (!On(kind)) continue;
@@ -68,9 +68,19 @@ class Fp8State {
       LinearShape(o_.model, kind, &N, &K, o_.tp_size());
       max_n = std::max(max_n, N), max_k = std::max(max_k, K);
       FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8[s]), N * K, kMemFp8Weights));
-      FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8t[s]), N * K, kMemFp8Weights));
+      if (o_.fp8.keep_weight_transpose) {
+        FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8t[s]), N * K, kMemFp8Weights));
+      }
+      max_w = std::max(max_w, N * K);
       FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x8t[s]), M_ * K, kMemFp8Saved));
       ++num_weights;
+    }
+    if (!o_.fp8.keep_weight_transpose && max_w > 0) {  // one transposed weight, every slot's
+      uint8_t* wt = nullptr;
+      FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&wt), max_w, kMemFp8Scratch));
+      for (int s = 0; s < slots; ++s) {
+        if (w8[s] != nullptr) w8t[s] = wt;
+      }
     }
     FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x8), M_ * max_k, kMemFp8Scratch));
     FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&dy8), M_ * max_n, kMemFp8Scratch));
@@ -180,7 +190,10 @@ class Fp8State {
   // runs). Cleared by that step's scaling update and by ImportScales.
   bool calibrate = false;
   bool calibrate_now = false;
-  std::vector<uint8_t*> w8, w8t, x8t;  // per (layer, kind) slot
+  // Per (layer, kind) slot. Without fp8.keep_weight_transpose every w8t is the same scratch,
+  // which LinearBackward fills from w8 before each dgrad (KeepsTranspose false).
+  std::vector<uint8_t*> w8, w8t, x8t;
+  bool KeepsTranspose() const { return o_.fp8.keep_weight_transpose; }
   uint8_t* x8 = nullptr;  // the forward's row-major input cast, shared: only x8t is saved
   uint8_t *dy8 = nullptr, *dy8t = nullptr;  // shared, (B*T, max N)
   Counter* saturated = nullptr;             // per FP8 tensor

@@ -122,6 +122,9 @@ class Gpt final : public GptModel {
   }
 
   bool Fp8On(int kind) const { return fp8_.On(kind); }
+  // train.recompute: the layer's input (a norm's or the activation's output) is recomputed in the
+  // backward, not saved per layer (an FP8 layer saves its FP8 copy instead).
+  bool Recomputes(int kind) const { return o_.recompute && !Fp8On(kind); }
   void LinearShape(int kind, int64_t* N, int64_t* K) const {
     gpt_detail::LinearShape(o_.model, kind, N, K, o_.tp_size());
   }

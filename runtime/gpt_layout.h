@@ -69,7 +69,9 @@ enum MemCategory {
   kMemOptimizer,     // AdamW moments
   kMemWorking,       // T (BF16) working copies of the weights that do not run in FP8
   kMemActivations,   // activations saved for the backward (T), attention statistics
-  kMemLogits,        // the LM head's logits (T), reused in place for their gradient
+  kMemLogits,        // the LM head's logits (T), reused in place for their gradient; the same
+                     // memory holds the buffers dead while they live (shared activations, most
+                     // of the backward's scratch)
   kMemActGrads,      // the backward's activation gradients (T)
   kMemFp8Weights,    // FP8 weights, cast once per step, and their transposed copies
   kMemFp8Saved,      // FP8 (transposed) copies of the linear layers' inputs, saved for wgrad
@@ -81,7 +83,7 @@ enum MemCategory {
 };
 inline const char* kMemCategoryNames[kNumMemCategories] = {
     "master weights (fp32)", "gradients (fp32)",  "optimizer moments (fp32)",
-    "working weights",       "saved activations", "logits",
+    "working weights",       "saved activations", "logits (+ shared scratch)",
     "activation gradients",  "fp8 weights (+T)",  "fp8 saved inputs",
     "fp8 cast scratch",      "fp8 scale state",   "op workspaces",
     "other"};

@@ -78,7 +78,9 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
   }
   ops_->Mark("fp8 cast x (+T)");
   FP8RT_RETURN_IF_ERROR(fp8_.Cast(x, xq, fp8_.SaturatedOf(l, kind, kRoleX)));
-  const Fp8Tensor wq = fp8_.Of(l, kind, kRoleW, fp8_.w8[slot], fp8_.w8t[slot], N, K);
+  // (The cast writes the transposed copy only where it is kept.)
+  const Fp8Tensor wq = fp8_.Of(l, kind, kRoleW, fp8_.w8[slot],
+                               fp8_.KeepsTranspose() ? fp8_.w8t[slot] : nullptr, N, K);
   if (cast_w) {  // from the FP32 master weights
     ops_->Mark("fp8 cast w (+T)");
     const float* w = cast_src_ + layout_.offset[wp] + l * N * K;
@@ -171,6 +173,10 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
   }
   const Fp8Tensor wq = fp8_.Of(l, kind, kRoleW, fp8_.w8[slot], fp8_.w8t[slot], N, K);
   const Fp8Tensor xq = fp8_.Of(l, kind, kRoleX, nullptr, fp8_.x8t[slot], M_, K);
+  if (!fp8_.KeepsTranspose()) {  // the shared transposed copy, from the cached weight
+    ops_->Mark("fp8 transpose w");
+    FP8RT_RETURN_IF_ERROR(ops_->TransposeFp8(fp8_.w8t[slot], fp8_.w8[slot], N, K));
+  }
   FP8RT_ASSIGN_OR_RETURN(GemmArgs gd, Fp8Dgrad(dyq, wq, dx, kT));
   ops_->Mark(kDgradNames[kind]);
   FP8RT_RETURN_IF_ERROR(run_dgrad(gd));

@@ -201,7 +201,9 @@ Status Gpt<Ops, T>::LaunchGather(int slot) {
                             comm::DataType::kUint8, stream, what.c_str());
   }));
   FP8RT_RETURN_IF_ERROR(o_.dp->GroupEnd(what.c_str()));
+  // (Kept transposed copies only; otherwise the backward transposes each weight when it needs it.)
   FP8RT_RETURN_IF_ERROR(ForSlotLinears(slot, [&](int l, int kind) -> Status {
+    if (!fp8_.KeepsTranspose()) return Status::Ok();
     int64_t N, K;
     LinearShape(kind, &N, &K);
     const int s = fp8_.Slot(l, kind);

@@ -113,6 +113,10 @@ template <typename Ops, typename T>
 Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
   const int64_t C = o_.model.n_embd;
   bool dgelu_done = false;
+  if (Recomputes(kFcProj)) {
+    ops_->Mark("gelu recompute");
+    FP8RT_RETURN_IF_ERROR(ops_->Gelu(fch_gelu_[l], fch_[l], M_ * PerLayer(kFcB)));
+  }
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFcProj, d4c_, Gl(kFcProjW, l), Gl(kFcProjB, l), dres_,
                                        fch_gelu_[l], fch_[l], &dgelu_done));
   // The GELU backward: in fc_proj's dgrad epilogue (BF16), else in fc's FP8 cast of its output
@@ -121,6 +125,11 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
   if (!dgelu_done && !gelu_in_cast) {
     ops_->Mark("gelu bwd");
     FP8RT_RETURN_IF_ERROR(ops_->GeluBackward(d4c_, fch_[l], d4c_, M_ * PerLayer(kFcB)));
+  }
+  if (Recomputes(kFc)) {
+    ops_->Mark("layernorm recompute");
+    FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln2_[l], ln2_mean_[l], ln2_rstd_[l], res2_[l],
+                                                 Wl(kLn2W, l), Wl(kLn2B, l), M_, C));
   }
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFc, dc1_, Gl(kFcW, l), Gl(kFcB, l), d4c_, ln2_[l],
                                        nullptr, nullptr, gelu_in_cast ? fch_[l] : nullptr));
@@ -134,6 +143,11 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
                                        dres_, atty_[l]));
   ops_->Mark("attention bwd");
   FP8RT_RETURN_IF_ERROR(ops_->AttentionBackward(dqkv_, dc2_, qkv_[l], atty_[l], att_[l], Att()));
+  if (Recomputes(kQkv)) {
+    ops_->Mark("layernorm recompute");
+    FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln1_[l], ln1_mean_[l], ln1_rstd_[l], res_in,
+                                                 Wl(kLn1W, l), Wl(kLn1B, l), M_, C));
+  }
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kQkv, dc1_, Gl(kQkvW, l), Gl(kQkvB, l), dqkv_, ln1_[l]));
   FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "QKV input-gradient all-reduce (TP)"));
   ops_->Mark("layernorm bwd");

@@ -91,17 +91,19 @@ Status Gpt<Ops, T>::Setup() {
   mem_category_ = kMemActivations;
   FP8RT_RETURN_IF_ERROR(Alloc(&encoded_, M_ * C));
 
+  // Buffers that are dead while the logits live (from the LM head's forward to the end of its
+  // backward) share one allocation with them: the activations every layer shares (written and
+  // read within one layer's forward, or recomputed in its backward) and the backward's scratch
+  // other than dc1_ (the LM head's input gradient). Carved once the list is complete.
+  std::vector<std::pair<T**, int64_t>> transient;
+  std::vector<std::pair<std::vector<T*>*, int64_t>> transient_layers;
   auto per_layer = [&](std::vector<T*>* v, int64_t n, bool shared) -> Status {
     v->assign(L, nullptr);
-    T* one = nullptr;
-    for (int64_t l = 0; l < L; ++l) {
-      if (shared && one != nullptr) {
-        (*v)[l] = one;
-        continue;
-      }
-      FP8RT_RETURN_IF_ERROR(Alloc(&(*v)[l], n));
-      one = (*v)[l];
+    if (shared) {
+      transient_layers.emplace_back(v, n);
+      return Status::Ok();
     }
+    for (int64_t l = 0; l < L; ++l) FP8RT_RETURN_IF_ERROR(Alloc(&(*v)[l], n));
     return Status::Ok();
   };
   auto stats = [&](std::vector<float*>* v) -> Status {
@@ -111,7 +113,8 @@ Status Gpt<Ops, T>::Setup() {
   };
   // The per-layer activations, declared once: (buffer, elements per token, shared by all
   // layers). In FP8 layers the backward reads the saved FP8 copy of a linear layer's input, so
-  // that input can be one buffer for every layer.
+  // that input can be one buffer for every layer; with train.recompute the other layers
+  // recompute it in the backward.
   const AttentionShape as = Att();
   const int64_t Ct = C / o_.tp_size();  // this rank's width of the attention
   // This rank's widths of the QKV output (llama: Q + 2 KV heads), of FC's output (llama: gate
@@ -125,15 +128,15 @@ Status Gpt<Ops, T>::Setup() {
     int64_t per_token;
     bool shared;
   } activations[] = {
-      {&ln1_, C, Fp8On(kQkv)},
+      {&ln1_, C, Fp8On(kQkv) || Recomputes(kQkv)},
       // Grouped-query attention saves the expanded copy (attq_); the backward needs no qkv_.
       {&qkv_, Nqkv, Gqa()},
       // The attention output is the projection's input, and the flash backward reads it too.
       {&atty_, Ct, Fp8On(kAttProj) && !ops_->AttentionReadsOutput(as, kT)},
       {&res2_, C, false},
-      {&ln2_, C, Fp8On(kFc)},
+      {&ln2_, C, Fp8On(kFc) || Recomputes(kFc)},
       {&fch_, Nfc, false},
-      {&fch_gelu_, Kfc2, Fp8On(kFcProj)},
+      {&fch_gelu_, Kfc2, Fp8On(kFcProj) || Recomputes(kFcProj)},
       {&res3_, C, false},
   };
   for (const auto& a : activations)
@@ -155,8 +158,6 @@ Status Gpt<Ops, T>::Setup() {
   FP8RT_RETURN_IF_ERROR(Alloc(&lnf_, M_ * C));
   if (!Llama()) FP8RT_RETURN_IF_ERROR(Alloc(&lnf_mean_, M_));
   FP8RT_RETURN_IF_ERROR(Alloc(&lnf_rstd_, M_));
-  mem_category_ = kMemLogits;
-  FP8RT_RETURN_IF_ERROR(Alloc(&logits_, M_ * Vp));
   mem_category_ = kMemOther;
   FP8RT_RETURN_IF_ERROR(Alloc(&losses_, M_));
   // [losses (grad_accum), stop vote, squared norm]: one all-reduce sums the losses and the votes,
@@ -165,13 +166,34 @@ Status Gpt<Ops, T>::Setup() {
   norm_sq_ = step_losses_ + o_.grad_accum + 1;
   FP8RT_RETURN_IF_ERROR(Alloc(&ones_, M_));
   mem_category_ = kMemActGrads;
-  FP8RT_RETURN_IF_ERROR(Alloc(&dres_, M_ * C));
   FP8RT_RETURN_IF_ERROR(Alloc(&dc1_, M_ * C));
-  FP8RT_RETURN_IF_ERROR(Alloc(&dc2_, M_ * C));
-  FP8RT_RETURN_IF_ERROR(Alloc(&dqkv_, M_ * 3 * Ct));
-  if (Gqa()) FP8RT_RETURN_IF_ERROR(Alloc(&dqkvg_, M_ * Nqkv));
-  FP8RT_RETURN_IF_ERROR(Alloc(&d4c_, M_ * std::max(Nfc, Kfc2)));
-  if (Llama()) FP8RT_RETURN_IF_ERROR(Alloc(&dffn_, M_ * Kfc2));
+  transient.emplace_back(&dres_, M_ * C);
+  transient.emplace_back(&dc2_, M_ * C);
+  transient.emplace_back(&dqkv_, M_ * 3 * Ct);
+  if (Gqa()) transient.emplace_back(&dqkvg_, M_ * Nqkv);
+  transient.emplace_back(&d4c_, M_ * std::max(Nfc, Kfc2));
+  if (Llama()) transient.emplace_back(&dffn_, M_ * Kfc2);
+  {
+    // One allocation: the logits from its start, and over them the transient buffers one after
+    // another (256-byte aligned).
+    auto aligned = [](int64_t n) { return (n * static_cast<int64_t>(sizeof(T)) + 255) / 256 * 256; };
+    int64_t bytes = 0;
+    for (const auto& [v, n] : transient_layers) bytes += aligned(n);
+    for (const auto& [p, n] : transient) bytes += aligned(n);
+    mem_category_ = kMemLogits;
+    uint8_t* arena = nullptr;
+    FP8RT_RETURN_IF_ERROR(Alloc(&arena, std::max(bytes, M_ * Vp * static_cast<int64_t>(sizeof(T)))));
+    logits_ = reinterpret_cast<T*>(arena);
+    int64_t at = 0;
+    for (const auto& [v, n] : transient_layers) {
+      v->assign(L, reinterpret_cast<T*>(arena + at));
+      at += aligned(n);
+    }
+    for (const auto& [p, n] : transient) {
+      *p = reinterpret_cast<T*>(arena + at);
+      at += aligned(n);
+    }
+  }
   mem_category_ = kMemOther;
   {
     std::vector<T> ones(static_cast<size_t>(M_), T(1.0f));

@@ -44,10 +44,19 @@ Status Gpt<Ops, T>::LlamaBlockBackward(int l, const T* res_in) {
   const int64_t C = m.n_embd, HS = m.head_size(), tp = o_.tp_size();
   const int64_t NH = m.n_head / tp, KV = m.kv_heads() / tp, ld = (NH + 2 * KV) * HS;
   const int64_t F = m.ffn() / tp;
+  if (Recomputes(kFcProj)) {
+    ops_->Mark("swiglu recompute");
+    FP8RT_RETURN_IF_ERROR(ops_->SwiGlu(fch_gelu_[l], fch_[l], M_, F));
+  }
   FP8RT_RETURN_IF_ERROR(
       LinearBackward(l, kFcProj, dffn_, Gl(kFcProjW, l), nullptr, dres_, fch_gelu_[l]));
   ops_->Mark("swiglu bwd");
   FP8RT_RETURN_IF_ERROR(ops_->SwiGluBackward(d4c_, fch_[l], dffn_, M_, F));
+  if (Recomputes(kFc)) {
+    ops_->Mark("rmsnorm recompute");
+    FP8RT_RETURN_IF_ERROR(
+        ops_->RmsNormForward(ln2_[l], ln2_rstd_[l], res2_[l], Wl(kLn2W, l), M_, C));
+  }
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFc, dc1_, Gl(kFcW, l), nullptr, d4c_, ln2_[l]));
   FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "FC input-gradient all-reduce (TP)"));
   ops_->Mark("rmsnorm bwd");
@@ -66,6 +75,10 @@ Status Gpt<Ops, T>::LlamaBlockBackward(int l, const T* res_in) {
   }
   ops_->Mark("rope bwd");
   FP8RT_RETURN_IF_ERROR(ops_->RopeBackward(dq, o_.B, o_.T, NH + KV, HS, ld, m.rope_theta));
+  if (Recomputes(kQkv)) {
+    ops_->Mark("rmsnorm recompute");
+    FP8RT_RETURN_IF_ERROR(ops_->RmsNormForward(ln1_[l], ln1_rstd_[l], res_in, Wl(kLn1W, l), M_, C));
+  }
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kQkv, dc1_, Gl(kQkvW, l), nullptr, dq, ln1_[l]));
   FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "QKV input-gradient all-reduce (TP)"));
   ops_->Mark("rmsnorm bwd");

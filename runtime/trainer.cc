@@ -189,6 +189,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   mo.grad_clip = c.train.grad_clip, mo.weight_decay = c.train.weight_decay;
   mo.beta1 = c.train.beta1, mo.beta2 = c.train.beta2, mo.eps = c.train.eps;
   mo.attention = o.attention;
+  mo.recompute = c.train.recompute;
   mo.world = o.world != nullptr && ranks > 1 ? &o.world->comm() : nullptr;
   mo.dp = dp == 1 ? nullptr : tp > 1 ? dp_group.get() : mo.world;
   mo.tp = tp_group.get();

@@ -1,14 +1,19 @@
 // fp8train --memory-report: the model's allocations by what they hold add up to its total, the
 // FP32 state is where the layout says, FP8 buffers exist only in FP8, and ZeRO-1's share is
-// visible; the trainer writes the breakdown to the metrics after the first step.
+// visible; the trainer writes the breakdown to the metrics after the first step. The memory
+// levers (train.recompute, fp8.keep_weight_transpose: false, the logits' buffer shared with the
+// backward's scratch) save what they should and change no gradient.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <iostream>
 #include <map>
 #include <sstream>
 
 #include "runtime/gpt.h"
 #include "runtime/gpt_layout.h"
 #include "runtime/trainer.h"
+#include "common/rng.h"
 #include "tests/common/corpus.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/train_helpers.h"
@@ -25,7 +30,8 @@ std::map<std::string, size_t> Report(const GptModel& m) {
 TEST(MemoryReport, CategoriesAddUpAndFollowThePrecision) {
   for (const Precision p : {Precision::kFp8, Precision::kBf16}) {
     ModelOptions mo;
-    mo.model = {3, 64, 4, 64, 256};
+    // (A vocabulary whose logits outgrow the buffers laid over them.)
+    mo.model = {3, 64, 4, 64, 4096};
     mo.precision = p;
     mo.B = 2, mo.T = 32;
     auto model = CreateCpuGpt(mo);
@@ -39,9 +45,10 @@ TEST(MemoryReport, CategoriesAddUpAndFollowThePrecision) {
     EXPECT_EQ(r.at("master weights (fp32)"), state);
     EXPECT_EQ(r.at("gradients (fp32)"), state);
     EXPECT_EQ(r.at("optimizer moments (fp32)"), 2 * state);
-    // (B x T, padded vocab) in the model's activation type, 2 or 4 bytes.
-    EXPECT_TRUE(r.at("logits") == size_t{64} * 256 * 2 || r.at("logits") == size_t{64} * 256 * 4)
-        << r.at("logits");
+    // (B x T, padded vocab) in the model's activation type, 2 or 4 bytes: at this vocabulary
+    // more than the transient buffers laid over it.
+    const size_t logits = r.at("logits (+ shared scratch)");
+    EXPECT_TRUE(logits == size_t{64} * 4096 * 2 || logits == size_t{64} * 4096 * 4) << logits;
     EXPECT_GT(r.at("saved activations"), 0u);
     const bool fp8 = p == Precision::kFp8;
     EXPECT_EQ(r.count("fp8 weights (+T)"), fp8 ? 1u : 0u) << PrecisionName(p);
@@ -49,6 +56,93 @@ TEST(MemoryReport, CategoriesAddUpAndFollowThePrecision) {
     if (fp8) {
       // 3 layers x (QKV 3C x C + proj C x C + FC 4C x C + FC2 C x 4C) bytes, and the transposes.
       EXPECT_EQ(r.at("fp8 weights (+T)"), size_t{2} * 3 * 12 * 64 * 64);
+    }
+  }
+}
+
+// Larger weights than the 0.02 init (and norms' weights away from 1), so every path matters.
+void Perturb(GptModel* g, const ModelConfig& m) {
+  std::vector<float> w;
+  ASSERT_TRUE(g->ExportWeights(&w).ok());
+  SplitMix64 rng(3);
+  for (float& v : w) v = v * 5.0f + 0.01f * rng.Normal();
+  ASSERT_TRUE(g->ImportWeights(w).ok());
+  (void)m;
+}
+
+// Recomputing the norms' and the activation's outputs in the backward, and transposing each FP8
+// weight just before its dgrad instead of keeping the transposed copy, give the same gradients
+// bit for bit as saving them (gpt2 and llama, fp8, bf16 and fp32, grouped-query attention), and
+// save the bytes they should: L x B x T x (C + C + FC2's input width) activations per non-FP8
+// model, every FP8 weight's transposed copy but the largest. One exception, by design: gpt2's
+// non-FP8 FC computes GELU in its GEMM epilogue from the unrounded sum, the recomputation from
+// FC's stored (BF16 or FP32) output; FC2's weight gradient, which reads GELU's output, differs
+// by that rounding.
+TEST(MemoryReport, TheLeversSaveWhatTheyShouldAndChangeNoGradient) {
+  for (const bool llama : {false, true}) {
+    for (const Precision p : {Precision::kFp8, Precision::kBf16, Precision::kFp32}) {
+      ModelOptions base;
+      base.model = {3, 64, 4, 64, 256};
+      if (llama) base.model.arch = Arch::kLlama, base.model.n_kv_head = 2;
+      base.precision = p;
+      base.B = 2, base.T = 32;
+      ModelOptions lean = base, kept = base;
+      lean.recompute = true, kept.recompute = false;
+      lean.fp8.keep_weight_transpose = false, kept.fp8.keep_weight_transpose = true;
+      auto a = CreateCpuGpt(kept);
+      auto b = CreateCpuGpt(lean);
+      ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
+      std::vector<float> ga, gb;
+      float la = 0, lb = 0;
+      std::vector<int32_t> x(64), y(64);
+      for (int i = 0; i < 64; ++i) x[i] = (i * 37 + 11) % 256, y[i] = (i * 53 + 7) % 256;
+      for (auto* m : {a->get(), b->get()}) {
+        ASSERT_TRUE(m->InitRandom(5).ok());
+        Perturb(m, base.model);
+      }
+      ASSERT_TRUE((*a)->Gradients(x.data(), y.data(), &la, &ga).ok());
+      ASSERT_TRUE((*b)->Gradients(x.data(), y.data(), &lb, &gb).ok());
+      const std::string what = StrCat(llama ? "llama " : "gpt2 ", PrecisionName(p));
+      EXPECT_EQ(la, lb) << what;
+      ASSERT_EQ(ga.size(), gb.size());
+      const gpt_detail::Layout layout(base.model);
+      const int64_t fc2 = layout.offset[gpt_detail::kFcProjW];
+      const bool rounded = !llama && p != Precision::kFp8;
+      size_t differ = 0;
+      double d2 = 0, n2 = 0;
+      for (size_t i = 0; i < ga.size(); ++i) {
+        const int64_t at = static_cast<int64_t>(i);
+        if (rounded && at >= fc2 && at < fc2 + layout.size[gpt_detail::kFcProjW]) {
+          d2 += (double{ga[i]} - gb[i]) * (double{ga[i]} - gb[i]), n2 += double{ga[i]} * ga[i];
+          continue;
+        }
+        differ += ga[i] != gb[i];
+      }
+      EXPECT_EQ(differ, 0u) << what << ": gradients differ in " << differ << " of " << ga.size();
+      if (rounded) {
+        EXPECT_GT(n2, 0.0);
+        EXPECT_LT(std::sqrt(d2 / n2), p == Precision::kBf16 ? 1e-2 : 1e-6)
+            << what << ": FC2's weight gradient, relative L2";
+        std::cout << what << ": FC2's weight gradient, relative L2 difference "
+                  << std::sqrt(d2 / n2) << "\n";
+      }
+      const int64_t M = 64, C = 64, L = 3;
+      const int64_t ffn_in = llama ? base.model.ffn() : 4 * C;  // FC2's input width
+      const int64_t act = p == Precision::kBf16 ? 2 : 4;  // bytes per activation (CPU model)
+      // fp8: 3 x (3C x C + C x C + 4C x C + C x 4C) bytes, less the one copy kept (FC's 4C x C);
+      // llama: (Q + 2KV) x C + C x C + 2F x C + C x F, less its largest (gate/up, 2F x C).
+      const int64_t kv = 2 * 16;
+      const int64_t weights = llama ? (C + 2 * kv) * C + C * C + 3 * ffn_in * C : 12 * C * C;
+      const int64_t largest = llama ? 2 * ffn_in * C : 4 * C * C;
+      const int64_t want = p == Precision::kFp8 ? L * weights - largest
+                                                : L * M * (2 * C + ffn_in) * act;
+      // (The shared copies lie in the logits' buffer, which at this vocabulary they outgrow:
+      // compared without it.)
+      auto rest = [](const GptModel& m) {
+        return static_cast<int64_t>(m.allocated_bytes()) -
+               static_cast<int64_t>(Report(m).at("logits (+ shared scratch)"));
+      };
+      EXPECT_EQ(rest(**a) - rest(**b), want) << what;
     }
   }
 }
