@@ -2,7 +2,7 @@
 # One call on a GPU node, from the repository root with bundle/ and data/ carried: device facts,
 # the gpu test suite, the kernel benchmark table, and fp8train runs. Logs go to $OUT (or ./out).
 # Usage: scripts/gpu-session.sh [tests] [bench] [train] [torch] [throughput] [comm] [baseline]
-#        [llama] [llamaspeed]   (default: tests bench train torch throughput)
+#        [memory] [llama] [llamaspeed]   (default: tests bench train torch throughput)
 # Environment: GPU_TEST_FILTER (gtest filter for tests), LLAMA_STEPS (llamaspeed; default 20),
 #              LLAMA_PRECISIONS (llamaspeed; default "bf16 fp8").
 set -uo pipefail
@@ -94,6 +94,28 @@ for p in ("bf16", "fp8"):
         med[which] = statistics.median(runs) if runs else float("nan")
     print(f"| gpt-1.3b {p} | {med['base']:,.0f} | {med['new']:,.0f} | {med['new'] / med['base']:.4f} |")
 PY
+fi
+if [[ $parts == *memory* ]]; then
+  # The memory levers against a baseline fp8train without them (BASELINE, carried as
+  # bundle/bin/fp8train.base): this build by default, with train.recompute: false (bf16), and
+  # with fp8.keep_weight_transpose: true (fp8); gpt-1.3b, --memory-report, REPS interleaved runs.
+  BASELINE=${BASELINE:-$B/fp8train.base}; REPS=${REPS:-3}
+  echo "== memory levers vs baseline (gpt-1.3b, $REPS runs each, interleaved)"
+  sed 's/log_every: 1}/log_every: 1, recompute: false}/' configs/gpt-1.3b.yaml > configs/_saved.yaml
+  sed 's/amax_algo: max}/amax_algo: max, keep_weight_transpose: true}/' configs/gpt-1.3b.yaml \
+    > configs/_keep_t.yaml
+  for r in $(seq "$REPS"); do
+    for pv in bf16:base bf16:new bf16:saved fp8:base fp8:new fp8:keep_t; do
+      p=${pv%:*}; v=${pv#*:}; bin=$B/fp8train; cfg=configs/gpt-1.3b.yaml
+      [ $v = base ] && bin=$BASELINE
+      [ $v = saved ] && cfg=configs/_saved.yaml
+      [ $v = keep_t ] && cfg=configs/_keep_t.yaml
+      timeout 240 "$bin" --config $cfg --device cuda:0 --precision $p --steps "$STEPS_13B" \
+        --memory-report --metrics "$OUT/mem_${v}_${p}_$r.jsonl" > "$OUT/mem_${v}_${p}_$r.log" 2>&1
+      echo "$v $p run $r exit $?"
+    done
+  done
+  python3 bench/memory_summary.py "$OUT" | tee "$OUT/memory.md"
 fi
 if [[ $parts == *converge* ]]; then
   # The large corpus when it was carried (scripts/make-corpus.sh --large), else the small one.

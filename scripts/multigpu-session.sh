@@ -2,7 +2,7 @@
 # One call on a multi-GPU node (issue [9 of 9]), from the repository root with bundle/ and data/
 # carried: collectives, data-parallel equivalence, ZeRO-1, a killed rank, and scaling, with every
 # log under $OUT. NVLink multicast stays off (NCCL_NVLS_ENABLE=0, as the device's KINDS.md asks).
-# Usage: scripts/multigpu-session.sh [devices] [comm] [equiv] [determinism] [fault] [scaling] [profile] [overlap]
+# Usage: scripts/multigpu-session.sh [devices] [comm] [equiv] [equivx] [determinism] [fault] [scaling] [profile] [overlap]
 #        [tpequiv] [twonode] [tpscale] [largest] [product] (fp8d --standalone + fp8ctl on this node:
 #        scripts/multigpu-product.sh; determinism: scripts/dp-determinism.sh)
 #        (default: all but overlap, which compares gradient-reduction settings at dp 2, and profile,
@@ -182,6 +182,60 @@ for z in ("false", "true"):
     same = len(a) == len(b) == 10 and all(x["loss"] == y["loss"] for x, y in zip(a, b))
     bad += [] if same else [f"rs_{z}"]
     print(f"| rs_{z} (dp {rs_dp}, 5 steps + resume) | eq{rs_dp}_{z}_fp8 | {diff(a, b):.2e} | exact | |" + ("" if same else " FAIL"))
+print("\nfailed: " + (", ".join(bad) if bad else "none"))
+sys.exit(1 if bad else 0)
+PY
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+
+if want equivx; then
+  # ZeRO-1 beyond the defaults (the weight gather's overlap under each): current scaling against
+  # dp 1 with current scaling, 2 micro-batches per rank against dp 1 (same global batch), and
+  # fp8.keep_weight_transpose: false (each weight transposed just before its dgrad) against the
+  # default, which it must equal bit for bit.
+  echo "== equivalence, ZeRO-1 variants"
+  xconfig() {  # name dp zero fp8-extra [grad_accum]: small_config (fp8), then more fp8 settings
+    small_config "$1" "$2" "$3" fp8 "${5:-1}"
+    sed -i "s/^fp8: {first_step_current: false}/fp8: {first_step_current: false$4}/" "$OUT/$1.yaml"
+  }
+  xconfig eqx1_delayed 1 false ""; xconfig eqx1_cur 1 false ", scaling: current"
+  for tag in eqx1_delayed eqx1_cur; do
+    timeout 200 $B/fp8train --config "$OUT/$tag.yaml" --steps 10 --metrics "$OUT/$tag.jsonl" \
+      > "$OUT/$tag.log" 2>&1; echo "$tag exit $?"
+  done
+  for n in "${sizes[@]}"; do
+    xconfig "eqx${n}_keep" "$n" true ""
+    xconfig "eqx${n}_lean" "$n" true ", keep_weight_transpose: false"
+    xconfig "eqx${n}_cur" "$n" true ", scaling: current"
+    xconfig "eqx${n}_ga2" "$n" true "" 2
+    for v in keep lean cur ga2; do
+      tag=eqx${n}_$v
+      timeout 300 "${MPI[@]}" -np "$n" $B/fp8train --config "$OUT/$tag.yaml" --steps 10 \
+        --metrics "$OUT/$tag.jsonl" > "$OUT/$tag.log" 2>&1
+      echo "dp $n ZeRO-1 $v exit $?"
+    done
+  done
+  python3 - "$OUT" <<'PY' | tee "$OUT/equivalence_x.md"
+import glob, json, os, sys
+out, bad = sys.argv[1], []
+def rows(f):
+    f = f"{out}/{f}.jsonl"
+    return [json.loads(l) for l in open(f) if '"loss"' in l] if os.path.exists(f) else []
+def diff(a, b):
+    if len(a) != 10 or len(b) != 10: return float("inf")
+    return max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
+print("| run | against | largest relative loss difference, 10 steps | tolerance | gather ms (steps 2..) |")
+print("|---|---|---:|---:|---|")
+for f in sorted(glob.glob(f"{out}/eqx[24]_*.jsonl")):
+    tag = os.path.basename(f)[:-6]
+    n, v = tag[3:].split("_")
+    against, tol = {"keep": ("eqx1_delayed", 1e-3), "lean": (f"eqx{n}_keep", 0.0),
+                    "cur": ("eqx1_cur", 1e-3), "ga2": ("eqx1_delayed", 1e-3)}[v]
+    d = diff(rows(against), rows(tag))
+    gather = [round(r.get("weight_gather_ms", -1), 2) for r in rows(tag)][1:4]
+    ok = d <= tol
+    bad += [] if ok else [tag]
+    print(f"| {tag} | {against} | {d:.2e} | {'exact' if tol == 0 else tol} | {gather} |" + ("" if ok else " FAIL"))
 print("\nfailed: " + (", ".join(bad) if bad else "none"))
 sys.exit(1 if bad else 0)
 PY
