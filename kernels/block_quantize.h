@@ -79,6 +79,13 @@ template <typename T>
 Status QuantizeBlk128(const T* in, int64_t rows, int64_t cols, Fp8Format format, bool pow2,
                       uint8_t* data, float* scale_inv, uint8_t* data_t = nullptr,
                       float* scale_inv_t = nullptr);
+// The columns of in (rows, cols), in blocks of 128 rows: the Vec128 cast of in's transpose, i.e.
+// data_t (cols, rows) codes with scale_inv_t of Vec128ScaleCount(cols, rows) floats, as
+// QuantizeVec128 of the transposed matrix writes them. What a wgrad operand needs (X^T, dY^T:
+// K = the tokens).
+template <typename T>
+Status QuantizeVec128Columns(const T* in, int64_t rows, int64_t cols, Fp8Format format, bool pow2,
+                             uint8_t* data_t, float* scale_inv_t);
 // x = Decode(code) * scale_inv of its block, (rows, cols).
 Status DequantizeBlock(const BlockFp8Operand& in, float* out);
 // D (M, N) in FP32; a.rows = M, b.rows = N, a.cols = b.cols = K.
@@ -97,6 +104,11 @@ template <typename T>
 Status QuantizeBlk128(const T* in, int64_t rows, int64_t cols, Fp8Format format, bool pow2,
                       uint8_t* data, float* scale_inv, uint8_t* data_t, float* scale_inv_t,
                       cudaStream_t stream);
+// One 256-thread block per 128-row x 32-column tile: 32 blocks' amaxes, then their codes written
+// as 128-byte rows of the transpose.
+template <typename T>
+Status QuantizeVec128Columns(const T* in, int64_t rows, int64_t cols, Fp8Format format, bool pow2,
+                             uint8_t* data_t, float* scale_inv_t, cudaStream_t stream);
 }  // namespace cuda
 #endif
 

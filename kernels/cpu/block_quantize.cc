@@ -87,6 +87,19 @@ Status QuantizeVec128(const T* in, int64_t rows, int64_t cols, Fp8Format f, bool
 }
 
 template <typename T>
+Status QuantizeVec128Columns(const T* in, int64_t rows, int64_t cols, Fp8Format f, bool pow2,
+                             uint8_t* data_t, float* scale_inv_t) {
+  FP8RT_RETURN_IF_ERROR(
+      ValidateBlockCast("QuantizeVec128Columns", in, rows, cols, data_t, scale_inv_t));
+  if (rows * cols == 0) return Status::Ok();
+  std::vector<T> t(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = in[r * cols + c];
+  }
+  return QuantizeVec128(t.data(), cols, rows, f, pow2, data_t, scale_inv_t);
+}
+
+template <typename T>
 Status QuantizeBlk128(const T* in, int64_t rows, int64_t cols, Fp8Format f, bool pow2,
                       uint8_t* data, float* scale_inv, uint8_t* data_t, float* scale_inv_t) {
   FP8RT_RETURN_IF_ERROR(
@@ -163,7 +176,9 @@ Status GemmBlockScaled(const BlockFp8Operand& a, const BlockFp8Operand& b, float
   template Status QuantizeVec128<T>(const T*, int64_t, int64_t, Fp8Format, bool, uint8_t*,      \
                                     float*);                                                    \
   template Status QuantizeBlk128<T>(const T*, int64_t, int64_t, Fp8Format, bool, uint8_t*,      \
-                                    float*, uint8_t*, float*);
+                                    float*, uint8_t*, float*);                                  \
+  template Status QuantizeVec128Columns<T>(const T*, int64_t, int64_t, Fp8Format, bool,         \
+                                           uint8_t*, float*);
 FP8RT_INSTANTIATE(float)
 FP8RT_INSTANTIATE(bf16)
 #undef FP8RT_INSTANTIATE

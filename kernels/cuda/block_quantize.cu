@@ -109,6 +109,55 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// The columns of in in blocks of 128 rows, written as the transpose's Vec128 cast: one 256-thread
+// block per 128 x 32 tile (blockIdx.y: the row block, x: 32 columns). Warp w takes columns w,
+// w + 8, w + 16, w + 24: each column's amax over the tile's 128 rows (the padding rows' zeros
+// change no max), its scale, then its 128 codes as one contiguous row of data_t. The tile's
+// columns in cols..Pad4(cols) write the scale grid's padding (1).
+template <typename T, Fp8Format F>
+__global__ void __launch_bounds__(256)
+    Vec128ColumnsKernel(const T* __restrict__ in, int64_t rows, int64_t cols, float fp8_max,
+                        bool pow2, uint8_t* __restrict__ data_t, float* __restrict__ scale_inv_t) {
+  __shared__ float tile[kB][33];
+  __shared__ float col_scale[32];
+  const int64_t b = blockIdx.y, r0 = b * kB, c0 = int64_t{blockIdx.x} * 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int i = warp; i < kB; i += 8) {
+    const int64_t r = r0 + i, c = c0 + lane;
+    tile[i][lane] = r < rows && c < cols ? LoadF(in + r * cols + c) : 0.0f;
+  }
+  __syncthreads();
+  const int64_t pc = BlockLayout::Pad4(cols);
+  for (int j = warp; j < 32; j += 8) {
+    uint32_t bits = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) bits = max(bits, AbsBits(tile[lane + 32 * k][j]));
+    const float s = BlockScale(WarpMax(bits), fp8_max, pow2);
+    const int64_t c = c0 + j;
+    if (lane == 0) {
+      col_scale[j] = s;
+      if (c < cols) {
+        scale_inv_t[b * pc + c] = ScaleInv(s);
+      } else if (c < pc) {
+        scale_inv_t[b * pc + c] = 1.0f;
+      }
+    }
+  }
+  __syncthreads();
+  const int64_t nr = min(kB, rows - r0);
+  for (int j = warp; j < 32; j += 8) {
+    const int64_t c = c0 + j;
+    if (c >= cols) continue;
+    const float s = col_scale[j];
+    uint8_t* out = data_t + c * rows + r0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int rr = lane + 32 * k;
+      if (rr < nr) out[rr] = Encode<F>(tile[rr][j] * s);
+    }
+  }
+}
+
 }  // namespace
 
 namespace cuda {
@@ -151,11 +200,34 @@ Status QuantizeBlk128(const T* in, int64_t rows, int64_t cols, Fp8Format format,
   return Status::Ok();
 }
 
+template <typename T>
+Status QuantizeVec128Columns(const T* in, int64_t rows, int64_t cols, Fp8Format format, bool pow2,
+                             uint8_t* data_t, float* scale_inv_t, cudaStream_t stream) {
+  FP8RT_RETURN_IF_ERROR(
+      ValidateBlockCast("QuantizeVec128Columns", in, rows, cols, data_t, scale_inv_t));
+  if (rows * cols == 0) return Status::Ok();
+  if (BlockLayout::Blocks(rows) > 65535) {
+    return Status::InvalidArgument(StrCat("QuantizeVec128Columns: rows=", rows,
+                                          " exceed 65535 blocks of 128 (the grid's y limit)"));
+  }
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32),
+                  static_cast<unsigned>(BlockLayout::Blocks(rows)));
+  cuda_detail::DispatchFp8(format, [&]<Fp8Format F>() {
+    Vec128ColumnsKernel<T, F><<<grid, 256, 0, stream>>>(in, rows, cols, Fp8MaxFinite(format), pow2,
+                                                         data_t, scale_inv_t);
+    return 0;
+  });
+  FP8RT_CUDA_TRY_LAUNCH("QuantizeVec128Columns");
+  return Status::Ok();
+}
+
 #define FP8RT_INSTANTIATE(T)                                                                    \
   template Status QuantizeVec128<T>(const T*, int64_t, int64_t, Fp8Format, bool, uint8_t*,      \
                                     float*, cudaStream_t);                                      \
   template Status QuantizeBlk128<T>(const T*, int64_t, int64_t, Fp8Format, bool, uint8_t*,      \
-                                    float*, uint8_t*, float*, cudaStream_t);
+                                    float*, uint8_t*, float*, cudaStream_t);                    \
+  template Status QuantizeVec128Columns<T>(const T*, int64_t, int64_t, Fp8Format, bool,         \
+                                           uint8_t*, float*, cudaStream_t);
 FP8RT_INSTANTIATE(float)
 FP8RT_INSTANTIATE(bf16)
 #undef FP8RT_INSTANTIATE

@@ -1,7 +1,7 @@
 // The CUDA casts of FP8 block scaling against the CPU references (kernels/block_quantize.h):
 // codes and scales bit for bit (padding included), for float and bf16 inputs, both formats,
-// power-of-two scales, partial blocks both ways, zero and NaN blocks, and the 128x128 transposed
-// copy; and cuBLASLt's block-scaled GEMMs on those casts against cpu::Gemm.
+// power-of-two scales, partial blocks both ways, zero and NaN blocks, the 128x128 transposed
+// copy and the columns' 1x128 cast (into the transpose); and cuBLASLt's block-scaled GEMMs on those casts against cpu::Gemm.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -64,12 +64,23 @@ class BlockQuantizeGpu : public test::GpuTest {
     EXPECT_EQ(d_qt.Download(), qt) << "blk128 transposed codes";
     EXPECT_TRUE(SameBits(d_sb.Download(), sb)) << "blk128 scales";
     EXPECT_TRUE(SameBits(d_sbt.Download(), sbt)) << "blk128 transposed scales";
+
+    // The columns' cast (wgrad's X^T and dY^T), into the (cols, rows) transpose.
+    std::vector<float> sc(BlockLayout::Vec128ScaleCount(cols, rows));
+    ASSERT_TRUE(cpu::QuantizeVec128Columns(x.data(), rows, cols, f, pow2, qt.data(), sc.data()).ok());
+    DeviceBuffer<float> d_sc(sc.size());
+    d_qt.Poison(), d_sc.Poison();
+    ASSERT_TRUE(cuda::QuantizeVec128Columns(d_x.get(), rows, cols, f, pow2, d_qt.get(), d_sc.get(),
+                                            nullptr).ok());
+    EXPECT_EQ(d_qt.Download(), qt) << "vec128 columns' codes";
+    EXPECT_TRUE(SameBits(d_sc.Download(), sc)) << "vec128 columns' scales";
   }
 };
 
 TEST_F(BlockQuantizeGpu, MatchesTheReferenceBitForBit) {
-  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},    {3, 127},  {5, 128},  {7, 129},
-                                                {64, 300}, {130, 257}, {256, 256}, {1000, 768}};
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},     {3, 127},   {5, 128},   {7, 129},
+                                                {64, 300},  {130, 257}, {256, 256}, {1000, 768},
+                                                {129, 33},  {300, 31},  {2048, 96}};
   for (const auto& [rows, cols] : shapes) {
     for (const Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
       for (const bool pow2 : {false, true}) {

@@ -74,6 +74,38 @@ TEST(BlockQuantize, Vec128BlocksTheirScalesAndTheRoundTrip) {
   }
 }
 
+// The columns' cast: column c's rows 128 b.. form a block; its scale comes from that block's amax
+// and sits where a Vec128 cast of the (cols, rows) transpose puts block (c, b); the codes are the
+// transpose's, and they decode back to x^T.
+TEST(BlockQuantize, Vec128ColumnsBlockTheColumnsIntoTheTranspose) {
+  for (const auto& [rows, cols] : kShapes) {
+    const auto x = Random(rows * cols, 2);
+    std::vector<uint8_t> qt(x.size());
+    std::vector<float> st(BlockLayout::Vec128ScaleCount(cols, rows), -1.0f);
+    ASSERT_TRUE(cpu::QuantizeVec128Columns(x.data(), rows, cols, Fp8Format::kE4M3, false,
+                                           qt.data(), st.data()).ok());
+    std::vector<float> xt(x.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) xt[c * rows + r] = x[r * cols + c];
+    }
+    for (int64_t c = 0; c < BlockLayout::Pad4(cols); ++c) {
+      for (int64_t b = 0; b < BlockLayout::Blocks(rows); ++b) {
+        const float got = st[b * BlockLayout::Pad4(cols) + c];
+        if (c >= cols) {
+          EXPECT_EQ(got, 1.0f) << "padding";
+          continue;
+        }
+        float amax = 0;
+        for (int64_t r = b * 128; r < std::min(rows, b * 128 + 128); ++r) {
+          amax = std::max(amax, std::fabs(x[r * cols + c]));
+        }
+        EXPECT_EQ(got, ScaleInv(ComputeScale(amax, 1.0f, 448.0f, 0))) << rows << "x" << cols;
+      }
+    }
+    ExpectRoundTrip(xt, {qt.data(), st.data(), cols, rows, Fp8Format::kE4M3, false}, "columns");
+  }
+}
+
 TEST(BlockQuantize, Blk128BlocksTheTransposedCopyAndTheRoundTrip) {
   for (const auto& [rows, cols] : kShapes) {
     const auto x = Random(rows * cols, 2);
