@@ -21,7 +21,7 @@ const float* Fp8DecodeTable(Fp8Format f);
 
 // How a tensor's scale is chosen. Delayed: from an amax history of earlier steps. Current: from
 // this tensor's own amax (one extra pass).
-enum class ScalingMode : uint8_t { kDelayed, kCurrent };
+enum class ScalingMode : uint8_t { kDelayed, kCurrent, kBlock };
 
 // One quantized tensor, passed whole. Pointers are device pointers for CUDA ops and host
 // pointers for CPU ops. `scale` multiplies on the way in (q = sat(x * scale)); `scale_inv`

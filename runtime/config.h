@@ -56,9 +56,13 @@ struct DataConfig {
 // fp8.scaling (kernels/fp8.h's ScalingMode): where each FP8 tensor's scale comes from.
 //   delayed: from the amax history of earlier steps (reduced over ranks once per step);
 //   current: from the tensor's own amax, computed just before its cast (reduced over the TP group
-//     first when the tensor is split over it, over the ZeRO-1 group for a weight's shards).
+//     first when the tensor is split over it, over the ZeRO-1 group for a weight's shards);
+//   block: one scale per 1 x 128 block of activations and gradients and per 128 x 128 block of
+//     weights, from that block's amax in the cast itself (DeepSeek-V3's recipe; E4M3 throughout,
+//     power-of-two scales; cuBLASLt's block-scaled GEMMs, Hopper only). Nothing is reduced across
+//     ranks and nothing carries over between steps.
 inline const char* ScalingModeName(ScalingMode s) {
-  return s == ScalingMode::kCurrent ? "current" : "delayed";
+  return s == ScalingMode::kCurrent ? "current" : s == ScalingMode::kBlock ? "block" : "delayed";
 }
 
 struct Fp8Config {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "kernels/block_quantize.h"
 #include "kernels/fp8.h"
 #include "kernels/scaling.h"
 #include "runtime/gpt.h"
@@ -51,6 +52,12 @@ class Fp8State {
     FP8RT_RETURN_IF_ERROR(ops_->Upload(base_ + sl.formats, formats.data(), formats.size()));
     FP8RT_RETURN_IF_ERROR(ops_->InitScaling(scaling));
     current = o_.fp8.mode == ScalingMode::kCurrent;
+    block = o_.fp8.mode == ScalingMode::kBlock;
+    if (block && !o_.fp8.keep_weight_transpose) {
+      return Status::InvalidArgument(
+          "fp8.scaling: block needs fp8.keep_weight_transpose: true (the 128x128 weight cast "
+          "writes its transposed copy and that copy's scales in one pass)");
+    }
     calibrate = CalibratesFresh();
     FP8RT_RETURN_IF_ERROR(
         alloc(reinterpret_cast<void**>(&saturated), int64_t{num_tensors} * sizeof(Counter),
@@ -60,7 +67,8 @@ class Fp8State {
           alloc(reinterpret_cast<void**>(&cur_amax), int64_t{num_tensors} * sizeof(float), kMemScaling));
     }
     w8.assign(slots, nullptr), w8t.assign(slots, nullptr), x8t.assign(slots, nullptr);
-    int64_t max_n = 0, max_k = 0, max_w = 0;
+    ws.assign(slots, nullptr), wst.assign(slots, nullptr), xst.assign(slots, nullptr);
+    int64_t max_n = 0, max_k = 0, max_w = 0, max_xs = 0, max_dys = 0, max_dyst = 0;
     for (int s = 0; s < slots; ++s) {
       const int kind = s == slots - 1 ? kLmHead : s % kNumLinear;
       if (!On(kind)) continue;
@@ -74,6 +82,24 @@ class Fp8State {
       max_w = std::max(max_w, N * K);
       FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x8t[s]), M_ * K, kMemFp8Saved));
       ++num_weights;
+      if (!block) continue;
+      // Block scales: the weight's 128x128 grid and its transpose's, the saved input's columns'.
+      auto floats = [&](float** p, int64_t n, MemCategory what) {
+        return alloc(reinterpret_cast<void**>(p), n * int64_t{sizeof(float)}, what);
+      };
+      FP8RT_RETURN_IF_ERROR(floats(&ws[s], BlockLayout::Blk128ScaleCount(N, K), kMemFp8Weights));
+      FP8RT_RETURN_IF_ERROR(floats(&wst[s], BlockLayout::Blk128ScaleCount(K, N), kMemFp8Weights));
+      FP8RT_RETURN_IF_ERROR(floats(&xst[s], BlockLayout::Vec128ScaleCount(K, M_), kMemFp8Saved));
+      max_xs = std::max(max_xs, BlockLayout::Vec128ScaleCount(M_, K));
+      max_dys = std::max(max_dys, BlockLayout::Vec128ScaleCount(M_, N));
+      max_dyst = std::max(max_dyst, BlockLayout::Vec128ScaleCount(N, M_));
+    }
+    if (block) {
+      const std::pair<float**, int64_t> shared[] = {{&xs, max_xs}, {&dys, max_dys}, {&dyst, max_dyst}};
+      for (const auto& [p, n] : shared) {
+        FP8RT_RETURN_IF_ERROR(
+            alloc(reinterpret_cast<void**>(p), n * int64_t{sizeof(float)}, kMemFp8Scratch));
+      }
     }
     if (!o_.fp8.keep_weight_transpose && max_w > 0) {  // one transposed weight, every slot's
       uint8_t* wt = nullptr;
@@ -173,7 +199,7 @@ class Fp8State {
   Result<std::vector<Fp8TelemetryRow>> Telemetry();
   // A fresh delayed-scaling state calibrates its first step (fp8.first_step_current); current
   // scaling has nothing to calibrate.
-  bool CalibratesFresh() const { return o_.fp8.first_step_current && !current; }
+  bool CalibratesFresh() const { return o_.fp8.first_step_current && !current && !block; }
 
   DelayedScalingConfig cfg;
   // fp8.scaling: current. Every cast's scale comes from its own input's amax (in cur_amax, one
@@ -183,6 +209,16 @@ class Fp8State {
   // delayed update writes are replaced by the next casts'.
   bool current = false;
   float* cur_amax = nullptr;
+  // fp8.scaling: block (runtime/gpt_block_scaling.h). Every cast computes its blocks' scales
+  // from the blocks themselves, E4M3 with power-of-two scales; the per-tensor state above stays
+  // allocated but unused (no amax reduction, no history update), so the scale store and the
+  // cross-rank check see a constant state. Per slot: the weight's 128x128 scale grid and its
+  // transposed copy's, and the saved input's columns' 1x128 scales; shared: the forward input's
+  // 1x128 scales and the output gradient's (rows, and columns for wgrad).
+  bool block = false;
+  static constexpr bool kBlockPow2 = true;
+  std::vector<float*> ws, wst, xst;
+  float *xs = nullptr, *dys = nullptr, *dyst = nullptr;
   ScalingState scaling;
   int num_tensors = 0, num_weights = 0;
   // The scale state is fresh (initial scale 1, empty history): the next step's first micro-batch

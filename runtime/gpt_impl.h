@@ -177,8 +177,15 @@ class Gpt final : public GptModel {
   // layer with a bias, outside the calibrating first step and current scaling, whose casts
   // measure dy first).
   bool FusesGeluIntoDyCast(int kind) const {
-    return Fp8On(kind) && !fp8_.calibrate_now && !fp8_.current;
+    return Fp8On(kind) && !fp8_.calibrate_now && !fp8_.current && !fp8_.block;
   }
+  // fp8.scaling: block (runtime/gpt_block_scaling.h): the forward of FP8 linear layer (l, kind)
+  // (its input cast by rows for the GEMM and by columns for wgrad, the weight's 128x128 cast
+  // when cast_w; bias and residual as LinearForward's, no fused GELU) and its backward from dy
+  // (dbias, any GELU backward done by the caller).
+  Status BlockLinearForward(int l, int kind, T* y, const T* x, const T* b, bool cast_w,
+                            const T* residual);
+  Status BlockLinearBackward(int l, int kind, T* dx, float* dw, const T* dy);
   // fp8.scaling: current. Sets the scale of FP8 tensor (l, kind, role) from the amax of its input
   // `in` (n elements), all-reduced (MAX) over `group` first when that has several ranks: the
   // tensor is split over it. Called just before the tensor's cast.
@@ -535,7 +542,9 @@ Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::UpdateScales() {
   ops_->Mark("fp8 scaling update");
-  if (fp8_.num_tensors > 0) FP8RT_RETURN_IF_ERROR(ops_->UpdateScaling(fp8_.scaling, fp8_.cfg));
+  if (fp8_.num_tensors > 0 && !fp8_.block) {
+    FP8RT_RETURN_IF_ERROR(ops_->UpdateScaling(fp8_.scaling, fp8_.cfg));
+  }
   fp8_.calibrate = false;
   return Status::Ok();
 }
@@ -603,6 +612,7 @@ Result<std::unique_ptr<GptModel>> MakeGpt(const ModelOptions& o, std::unique_ptr
 }  // namespace fp8rt::gpt_detail
 
 #include "runtime/gpt_linear.h"
+#include "runtime/gpt_block_scaling.h"
 #include "runtime/gpt_passes.h"
 #include "runtime/llama_block.h"
 #include "runtime/gpt_setup.h"

@@ -69,6 +69,7 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
     g.epilogue = b ? Epilogue::kBias : Epilogue::kNone;
     return run(g);
   }
+  if (fp8_.block) return BlockLinearForward(l, kind, y, x, b, cast_w, residual);
   const int slot = fp8_.Slot(l, kind);
   const Fp8Tensor xq = fp8_.Of(l, kind, kRoleX, fp8_.x8, fp8_.x8t[slot], M_, K);
   comm::Communicator* const tp = o_.tp;
@@ -122,8 +123,9 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
     fused.aux = const_cast<T*>(dgelu_aux);  // read only
     return GemmTryFused(fused, gd, &dgelu_epilogue_ok_, dgelu_done);
   };
-  // FP8 layers get db from the cast of dY (QuantizeDbias), the rest from a GEMM.
-  if (db != nullptr && !Fp8On(kind)) {  // db (1, N) += ones (1, M) dY (M, N)
+  // FP8 layers get db from the cast of dY (QuantizeDbias), the rest (and block scaling's) from a
+  // GEMM.
+  if (db != nullptr && (!Fp8On(kind) || fp8_.block)) {  // db (1, N) += ones (1, M) dY (M, N)
     ops_->Mark("gemm bias grad");
     GemmArgs g;
     g.M = 1, g.N = N, g.K = M_;
@@ -149,6 +151,7 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
     ops_->Mark(kWgradNames[kind]);
     return ops_->Gemm(gw);
   }
+  if (fp8_.block) return BlockLinearBackward(l, kind, dx, dw, dy);
   const int slot = fp8_.Slot(l, kind);
   const Fp8Tensor dyq = fp8_.Of(l, kind, kRoleDy, fp8_.dy8, fp8_.dy8t, M_, N);
   typename Ops::Counter* const dy_saturated = fp8_.SaturatedOf(l, kind, kRoleDy);

@@ -61,7 +61,7 @@ template <typename Ops, typename T>
 Status Gpt<Ops, T>::ReduceAcrossRanks() {
   if (!Multi()) return Status::Ok();
   comm::Communicator* const world = World();
-  if (fp8_.num_tensors > 0) {
+  if (fp8_.num_tensors > 0 && !fp8_.block) {  // (block scaling has no per-tensor amax)
     ops_->Mark("amax reduce");
     FP8RT_RETURN_IF_ERROR(ops_->AmaxNanToInf(fp8_.scaling.amax, fp8_.num_tensors));
     void* stream = ops_->ForkComm();

@@ -58,6 +58,12 @@ Status Gpt<Ops, T>::Setup() {
                                             "n_kv_head and parallel.tp set them)"));
     }
   }
+  if (fp8 && o_.fp8.mode == ScalingMode::kBlock && Zero()) {
+    return Status::InvalidArgument(
+        "fp8.scaling: block does not run with parallel.zero (ZeRO-1) yet: each rank would cast "
+        "its rows of a weight and the 128x128 blocks' scales would need all-gathering with the "
+        "bytes; use plain data parallelism (parallel.zero: false) or fp8.scaling: delayed");
+  }
   if (Zero()) FP8RT_RETURN_IF_ERROR(SetupZero());
   const int64_t owned = Zero() ? shard_total_ : P;  // master weights and moments kept here
   mem_category_ = kMemMaster;

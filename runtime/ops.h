@@ -9,6 +9,7 @@
 
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
+#include "kernels/block_quantize.h"
 #include "kernels/convert.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
@@ -163,6 +164,22 @@ class CpuOps {
   template <typename T>
   Status Quantize(const T* in, const Fp8Tensor& out, Counter* saturated) {
     return cpu::Quantize(in, out, saturated);
+  }
+  // fp8.scaling: block (kernels/block_quantize.h).
+  template <typename T>
+  Status QuantizeVec128(const T* in, int64_t rows, int64_t cols, Fp8Format f, bool pow2,
+                        uint8_t* data, float* scale_inv) {
+    return cpu::QuantizeVec128(in, rows, cols, f, pow2, data, scale_inv);
+  }
+  template <typename T>
+  Status QuantizeVec128Columns(const T* in, int64_t rows, int64_t cols, Fp8Format f, bool pow2,
+                               uint8_t* data_t, float* scale_inv_t) {
+    return cpu::QuantizeVec128Columns(in, rows, cols, f, pow2, data_t, scale_inv_t);
+  }
+  template <typename T>
+  Status QuantizeBlk128(const T* in, int64_t rows, int64_t cols, Fp8Format f, bool pow2,
+                        uint8_t* data, float* scale_inv, uint8_t* data_t, float* scale_inv_t) {
+    return cpu::QuantizeBlk128(in, rows, cols, f, pow2, data, scale_inv, data_t, scale_inv_t);
   }
   template <typename T>
   Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias, Counter* saturated) {

@@ -357,6 +357,22 @@ class CudaOps {
     return cuda::Quantize(in, out, saturated, stream_);
   }
   template <typename T>
+  Status QuantizeVec128(const T* in, int64_t rows, int64_t cols, Fp8Format f, bool pow2,
+                        uint8_t* data, float* scale_inv) {
+    return cuda::QuantizeVec128(in, rows, cols, f, pow2, data, scale_inv, stream_);
+  }
+  template <typename T>
+  Status QuantizeVec128Columns(const T* in, int64_t rows, int64_t cols, Fp8Format f, bool pow2,
+                               uint8_t* data_t, float* scale_inv_t) {
+    return cuda::QuantizeVec128Columns(in, rows, cols, f, pow2, data_t, scale_inv_t, stream_);
+  }
+  template <typename T>
+  Status QuantizeBlk128(const T* in, int64_t rows, int64_t cols, Fp8Format f, bool pow2,
+                        uint8_t* data, float* scale_inv, uint8_t* data_t, float* scale_inv_t) {
+    return cuda::QuantizeBlk128(in, rows, cols, f, pow2, data, scale_inv, data_t, scale_inv_t,
+                                stream_);
+  }
+  template <typename T>
   Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias, Counter* saturated) {
     return cuda::QuantizeDbias(in, out, dbias, saturated, scratch_, scratch_bytes_, stream_);
   }

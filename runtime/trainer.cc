@@ -115,6 +115,14 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   const RunConfig& c = o.config;
   TrainResult result;
   const PrecisionDecision pd = DecidePrecision(o.precision.value_or(c.precision), device);
+  if (pd.precision == Precision::kFp8 && c.fp8.mode == ScalingMode::kBlock && !device.is_cpu &&
+      device.compute_capability != 90) {
+    // (cuBLASLt's 1x128 / 128x128 block-scaled GEMMs exist on sm_90 only.)
+    return Status::InvalidArgument(StrCat(
+        "fp8.scaling: block needs a Hopper GPU (compute capability 9.0, cuBLASLt's block-scaled "
+        "GEMMs); ", device.name, " is ", FormatComputeCapability(device.compute_capability),
+        ": use fp8.scaling: delayed or current"));
+  }
   result.precision = pd.precision;
   result.fallback_reason = pd.fallback_reason;
   const int ranks = o.world != nullptr ? o.world->size() : 1;
