@@ -8,7 +8,9 @@
 #        (default: all but overlap, which compares gradient-reduction settings at dp 2, and profile,
 #        rank 0's ops at dp 1 and the largest of SIZES with ZeRO-1)
 # Environment: NGPU (default: nvidia-smi's count), SIZES (the dp/tp sizes, default "2 4" with 4 GPUs), STEPS (scaling steps, default 12),
-# FP8TRAIN (the fp8train of scaling and profile), SCALING_ZERO (default "false true"),
+# FP8TRAIN (the fp8train of scaling and profile), SCALING_ZERO (default "false true"), GPT13_FP8 and
+# GPT13_PARALLEL (more fields for the gpt-1.3b configs' fp8 and parallel maps, e.g.
+# "keep_weight_transpose: false", "grad_reduce_dtype: bf16"),
 # SCALING_PRECISIONS and PROFILE_PRECISIONS (default "bf16 fp8" and "fp8"), FP8RT_BIN
 # (the binaries, default bundle/bin). Exits 1 when a check fails, 77 (skipped) with fewer than 2 GPUs;
 # ctest runs its equiv and fault parts as the multigpu label (tests/CMakeLists.txt).
@@ -49,9 +51,10 @@ PY
 }
 
 # gpt-1.3b's config with "parallel: {$2}" and absolute data paths, written to $1.
-gpt13_yaml() {
+gpt13_yaml() {  # file parallel-fields; GPT13_FP8 / GPT13_PARALLEL: more fp8 / parallel fields
   sed "s/^parallel:.*//" configs/gpt-1.3b.yaml > "$1"
-  echo "parallel: {$2}" >> "$1"
+  echo "parallel: {$2${GPT13_PARALLEL:+, $GPT13_PARALLEL}}" >> "$1"
+  [ -n "${GPT13_FP8:-}" ] && sed -i "s/^fp8: {\(.*\)}/fp8: {\1, $GPT13_FP8}/" "$1"
   sed -i "s|\.\./data/|$(pwd)/data/|" "$1"
 }
 
@@ -278,7 +281,8 @@ fi
 if want scaling; then
   echo "== scaling: gpt-1.3b per-GPU tokens/s at dp 1, ${sizes[*]} (median of steps 4..$STEPS), $TRAIN"
   for p in ${SCALING_PRECISIONS:-bf16 fp8}; do
-    timeout 300 $TRAIN --config configs/gpt-1.3b.yaml --precision $p --steps "$STEPS" \
+    gpt13_yaml "$OUT/sc1.yaml" "zero: false"  # (GPT13_FP8 applies to one GPU too)
+    timeout 300 $TRAIN --config "$OUT/sc1.yaml" --precision $p --steps "$STEPS" \
       --metrics "$OUT/sc1_$p.jsonl" > "$OUT/sc1_$p.log" 2>&1
     one=$(median_tps "$OUT/sc1_$p.jsonl")
     echo "| gpt-1.3b $p | dp 1 | $one tok/s | 1 GPU |" | tee -a "$OUT/scaling.md"
