@@ -125,6 +125,11 @@ struct TrainConfig {
   // in the backward instead of keeping them per layer (FP8 layers keep an FP8 copy of those
   // inputs instead). Default: true
   bool recompute = true;
+  // With grad_accum 1 and without parallel.zero: layer l's saved activations (those that fit) lie
+  // in layer l-1's weight-gradient memory, which the backward writes only after layer l's backward
+  // has read them, and which the next forward writes only after AdamW has read the gradients.
+  // Default: true
+  bool share_gradient_memory = true;
 };
 
 // parallel.*: how this run spreads over the ranks its launcher started (comm/README.md).

@@ -34,6 +34,8 @@ struct ModelOptions {
   // train.recompute: non-FP8 layers recompute their normalised and activated inputs in the
   // backward (from the saved block input, statistics and FC output) instead of saving them.
   bool recompute = true;
+  // train.share_gradient_memory (used with grad_accum 1 and without ZeRO-1 only).
+  bool share_grad_memory = true;
   // Data parallelism: the group of ranks that hold replicas of this model (of this TP rank's
   // part under TP) and split the batch (null or a group of one: none). Not owned. Gradients are
   // averaged over it in buckets of about grad_bucket_bytes, each launched as soon as the last
@@ -150,6 +152,9 @@ class GptModel {
   // allocated_bytes() by what the memory holds (gpt_layout.h's MemCategory), in a fixed order;
   // categories with nothing allocated are left out.
   virtual std::vector<std::pair<std::string, size_t>> MemoryReport() const = 0;
+  // Bytes of saved activations placed in gradient memory (train.share_gradient_memory): not in
+  // allocated_bytes, not in MemoryReport's categories.
+  virtual size_t shared_gradient_bytes() const { return 0; }
   // Which kernels the attention runs on, for logs (e.g. "cuDNN 9.14.0 fused flash attention").
   virtual std::string attention_kernel() const = 0;
   // --profile-ops: time per op of each Step (see runtime/op_profile.h), mean ms per step.

@@ -32,7 +32,8 @@ class Fp8State {
   Fp8State(const ModelOptions& o, Ops* ops) : o_(o), ops_(ops) {}
 
   // Allocates the scaling state and the FP8 buffers for M tokens per micro-batch through
-  // `alloc(void** p, int64_t bytes, MemCategory what)`. Nothing when the model does not run in FP8.
+  // `alloc(void** p, int64_t bytes, MemCategory what[, int layer])` (layer: the layer whose
+  // backward reads the buffer last). Nothing when the model does not run in FP8.
   template <typename AllocFn>
   Status Setup(int64_t M, AllocFn&& alloc) {
     if (o_.precision != Precision::kFp8) return Status::Ok();
@@ -80,7 +81,9 @@ class Fp8State {
         FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8t[s]), N * K, kMemFp8Weights));
       }
       max_w = std::max(max_w, N * K);
-      FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x8t[s]), M_ * K, kMemFp8Saved));
+      // (a layer's saved input: `alloc` may place it in the gradient memory of the layer before)
+      FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x8t[s]), M_ * K, kMemFp8Saved,
+                                  kind == kLmHead ? -1 : s / kNumLinear));
       ++num_weights;
       if (!block) continue;
       // Block scales: the weight's 128x128 grid and its transpose's, the saved input's columns'.

@@ -70,6 +70,7 @@ class Gpt final : public GptModel {
   int64_t num_params() const override { return Layout(o_.model).total; }
   int num_fp8_weights() const override { return fp8_.num_weights; }
   size_t allocated_bytes() const override { return allocated_bytes_; }
+  size_t shared_gradient_bytes() const override { return shared_grad_bytes_; }
   std::vector<std::pair<std::string, size_t>> MemoryReport() const override {
     std::vector<std::pair<std::string, size_t>> out;
     for (int c = 0; c < kNumMemCategories; ++c) {
@@ -120,6 +121,28 @@ class Gpt final : public GptModel {
     *p = static_cast<U*>(raw);
     return Status::Ok();
   }
+
+  // train.share_gradient_memory (runtime/gpt_setup.h): requests for layer l's saved buffers
+  // (l >= 1), placed once Setup has them all in layer l-1's weight-gradient slots, largest first,
+  // each in the slot that leaves least room; what does not fit is allocated.
+  struct LayerRequest {
+    void** p;
+    int64_t bytes;
+    int64_t layer;
+    MemCategory what;
+  };
+  std::vector<LayerRequest> layer_requests_;
+  bool grads_shared_ = false;  // decided in Setup
+  size_t shared_grad_bytes_ = 0;  // what the placed buffers would have allocated
+  template <typename U>
+  Status AllocLayer(U** p, int64_t n, int64_t layer) {
+    if (!grads_shared_ || layer < 1) return Alloc(p, n);
+    layer_requests_.push_back({reinterpret_cast<void**>(p),
+                               std::max<int64_t>(n, 1) * static_cast<int64_t>(sizeof(U)), layer,
+                               mem_category_});
+    return Status::Ok();
+  }
+  Status PlaceLayerRequests();
 
   bool Fp8On(int kind) const { return fp8_.On(kind); }
   // train.recompute: the layer's input (a norm's or the activation's output) is recomputed in the

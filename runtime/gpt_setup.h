@@ -66,6 +66,9 @@ Status Gpt<Ops, T>::Setup() {
   }
   if (Zero()) FP8RT_RETURN_IF_ERROR(SetupZero());
   const int64_t owned = Zero() ? shard_total_ : P;  // master weights and moments kept here
+  // (Gradients that must outlive a forward, accumulated over micro-batches or holding the full
+  // master after an import under ZeRO-1, cannot lend their memory.)
+  grads_shared_ = o_.share_grad_memory && o_.grad_accum == 1 && !Zero();
   mem_category_ = kMemMaster;
   FP8RT_RETURN_IF_ERROR(Alloc(&master_, owned));
   mem_category_ = kMemGrads;
@@ -109,7 +112,7 @@ Status Gpt<Ops, T>::Setup() {
       transient_layers.emplace_back(v, n);
       return Status::Ok();
     }
-    for (int64_t l = 0; l < L; ++l) FP8RT_RETURN_IF_ERROR(Alloc(&(*v)[l], n));
+    for (int64_t l = 0; l < L; ++l) FP8RT_RETURN_IF_ERROR(AllocLayer(&(*v)[l], n, l));
     return Status::Ok();
   };
   auto stats = [&](std::vector<float*>* v) -> Status {
@@ -154,7 +157,8 @@ Status Gpt<Ops, T>::Setup() {
   }
   att_.assign(L, nullptr);
   for (int64_t l = 0; l < L; ++l) {
-    FP8RT_RETURN_IF_ERROR(Alloc(&att_[l], static_cast<int64_t>(ops_->AttentionSavedBytes(as, kT))));
+    FP8RT_RETURN_IF_ERROR(
+        AllocLayer(&att_[l], static_cast<int64_t>(ops_->AttentionSavedBytes(as, kT)), l));
   }
   // (RMSNorm keeps no mean.)
   if (!Llama()) FP8RT_RETURN_IF_ERROR(stats(&ln1_mean_));
@@ -226,14 +230,15 @@ Status Gpt<Ops, T>::Setup() {
                        ") all-reduce"));
     }
   }
-  FP8RT_RETURN_IF_ERROR(fp8_.Setup(M_, [this](void** p, int64_t bytes, MemCategory what) {
-    uint8_t* raw = nullptr;
-    mem_category_ = what;
-    FP8RT_RETURN_IF_ERROR(Alloc(&raw, bytes));
-    mem_category_ = kMemOther;
-    *p = raw;
-    return Status::Ok();
-  }));
+  FP8RT_RETURN_IF_ERROR(
+      fp8_.Setup(M_, [this](void** p, int64_t bytes, MemCategory what, int layer = -1) {
+        mem_category_ = what;
+        const Status s = AllocLayer(reinterpret_cast<uint8_t**>(p), bytes, layer);
+        mem_category_ = kMemOther;
+        return s;
+      }));
+  FP8RT_RETURN_IF_ERROR(PlaceLayerRequests());
+  if (!Gqa()) attq_ = qkv_;  // (the placed pointers)
 
   {
     size_t scratch = 0;
@@ -242,6 +247,64 @@ Status Gpt<Ops, T>::Setup() {
     allocated_bytes_ += scratch;
     category_bytes_[kMemWorkspace] += scratch;
   }
+  return Status::Ok();
+}
+
+}  // namespace fp8rt::gpt_detail
+
+namespace fp8rt::gpt_detail {
+
+// train.share_gradient_memory: layer l's requests (l >= 1) into layer l-1's weight-gradient slots.
+// Safe because every weight gradient is overwritten (beta 0) by the one micro-batch's wgrad of its
+// layer, which the backward reaches only after layer l's (the last reader of layer l's buffers:
+// res3_[l] is read by layer l + 1's), and the next forward writes them only after AdamW read the
+// gradients (DP's all-reduces are joined before it). Best fit, largest first; 256-byte aligned.
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::PlaceLayerRequests() {
+  if (layer_requests_.empty()) return Status::Ok();
+  constexpr int64_t kAlign = 256;
+  auto up = [](int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+  std::stable_sort(layer_requests_.begin(), layer_requests_.end(),
+                   [](const LayerRequest& a, const LayerRequest& b) {
+                     return a.layer != b.layer ? a.layer < b.layer : a.bytes > b.bytes;
+                   });
+  struct Region {
+    uint8_t* at;
+    int64_t left;
+  };
+  std::vector<Region> regions;
+  int64_t layer = -1;
+  for (const LayerRequest& r : layer_requests_) {
+    if (r.layer != layer) {  // layer r.layer - 1's weight gradients
+      layer = r.layer;
+      regions.clear();
+      for (const int p : {kQkvW, kAttProjW, kFcW, kFcProjW}) {
+        if (layout_.size[p] == 0) continue;
+        const uintptr_t start =
+            reinterpret_cast<uintptr_t>(grads_ + FullOff(p, static_cast<int>(layer) - 1));
+        const uintptr_t end = start + static_cast<uintptr_t>(PerLayer(p)) * sizeof(float);
+        const uintptr_t first = (start + kAlign - 1) / kAlign * kAlign;
+        if (first < end) regions.push_back({reinterpret_cast<uint8_t*>(first),
+                                            static_cast<int64_t>(end - first)});
+      }
+    }
+    Region* best = nullptr;
+    for (Region& g : regions) {
+      if (g.left >= up(r.bytes) && (best == nullptr || g.left < best->left)) best = &g;
+    }
+    if (best != nullptr) {
+      *r.p = best->at;
+      best->at += up(r.bytes), best->left -= up(r.bytes);
+      shared_grad_bytes_ += static_cast<size_t>(r.bytes);
+      continue;
+    }
+    mem_category_ = r.what;
+    uint8_t* raw = nullptr;
+    FP8RT_RETURN_IF_ERROR(Alloc(&raw, r.bytes));
+    *r.p = raw;
+  }
+  mem_category_ = kMemOther;
+  layer_requests_.clear();
   return Status::Ok();
 }
 

@@ -85,7 +85,8 @@ void ReportMemory(const GptModel& model, const DeviceInfo& device, int64_t step,
     for (const auto& [name, bytes] : cats) by[name] = bytes;
     nlohmann::json j = {{"step", step},
                         {"memory_bytes", by},
-                        {"model_gib", model.allocated_bytes() / kGiB}};
+                        {"model_gib", model.allocated_bytes() / kGiB},
+                        {"in_gradient_memory_bytes", model.shared_gradient_bytes()}};
     if (!device.is_cpu) j["device_used_gib"] = used / kGiB;
     *metrics << j.dump() << "\n" << std::flush;
   }
@@ -101,6 +102,11 @@ void ReportMemory(const GptModel& model, const DeviceInfo& device, int64_t step,
   }
   out << "  " << std::left << std::setw(26) << "total (model)" << std::right << std::fixed
       << std::setprecision(3) << std::setw(9) << model.allocated_bytes() / kGiB << " GiB\n";
+  if (model.shared_gradient_bytes() > 0) {
+    out << "  " << std::left << std::setw(26) << "(in gradient memory)" << std::right
+        << std::setw(9) << model.shared_gradient_bytes() / kGiB
+        << " GiB  (saved activations in the weight gradients' memory, not counted above)\n";
+  }
   if (!device.is_cpu) {
     out << "  " << std::left << std::setw(26) << "device in use (all)" << std::right
         << std::setw(9) << used / kGiB
@@ -198,6 +204,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   mo.beta1 = c.train.beta1, mo.beta2 = c.train.beta2, mo.eps = c.train.eps;
   mo.attention = o.attention;
   mo.recompute = c.train.recompute;
+  mo.share_grad_memory = c.train.share_gradient_memory;
   mo.world = o.world != nullptr && ranks > 1 ? &o.world->comm() : nullptr;
   mo.dp = dp == 1 ? nullptr : tp > 1 ? dp_group.get() : mo.world;
   mo.tp = tp_group.get();

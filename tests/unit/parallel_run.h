@@ -52,7 +52,7 @@ class ParallelRun : public ::testing::Test {
                         << "\ndata: {train: corpus.txt}\n"
                         << "train: {batch_size: " << batch
                         << ", seq_len: 32, grad_accum: " << grad_accum
-                        << ", total_steps: 20, lr: 0.003, warmup_steps: 2}\n"
+                        << ", total_steps: 20, lr: 0.003, warmup_steps: 2" << train_extra_ << "}\n"
                         << "precision: " << precision
                         << "\nfp8: {history_len: 4, first_step_current: "
                         << (first_step_current ? "true" : "false") << fp8_extra_ << "}\n"
@@ -177,6 +177,7 @@ class ParallelRun : public ::testing::Test {
 
   // More fp8: keys for the configs Config writes (e.g. ", scaling: current").
   std::string fp8_extra_;
+  std::string train_extra_;  // more train.* fields, e.g. ", share_gradient_memory: false"
 
   std::vector<float> Master(const std::string& tag) {
     auto ck = ReadCheckpoint(dir_.str() + "/" + tag + ".ckpt", -1, {});
