@@ -104,12 +104,17 @@ if [[ $parts == *memory* ]]; then
   sed 's/log_every: 1}/log_every: 1, recompute: false}/' configs/gpt-1.3b.yaml > configs/_saved.yaml
   sed 's/amax_algo: max}/amax_algo: max, keep_weight_transpose: true}/' configs/gpt-1.3b.yaml \
     > configs/_keep_t.yaml
+  sed 's/amax_algo: max}/amax_algo: max, keep_weight_transpose: false}/' configs/gpt-1.3b.yaml \
+    > configs/_lean.yaml
+  # MEM_VARIANTS: precision:variant pairs (variants: base, new, saved, keep_t, lean = without
+  # kept FP8 weight transposes).
   for r in $(seq "$REPS"); do
-    for pv in bf16:base bf16:new bf16:saved fp8:base fp8:new fp8:keep_t; do
+    for pv in ${MEM_VARIANTS:-bf16:base bf16:new bf16:saved fp8:base fp8:new fp8:keep_t}; do
       p=${pv%:*}; v=${pv#*:}; bin=$B/fp8train; cfg=configs/gpt-1.3b.yaml
       [ $v = base ] && bin=$BASELINE
       [ $v = saved ] && cfg=configs/_saved.yaml
       [ $v = keep_t ] && cfg=configs/_keep_t.yaml
+      [ $v = lean ] && cfg=configs/_lean.yaml
       timeout 240 "$bin" --config $cfg --device cuda:0 --precision $p --steps "$STEPS_13B" \
         --memory-report --metrics "$OUT/mem_${v}_${p}_$r.jsonl" > "$OUT/mem_${v}_${p}_$r.log" 2>&1
       echo "$v $p run $r exit $?"
