@@ -125,33 +125,12 @@ TEST(BlockScalingModel, GradientsAreCloserToFp32ThanPerTensorScaling) {
 
 // A tiny byte-level model on English learns as well under block scaling as under delayed.
 TEST(BlockScalingTraining, LearnsLikeDelayedScaling) {
-  test::TempDir dir("fp8rt_block");
-  const std::string corpus = test::EnglishCorpus(dir.str() + "/corpus.txt");
-  ASSERT_FALSE(corpus.empty());
-  double last[2] = {0, 0};
-  for (const ScalingMode mode : {ScalingMode::kDelayed, ScalingMode::kBlock}) {
-    TrainOptions o;
-    RunConfig& c = o.config;
-    c = test::TinyRunConfig(corpus, Precision::kFp8, 120);
-    c.fp8.mode = mode;
-    ASSERT_TRUE(c.Validate().ok());
-    auto r = RunTraining(o, DeviceInfo{});
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    double tail = 0;
-    for (int i = 100; i < 120; ++i) tail += r->losses[i] / 20;
-    last[mode == ScalingMode::kBlock] = tail;
-    EXPECT_LT(tail, r->losses.front() - 2.0) << ScalingModeName(mode);
-  }
-  EXPECT_NEAR(last[1], last[0], 0.05 * last[0]);
+  test::ExpectLearnsLikeDelayedScaling(ScalingMode::kBlock);
 }
 
-class BlockScaling : public ParallelRun {
+class BlockScaling : public ScalingModeRun {
  protected:
-  void SetUp() override {
-    ParallelRun::SetUp();
-    fp8_extra_ = ", scaling: block";
-  }
-  const std::string model_ = "{n_layer: 2, n_embd: 32, n_head: 4, block_size: 32}";
+  BlockScaling() : ScalingModeRun("block") {}
 };
 
 // The same global batch at TP = 2 and DP = 2, and DP 2 x TP 2. None computes exactly what one rank
@@ -185,15 +164,7 @@ TEST_F(BlockScaling, DpAndTpMatchOneRankWithoutAmaxCollectivesAndZeroIsRefused) 
   EXPECT_TRUE(Has(zero.output, "fp8.scaling: block does not run with parallel.zero")) << zero.output;
 }
 
-TEST_F(BlockScaling, ResumeIsExact) {
-  const std::string cfg = Config("r", 4, model_, "fp8");
-  const TrainRun whole = Single(cfg, "whole", 6);
-  ASSERT_EQ(whole.ranks[0].code, 0) << whole.output;
-  ASSERT_EQ(Single(cfg, "parts", 3).ranks[0].code, 0);
-  const TrainRun second = Single(cfg, "parts", 6, "--resume");
-  ASSERT_EQ(second.ranks[0].code, 0) << second.output;
-  ExpectIdentical(whole, "whole", second, "parts");
-}
+TEST_F(BlockScaling, ResumeIsExact) { ExpectResumeIsExact(model_); }
 
 }  // namespace
 }  // namespace fp8rt

@@ -77,13 +77,9 @@ TEST(CurrentScalingModel, CachedWeightsAreCurrentScalingCastsOfTheMasterWeights)
   }
 }
 
-class CurrentScaling : public ParallelRun {
+class CurrentScaling : public ScalingModeRun {
  protected:
-  void SetUp() override {
-    ParallelRun::SetUp();
-    fp8_extra_ = ", scaling: current";
-  }
-  const std::string model_ = "{n_layer: 2, n_embd: 32, n_head: 4, block_size: 32}";
+  CurrentScaling() : ScalingModeRun("current") {}
 };
 
 // The same global batch at TP = 2, DP = 2 and DP 2 x TP 2, with and without ZeRO-1.
@@ -135,36 +131,11 @@ TEST_F(CurrentScaling, TpDpAndZeroOneEqualOneRankOrPlainDp) {
   }
 }
 
-TEST_F(CurrentScaling, ResumeIsExact) {
-  const std::string cfg = Config("r", 4, model_, "fp8");
-  const TrainRun whole = Single(cfg, "whole", 6);
-  ASSERT_EQ(whole.ranks[0].code, 0) << whole.output;
-  ASSERT_EQ(Single(cfg, "parts", 3).ranks[0].code, 0);
-  const TrainRun second = Single(cfg, "parts", 6, "--resume");
-  ASSERT_EQ(second.ranks[0].code, 0) << second.output;
-  ExpectIdentical(whole, "whole", second, "parts");
-}
+TEST_F(CurrentScaling, ResumeIsExact) { ExpectResumeIsExact(model_); }
 
 // A tiny byte-level model on English learns as well under current scaling as under delayed.
 TEST(CurrentScalingTraining, LearnsLikeDelayedScaling) {
-  test::TempDir dir("fp8rt_current");
-  const std::string corpus = test::EnglishCorpus(dir.str() + "/corpus.txt");
-  ASSERT_FALSE(corpus.empty());
-  double last[2] = {0, 0};
-  for (const ScalingMode mode : {ScalingMode::kDelayed, ScalingMode::kCurrent}) {
-    TrainOptions o;
-    RunConfig& c = o.config;
-    c = test::TinyRunConfig(corpus, Precision::kFp8, 120);
-    c.fp8.mode = mode;
-    ASSERT_TRUE(c.Validate().ok());
-    auto r = RunTraining(o, DeviceInfo{});
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    double tail = 0;
-    for (int i = 100; i < 120; ++i) tail += r->losses[i] / 20;
-    last[mode == ScalingMode::kCurrent] = tail;
-    EXPECT_LT(tail, r->losses.front() - 2.0) << ScalingModeName(mode);
-  }
-  EXPECT_NEAR(last[1], last[0], 0.05 * last[0]);
+  test::ExpectLearnsLikeDelayedScaling(ScalingMode::kCurrent);
 }
 
 }  // namespace

@@ -226,9 +226,33 @@ class ParallelRun : public ::testing::Test {
     std::cout << atag << " vs " << btag << ": largest weight difference " << worst << "\n";
   }
 
+  // 6 steps whole against 3 steps, then --resume to 6: the same losses and weights bit for bit.
+  void ExpectResumeIsExact(const std::string& model) {
+    const std::string cfg = Config("r", 4, model, "fp8");
+    const TrainRun whole = Single(cfg, "whole", 6);
+    ASSERT_EQ(whole.ranks[0].code, 0) << whole.output;
+    ASSERT_EQ(Single(cfg, "parts", 3).ranks[0].code, 0);
+    const TrainRun second = Single(cfg, "parts", 6, "--resume");
+    ASSERT_EQ(second.ranks[0].code, 0) << second.output;
+    ExpectIdentical(whole, "whole", second, "parts");
+  }
+
   test::TempDir dir_;
   std::string corpus_;
   const std::string small_ = "{n_layer: 2, n_embd: 32, n_head: 2, block_size: 32}";
+};
+
+// ParallelRun with every config's fp8.scaling set to `mode` (current_scaling_test.cc,
+// block_scaling_test.cc), and their model.
+class ScalingModeRun : public ParallelRun {
+ protected:
+  explicit ScalingModeRun(const char* mode) : mode_(mode) {}
+  void SetUp() override {
+    ParallelRun::SetUp();
+    fp8_extra_ = std::string(", scaling: ") + mode_;
+  }
+  const char* mode_;
+  const std::string model_ = "{n_layer: 2, n_embd: 32, n_head: 4, block_size: 32}";
 };
 
 }  // namespace fp8rt
