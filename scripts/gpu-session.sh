@@ -2,7 +2,7 @@
 # One call on a GPU node, from the repository root with bundle/ and data/ carried: device facts,
 # the gpu test suite, the kernel benchmark table, and fp8train runs. Logs go to $OUT (or ./out).
 # Usage: scripts/gpu-session.sh [tests] [bench] [train] [torch] [throughput] [comm] [baseline]
-#        [memory] [llama] [llamaspeed]   (default: tests bench train torch throughput)
+#        [memory] [recipespeed] [llama] [llamaspeed]   (default: tests bench train torch throughput)
 # Environment: GPU_TEST_FILTER (gtest filter for tests), LLAMA_STEPS (llamaspeed; default 20),
 #              LLAMA_PRECISIONS (llamaspeed; default "bf16 fp8").
 set -uo pipefail
@@ -121,6 +121,47 @@ if [[ $parts == *memory* ]]; then
     done
   done
   python3 bench/memory_summary.py "$OUT" | tee "$OUT/memory.md"
+fi
+if [[ $parts == *recipespeed* ]]; then
+  # The FP8 recipes' throughput on this card, side by side: gpt2-124m and gpt-1.3b in bf16 and
+  # fp8.scaling delayed / current / block, REPS interleaved runs each (median of steps 4..).
+  REPS=${REPS:-2}
+  echo "== recipes' tokens/s side by side ($REPS runs each, interleaved)"
+  for cfg in gpt2-124m gpt-1.3b; do
+    for r in bf16 delayed current block; do
+      if [ $r = bf16 ]; then
+        sed "s/^precision:.*/precision: bf16/" configs/$cfg.yaml > configs/_sp_${cfg}_$r.yaml
+      else
+        sed "s/^precision:.*/precision: fp8/; s/^fp8: {/fp8: {scaling: $r, /" configs/$cfg.yaml \
+          > configs/_sp_${cfg}_$r.yaml
+      fi
+    done
+  done
+  for rep in $(seq "$REPS"); do
+    for cfg in gpt2-124m gpt-1.3b; do
+      steps=$STEPS_124M; [ $cfg = gpt-1.3b ] && steps=$STEPS_13B
+      for r in bf16 delayed current block; do
+        timeout 180 $B/fp8train --config configs/_sp_${cfg}_$r.yaml --device cuda:0 --steps $steps \
+          --metrics "$OUT/sp_${cfg}_${r}_$rep.jsonl" > "$OUT/sp_${cfg}_${r}_$rep.log" 2>&1
+        echo "$cfg $r run $rep exit $?"
+      done
+    done
+  done
+  python3 - "$OUT" <<'PY' | tee "$OUT/recipe_speed.md"
+import glob, json, statistics, sys
+d = sys.argv[1]
+print("| model | recipe | tokens/s | vs bf16 | vs delayed |\n|---|---|---:|---:|---:|")
+for cfg in ("gpt2-124m", "gpt-1.3b"):
+    med = {}
+    for r in ("bf16", "delayed", "current", "block"):
+        runs = []
+        for f in glob.glob(f"{d}/sp_{cfg}_{r}_*.jsonl"):
+            t = [json.loads(l)["tokens_per_s"] for l in open(f) if '"tokens_per_s"' in l][3:]
+            if t: runs.append(statistics.median(t))
+        med[r] = statistics.median(runs) if runs else float("nan")
+    for r in ("bf16", "delayed", "current", "block"):
+        print(f"| {cfg} | {r} | {med[r]:,.0f} | {med[r] / med['bf16']:.3f} | {med[r] / med['delayed']:.3f} |")
+PY
 fi
 if [[ $parts == *converge* ]]; then
   # The large corpus when it was carried (scripts/make-corpus.sh --large), else the small one.
