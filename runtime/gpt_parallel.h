@@ -202,13 +202,14 @@ Status Gpt<Ops, T>::LaunchGather(int slot) {
   }));
   FP8RT_RETURN_IF_ERROR(o_.dp->GroupEnd(what.c_str()));
   // (Kept transposed copies only; otherwise the backward transposes each weight when it needs it.)
-  FP8RT_RETURN_IF_ERROR(ForSlotLinears(slot, [&](int l, int kind) -> Status {
-    if (!fp8_.KeepsTranspose()) return Status::Ok();
-    int64_t N, K;
-    LinearShape(kind, &N, &K);
-    const int s = fp8_.Slot(l, kind);
-    return ops_->TransposeFp8(fp8_.w8t[s], fp8_.w8[s], N, K, stream);
-  }));
+  if (fp8_.KeepsTranspose()) {
+    FP8RT_RETURN_IF_ERROR(ForSlotLinears(slot, [&](int l, int kind) -> Status {
+      int64_t N, K;
+      LinearShape(kind, &N, &K);
+      const int s = fp8_.Slot(l, kind);
+      return ops_->TransposeFp8(fp8_.w8t[s], fp8_.w8[s], N, K, stream);
+    }));
+  }
   FP8RT_RETURN_IF_ERROR(ops_->MarkComm(slot, stream));
   ops_->SegmentStop(stream);
   gather_pending_[slot] = true;

@@ -250,10 +250,6 @@ Status Gpt<Ops, T>::Setup() {
   return Status::Ok();
 }
 
-}  // namespace fp8rt::gpt_detail
-
-namespace fp8rt::gpt_detail {
-
 // train.share_gradient_memory: layer l's requests (l >= 1) into layer l-1's weight-gradient slots.
 // Safe because every weight gradient is overwritten (beta 0) by the one micro-batch's wgrad of its
 // layer, which the backward reaches only after layer l's (the last reader of layer l's buffers:
