@@ -88,6 +88,14 @@ fp8: {first_step_current: false}
 parallel: {zero: $3, scale_check_every: 1, collective_timeout_s: 60}
 EOF
 }
+# run10 TAG RANKS [more fp8train arguments]: $OUT/TAG.yaml for 10 steps (alone, or under mpirun),
+# metrics to $OUT/TAG.jsonl, output to $OUT/TAG.log; returns fp8train's exit code.
+run10() {
+  local tag=$1 n=$2; shift 2
+  local cmd=(timeout 200); [ "$n" -gt 1 ] && cmd=(timeout 300 "${MPI[@]}" -np "$n")
+  "${cmd[@]}" $B/fp8train --config "$OUT/$tag.yaml" --steps 10 --metrics "$OUT/$tag.jsonl" "$@" \
+    > "$OUT/$tag.log" 2>&1
+}
 # fp8train --device auto under a launcher that gives each rank one GPU (srun --gpus-per-task 1):
 # rank r sees only GPU r, its local rank says r, and it must use the one GPU it sees; a rank that
 # sees several GPUs but not its own local rank is refused (exit 2), never moved onto another GPU.
@@ -113,15 +121,13 @@ if want equiv; then
   echo "== equivalence (losses of steps 1..10; scales checked on every rank every step)"
   for p in bf16 fp8; do
     small_config "eq1_$p" 1 false $p
-    timeout 200 $B/fp8train --config "$OUT/eq1_$p.yaml" --steps 10 --metrics "$OUT/eq1_$p.jsonl" \
-      --checkpoint-dir "$OUT/ck_eq1_$p" > "$OUT/eq1_$p.log" 2>&1
+    run10 "eq1_$p" 1 --checkpoint-dir "$OUT/ck_eq1_$p"
     echo "dp 1 $p exit $?"
     for n in "${sizes[@]}"; do
       for z in false true; do
         tag=eq${n}_${z}_$p
         small_config "$tag" "$n" $z $p
-        timeout 300 "${MPI[@]}" -np "$n" $B/fp8train --config "$OUT/$tag.yaml" --steps 10 \
-          --metrics "$OUT/$tag.jsonl" --checkpoint-dir "$OUT/ck_$tag" > "$OUT/$tag.log" 2>&1
+        run10 "$tag" "$n" --checkpoint-dir "$OUT/ck_$tag"
         echo "dp $n zero $z $p exit $?"
       done
     done
@@ -132,8 +138,7 @@ if want equiv; then
   for p in bf16 fp8; do
     for n in "${sizes[@]}"; do
       small_config "eqc${n}_$p" 1 false $p "$n"
-      timeout 200 $B/fp8train --config "$OUT/eqc${n}_$p.yaml" --steps 10 \
-        --metrics "$OUT/eqc${n}_$p.jsonl" > "$OUT/eqc${n}_$p.log" 2>&1
+      run10 "eqc${n}_$p" 1
       echo "dp 1, $n micro-batches of $((8 / n)) (control for dp $n) $p exit $?"
     done
   done
@@ -152,13 +157,10 @@ if want equiv; then
   # plain dp within 1e-3; fp8 runs
   # exactly one amax all-reduce per step; a resumed run's losses bit-identical to the whole run's.
   python3 - "$OUT" "${sizes[0]}" <<'PY' | tee "$OUT/equivalence.md"
-import glob, json, os, sys
+import glob, os, sys
+sys.path.insert(0, "scripts")
+from losses import rows, rel_diff as diff
 out, rs_dp, bad = sys.argv[1], sys.argv[2], []
-def rows(f):
-    return [json.loads(l) for l in open(f) if '"loss"' in l] if os.path.exists(f) else []
-def diff(a, b):
-    if len(a) != 10 or len(b) != 10: return float("inf")
-    return max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
 print("| run | against | largest relative loss difference, 10 steps | tolerance | amax collectives/step |")
 print("|---|---|---:|---:|---|")
 for f in sorted(glob.glob(f"{out}/eq[24]_*.jsonl")):
@@ -202,31 +204,24 @@ if want equivx; then
     sed -i "s/^fp8: {first_step_current: false}/fp8: {first_step_current: false$4}/" "$OUT/$1.yaml"
   }
   xconfig eqx1_delayed 1 false ""; xconfig eqx1_cur 1 false ", scaling: current"
-  for tag in eqx1_delayed eqx1_cur; do
-    timeout 200 $B/fp8train --config "$OUT/$tag.yaml" --steps 10 --metrics "$OUT/$tag.jsonl" \
-      > "$OUT/$tag.log" 2>&1; echo "$tag exit $?"
-  done
+  for tag in eqx1_delayed eqx1_cur; do run10 "$tag" 1; echo "$tag exit $?"; done
   for n in "${sizes[@]}"; do
     xconfig "eqx${n}_keep" "$n" true ""
     xconfig "eqx${n}_lean" "$n" true ", keep_weight_transpose: false"
     xconfig "eqx${n}_cur" "$n" true ", scaling: current"
     xconfig "eqx${n}_ga2" "$n" true "" 2
     for v in keep lean cur ga2; do
-      tag=eqx${n}_$v
-      timeout 300 "${MPI[@]}" -np "$n" $B/fp8train --config "$OUT/$tag.yaml" --steps 10 \
-        --metrics "$OUT/$tag.jsonl" > "$OUT/$tag.log" 2>&1
+      run10 "eqx${n}_$v" "$n"
       echo "dp $n ZeRO-1 $v exit $?"
     done
   done
   python3 - "$OUT" <<'PY' | tee "$OUT/equivalence_x.md"
-import glob, json, os, sys
+import glob, os, sys
+sys.path.insert(0, "scripts")
+from losses import rows as rows_of, rel_diff as diff
 out, bad = sys.argv[1], []
-def rows(f):
-    f = f"{out}/{f}.jsonl"
-    return [json.loads(l) for l in open(f) if '"loss"' in l] if os.path.exists(f) else []
-def diff(a, b):
-    if len(a) != 10 or len(b) != 10: return float("inf")
-    return max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
+def rows(tag):
+    return rows_of(f"{out}/{tag}.jsonl")
 print("| run | against | largest relative loss difference, 10 steps | tolerance | gather ms (steps 2..) |")
 print("|---|---|---:|---:|---|")
 for f in sorted(glob.glob(f"{out}/eqx[24]_*.jsonl")):
@@ -363,8 +358,7 @@ if want tpequiv; then
   echo "== tensor parallelism: tp 2 (and dp 2 x tp 2, tp 4 on 4 GPUs) against tp 1"
   for p in bf16 fp8; do
     small_config "tp1_$p" 1 false $p
-    timeout 200 $B/fp8train --config "$OUT/tp1_$p.yaml" --steps 10 --metrics "$OUT/tp1_$p.jsonl" \
-      > "$OUT/tp1_$p.log" 2>&1
+    run10 "tp1_$p" 1
     echo "tp 1 $p exit $?"
     grids=("2 1 2"); [ "$NGPU" -ge 4 ] && grids+=("4 2 2" "4 1 4")  # ranks dp tp
     for g in "${grids[@]}"; do
@@ -372,26 +366,24 @@ if want tpequiv; then
       tag=tp${t}_${n}_$p
       small_config "$tag" "$d" false $p
       sed -i "s/^parallel: {/parallel: {tp: $t, /" "$OUT/$tag.yaml"
-      timeout 300 "${MPI[@]}" -np "$n" $B/fp8train --config "$OUT/$tag.yaml" --steps 10 \
-        --metrics "$OUT/$tag.jsonl" > "$OUT/$tag.log" 2>&1
+      run10 "$tag" "$n"
       echo "tp $t on $n GPUs $p exit $?"
     done
   done
   # Tolerance: 1e-3 relative on the losses of 10 steps (bf16 rounds the partial sums before the
   # TP all-reduce); one amax all-reduce per step in fp8.
   python3 - "$OUT" <<'PY' | tee "$OUT/tp_equivalence.md"
-import glob, json, os, sys
+import glob, os, sys
+sys.path.insert(0, "scripts")
+from losses import rows, rel_diff
 out, bad = sys.argv[1], []
-def rows(f):
-    return [json.loads(l) for l in open(f) if '"loss"' in l] if os.path.exists(f) else []
 print("| run | against | largest relative loss difference, 10 steps | tolerance | amax collectives/step |")
 print("|---|---|---:|---:|---|")
 for f in sorted(glob.glob(f"{out}/tp[24]_*.jsonl")):
     tag = os.path.basename(f)[:-6]
     p = tag.rsplit("_", 1)[1]
     a, b = rows(f"{out}/tp1_{p}.jsonl"), rows(f)
-    d = max((abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b)), default=float("inf"))
-    d = d if len(a) == len(b) == 10 else float("inf")
+    d = rel_diff(a, b)
     amax = sorted({r.get("amax_collectives", -1) for r in b})
     ok = d <= 1e-3 and (p != "fp8" or amax == [1])
     bad += [] if ok else [tag]
@@ -425,17 +417,16 @@ if want twonode; then
   grep -h -m2 -E "NET/Socket|Using network|via NET" "$OUT"/twonode.r*.log | head -4
   ref=tp${t}_${n}_fp8; [ "$t" = 1 ] && ref=eq2_false_fp8
   python3 - "$OUT" "$ref" <<'PY' | tee "$OUT/twonode.md"
-import json, os, sys
+import sys
+sys.path.insert(0, "scripts")
+from losses import rows, rel_diff
 out, ref = sys.argv[1], sys.argv[2]
-def rows(f):
-    return [json.loads(l) for l in open(f) if '"loss"' in l] if os.path.exists(f) else []
 a, bad, compared = rows(f"{out}/twonode.jsonl"), [], 0
 for g in (ref, "tp1_fp8", "eq1_fp8"):
     b = rows(f"{out}/{g}.jsonl")
     if not b: continue  # run with tpequiv (or equiv) for the references
     compared += 1
-    d = max((abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b)), default=float("inf"))
-    d = d if len(a) == len(b) == 10 else float("inf")
+    d = rel_diff(a, b)
     bad += [] if d <= 1e-3 else [g]
     print(f"| two host groups, network transport | {g} | {d:.2e} | 1e-3 |" + ("" if d <= 1e-3 else " FAIL"))
 if not compared:
