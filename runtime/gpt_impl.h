@@ -123,8 +123,8 @@ class Gpt final : public GptModel {
   }
 
   // train.share_gradient_memory (runtime/gpt_setup.h): requests for layer l's saved buffers
-  // (l >= 1), placed once Setup has them all in layer l-1's weight-gradient slots, largest first,
-  // each in the slot that leaves least room; what does not fit is allocated.
+  // (l >= 1), placed once Setup has them all in layers 0..l-1's weight-gradient memory, largest
+  // first, best fit; what does not fit is allocated.
   struct LayerRequest {
     void** p;
     int64_t bytes;

@@ -250,47 +250,44 @@ Status Gpt<Ops, T>::Setup() {
   return Status::Ok();
 }
 
-// train.share_gradient_memory: layer l's requests (l >= 1) into layer l-1's weight-gradient slots.
-// Safe because every weight gradient is overwritten (beta 0) by the one micro-batch's wgrad of its
-// layer, which the backward reaches only after layer l's (the last reader of layer l's buffers:
-// res3_[l] is read by layer l + 1's), and the next forward writes them only after AdamW read the
-// gradients (DP's all-reduces are joined before it). Best fit, largest first; 256-byte aligned.
+// train.share_gradient_memory: layer l's requests (l >= 1) into the weight-gradient memory of
+// layers 0..l-1. Safe because layer j's weight gradients are overwritten (beta 0) by the one
+// micro-batch's wgrads of layer j, which the backward reaches only after layer l's for every
+// l > j (the last reader of layer l's buffers: res3_[l] is read by layer l + 1's), and the next
+// forward writes them only after AdamW read the gradients (DP's all-reduces, each launched after
+// its lowest layer's backward, are joined before it). A weight's gradients are one array in layer
+// order, so its slots of layers 0..l-1 are one region that grows by one slot per layer: layer by
+// layer, each request, largest first, goes at the front of what is left of the weight's region
+// that leaves least room (best fit), spanning slots where it must. 256-byte aligned.
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::PlaceLayerRequests() {
   if (layer_requests_.empty()) return Status::Ok();
-  constexpr int64_t kAlign = 256;
-  auto up = [](int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+  constexpr uintptr_t kAlign = 256;
+  auto up = [](uintptr_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
   std::stable_sort(layer_requests_.begin(), layer_requests_.end(),
                    [](const LayerRequest& a, const LayerRequest& b) {
                      return a.layer != b.layer ? a.layer < b.layer : a.bytes > b.bytes;
                    });
-  struct Region {
-    uint8_t* at;
-    int64_t left;
-  };
-  std::vector<Region> regions;
-  int64_t layer = -1;
+  constexpr int kWeights[] = {kQkvW, kAttProjW, kFcW, kFcProjW};
+  uintptr_t next[std::size(kWeights)];  // each region's first free byte
+  for (size_t i = 0; i < std::size(kWeights); ++i) {
+    next[i] = up(reinterpret_cast<uintptr_t>(grads_ + FullOff(kWeights[i], 0)));
+  }
   for (const LayerRequest& r : layer_requests_) {
-    if (r.layer != layer) {  // layer r.layer - 1's weight gradients
-      layer = r.layer;
-      regions.clear();
-      for (const int p : {kQkvW, kAttProjW, kFcW, kFcProjW}) {
-        if (layout_.size[p] == 0) continue;
-        const uintptr_t start =
-            reinterpret_cast<uintptr_t>(grads_ + FullOff(p, static_cast<int>(layer) - 1));
-        const uintptr_t end = start + static_cast<uintptr_t>(PerLayer(p)) * sizeof(float);
-        const uintptr_t first = (start + kAlign - 1) / kAlign * kAlign;
-        if (first < end) regions.push_back({reinterpret_cast<uint8_t*>(first),
-                                            static_cast<int64_t>(end - first)});
-      }
+    const uintptr_t need = up(static_cast<uintptr_t>(r.bytes));
+    int best = -1;
+    uintptr_t best_left = 0;
+    for (size_t i = 0; i < std::size(kWeights); ++i) {
+      if (layout_.size[kWeights[i]] == 0) continue;
+      // (layer r.layer's own slot starts the part the region may not use yet)
+      const uintptr_t limit = reinterpret_cast<uintptr_t>(
+          grads_ + FullOff(kWeights[i], static_cast<int>(r.layer)));
+      const uintptr_t left = limit > next[i] ? limit - next[i] : 0;
+      if (left >= need && (best < 0 || left < best_left)) best = static_cast<int>(i), best_left = left;
     }
-    Region* best = nullptr;
-    for (Region& g : regions) {
-      if (g.left >= up(r.bytes) && (best == nullptr || g.left < best->left)) best = &g;
-    }
-    if (best != nullptr) {
-      *r.p = best->at;
-      best->at += up(r.bytes), best->left -= up(r.bytes);
+    if (best >= 0) {
+      *r.p = reinterpret_cast<uint8_t*>(next[best]);
+      next[best] += need;
       shared_grad_bytes_ += static_cast<size_t>(r.bytes);
       continue;
     }
