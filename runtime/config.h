@@ -123,12 +123,12 @@ struct TrainConfig {
   int sample_tokens = 64;  // Default: 64
   // Layers that do not run in FP8 recompute their LayerNorm (RMSNorm) and GELU (SwiGLU) outputs
   // in the backward instead of keeping them per layer (FP8 layers keep an FP8 copy of those
-  // inputs instead). Default: true
-  bool recompute = true;
+  // inputs instead). Default: false (at gpt-1.3b in BF16: 4.4 GiB less for 2.2% of the step)
+  bool recompute = false;
   // With grad_accum 1 and without parallel.zero: layer l's saved activations (those that fit) lie
-  // in layer l-1's weight-gradient memory, which the backward writes only after layer l's backward
-  // has read them, and which the next forward writes only after AdamW has read the gradients.
-  // Default: true
+  // in the weight-gradient memory of layers 0..l-1, which the backward writes only after layer l's
+  // backward has read them, and which the next forward writes only after AdamW has read the
+  // gradients. Default: true
   bool share_gradient_memory = true;
 };
 

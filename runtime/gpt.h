@@ -33,7 +33,7 @@ struct ModelOptions {
   std::string attention = "auto";
   // train.recompute: non-FP8 layers recompute their normalised and activated inputs in the
   // backward (from the saved block input, statistics and FC output) instead of saving them.
-  bool recompute = true;
+  bool recompute = false;
   // train.share_gradient_memory (used with grad_accum 1 and without ZeRO-1 only).
   bool share_grad_memory = true;
   // Data parallelism: the group of ranks that hold replicas of this model (of this TP rank's
