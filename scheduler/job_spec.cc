@@ -207,6 +207,16 @@ Result<JobSpec> ParseJobSpec(const std::string& text) {
   return s;
 }
 
+bool UsesBlockScaling(const JobSpec& s) {
+  if (s.config_yaml.find("block") == std::string::npos) return false;  // (cheap, every tick)
+  const nlohmann::json c = nlohmann::json::parse(s.config_yaml, nullptr, /*allow_exceptions=*/false);
+  if (!c.is_object()) return false;
+  const auto fp8 = c.find("fp8");
+  if (fp8 == c.end() || !fp8->is_object()) return false;
+  const auto scaling = fp8->find("scaling");
+  return scaling != fp8->end() && scaling->is_string() && scaling->get<std::string>() == "block";
+}
+
 std::string JobSpec::ToJson() const {
   nlohmann::ordered_json j;
   j["name"] = name;

@@ -62,6 +62,12 @@ struct JobSpec {
   bool operator==(const JobSpec&) const = default;
 };
 
+// Whether the job's inline trainer config (fp8ctl sends the config inside the job) asks for
+// fp8.scaling: block, whose GEMMs (cuBLASLt's 1x128 / 128x128 block-scaled modes) exist on compute
+// capability 9.0 only. A config_path job's file is read by the node daemon, not here: false.
+bool UsesBlockScaling(const JobSpec& s);
+inline constexpr int kFp8BlockComputeCapability = 90;
+
 // Parses YAML or JSON (JSON is YAML) and validates.
 Result<JobSpec> ParseJobSpec(const std::string& text);
 

@@ -3,6 +3,7 @@
 #include "scheduler/placement.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 #include <tuple>
@@ -23,11 +24,18 @@ bool NodeUp(const NodeInfo& n, int64_t now, const PlacementOptions& o) {
   return o.heartbeat_timeout_s == 0 || now - n.last_heartbeat <= o.heartbeat_timeout_s;
 }
 
-bool GpuFits(const GpuInfo& g, const JobSpec& s, int min_cc) {
+// The compute capabilities a placement in some precision may use.
+struct CcRange {
+  int min = 0;
+  int max = std::numeric_limits<int>::max();
+};
+
+bool GpuFits(const GpuInfo& g, const JobSpec& s, CcRange cc) {
   if (!g.healthy) return false;
   // CPU slots run every precision (emulated); a spec's own capability floor still excludes them.
   if (g.name == kCpuSlotName ? s.min_compute_capability > 0
-                             : g.compute_capability < std::max(min_cc, s.min_compute_capability)) {
+                             : g.compute_capability < std::max(cc.min, s.min_compute_capability) ||
+                                   g.compute_capability > cc.max) {
     return false;
   }
   if (g.memory_gib < s.min_memory_gib) return false;
@@ -45,7 +53,7 @@ struct Candidate {
 // type unless the spec allows mixing. kFreeOnly packs best-fit (fullest nodes first) to keep whole
 // nodes free for big gangs; kIgnore prefers the emptiest nodes, which free up soonest.
 std::optional<std::vector<NodeAssignment>> FindGang(const ClusterSnapshot& c, const JobSpec& s,
-                                                    int min_cc, Occupancy occ, const Mask* blocked,
+                                                    CcRange cc, Occupancy occ, const Mask* blocked,
                                                     const PlacementOptions& o) {
   // Tried in name order; "" stands for "any type" when mixing is allowed. A type the spec allows
   // but no node has simply finds no candidates, so the spec's list can stand in for the scan.
@@ -76,7 +84,7 @@ std::optional<std::vector<NodeAssignment>> FindGang(const ClusterSnapshot& c, co
       }
       std::vector<int> free_idx, busy_idx;
       for (size_t g = 0; g < n.gpus.size(); ++g) {
-        if (!GpuFits(n.gpus[g], s, min_cc)) continue;
+        if (!GpuFits(n.gpus[g], s, cc)) continue;
         if (!type.empty() && n.gpus[g].name != type) continue;
         if (blocked != nullptr && (*blocked)[i][g]) continue;
         (n.free(g) ? free_idx : busy_idx).push_back(static_cast<int>(g));
@@ -135,25 +143,39 @@ bool FallbackAllowedNow(const ClusterSnapshot& c, const PendingJob& job) {
   return s.fallback == Fallback::kWait && c.now - job.submitted_at >= s.fallback_timeout_s;
 }
 
+// The GPUs an fp8 job may run FP8 on: FP8-capable ones, and with fp8.scaling: block Hopper only.
+CcRange Fp8Gpus(const JobSpec& s, const PlacementOptions& o) {
+  if (!UsesBlockScaling(s)) return {o.fp8_min_compute_capability};
+  return {std::max(o.fp8_min_compute_capability, kFp8BlockComputeCapability),
+          kFp8BlockComputeCapability};
+}
+
 JobDecision Decide(const ClusterSnapshot& c, const PendingJob& job, const PlacementOptions& o,
                    const Mask* blocked) {
   const JobSpec& s = job.spec;
   if (s.precision != Precision::kFp8) {
     const int cc = s.precision == Precision::kBf16 ? o.bf16_min_compute_capability : 0;
-    if (auto a = FindGang(c, s, cc, Occupancy::kFreeOnly, blocked, o)) {
+    if (auto a = FindGang(c, s, {cc}, Occupancy::kFreeOnly, blocked, o)) {
       return Placed(c, job.id, *a, s.precision,
                     StrCat("running ", PrecisionName(s.precision), " as requested"));
     }
     return Waiting(job.id, StrCat("waiting for ", GangText(s), " of free GPUs matching the job"));
   }
-  if (auto a = FindGang(c, s, o.fp8_min_compute_capability, Occupancy::kFreeOnly, blocked, o)) {
-    return Placed(c, job.id, *a, Precision::kFp8, "running fp8");
+  const CcRange fp8 = Fp8Gpus(s, o);
+  const bool block = fp8.max == kFp8BlockComputeCapability;
+  if (auto a = FindGang(c, s, fp8, Occupancy::kFreeOnly, blocked, o)) {
+    return Placed(c, job.id, *a, Precision::kFp8,
+                  block ? "running fp8 (block scaling)" : "running fp8");
   }
-  const std::string fp8_needs = StrCat("FP8 needs compute capability ",
-                                       FormatComputeCapability(o.fp8_min_compute_capability));
+  const std::string fp8_needs =
+      block ? StrCat("fp8.scaling: block needs compute capability ",
+                     FormatComputeCapability(kFp8BlockComputeCapability), " (Hopper)")
+            : StrCat("FP8 needs compute capability ",
+                     FormatComputeCapability(o.fp8_min_compute_capability));
+  const char* fp8_gpus = block ? "Hopper GPUs (fp8.scaling: block)" : "FP8-capable GPUs";
   const int64_t waited = c.now - job.submitted_at;
   if (FallbackAllowedNow(c, job)) {
-    if (auto a = FindGang(c, s, o.bf16_min_compute_capability, Occupancy::kFreeOnly, blocked, o)) {
+    if (auto a = FindGang(c, s, {o.bf16_min_compute_capability}, Occupancy::kFreeOnly, blocked, o)) {
       std::string why = StrCat(fp8_needs, "; running bf16 per fallback policy");
       if (s.fallback == Fallback::kWait) why += StrCat(" after waiting ", waited, "s");
       return Placed(c, job.id, *a, Precision::kBf16, why);
@@ -162,14 +184,14 @@ JobDecision Decide(const ClusterSnapshot& c, const PendingJob& job, const Placem
                                   " of free GPUs matching the job (fp8, or bf16 per fallback)"));
   }
   if (s.fallback == Fallback::kWait) {
-    return Waiting(job.id, StrCat("waiting for ", GangText(s), " of free FP8-capable GPUs; ",
+    return Waiting(job.id, StrCat("waiting for ", GangText(s), " of free ", fp8_gpus, "; ",
                                   "falls back to bf16 after ", s.fallback_timeout_s, "s (waited ",
                                   waited, "s)"));
   }
   // Fallback fail: "could ever" is judged against the nodes that are up now, occupancy ignored.
   // A job that fits them only has to wait for running jobs to end; one that does not would wait
   // for hardware that may never come, so it fails now with the reason rather than pend forever.
-  if (!FindGang(c, s, o.fp8_min_compute_capability, Occupancy::kIgnore, nullptr, o)) {
+  if (!FindGang(c, s, fp8, Occupancy::kIgnore, nullptr, o)) {
     return {job.id,
             DecisionKind::kFail,
             {},
@@ -177,22 +199,22 @@ JobDecision Decide(const ClusterSnapshot& c, const PendingJob& job, const Placem
             StrCat("no FP8-capable placement exists: ", fp8_needs, " and the cluster has no ",
                    GangText(s), " of such GPUs matching the job; fallback policy is fail")};
   }
-  return Waiting(job.id, StrCat("waiting for ", GangText(s),
-                                " of free FP8-capable GPUs (fallback policy is fail)"));
+  return Waiting(job.id, StrCat("waiting for ", GangText(s), " of free ", fp8_gpus,
+                                " (fallback policy is fail)"));
 }
 
 // The gang the blocked job would take with occupancy ignored, in the best precision it may use now.
 std::optional<std::vector<NodeAssignment>> Reserve(const ClusterSnapshot& c, const PendingJob& job,
                                                    const PlacementOptions& o) {
   const JobSpec& s = job.spec;
-  std::vector<int> ccs;
+  std::vector<CcRange> ccs;
   if (s.precision == Precision::kFp8) {
-    ccs.push_back(o.fp8_min_compute_capability);
-    if (FallbackAllowedNow(c, job)) ccs.push_back(o.bf16_min_compute_capability);
+    ccs.push_back(Fp8Gpus(s, o));
+    if (FallbackAllowedNow(c, job)) ccs.push_back({o.bf16_min_compute_capability});
   } else {
-    ccs.push_back(s.precision == Precision::kBf16 ? o.bf16_min_compute_capability : 0);
+    ccs.push_back({s.precision == Precision::kBf16 ? o.bf16_min_compute_capability : 0});
   }
-  for (int cc : ccs) {
+  for (const CcRange& cc : ccs) {
     if (auto a = FindGang(c, s, cc, Occupancy::kIgnore, nullptr, o)) return a;
   }
   return std::nullopt;

@@ -11,6 +11,7 @@ namespace fp8rt::sched {
 namespace {
 
 int CcOf(const std::string& gpu) {
+  if (gpu == "B200") return 100;
   if (gpu == "H100" || gpu == "H200") return 90;
   if (gpu == "L40S") return 89;
   if (gpu == "A100") return 80;
@@ -201,6 +202,66 @@ TEST(SchedPlacement, FailFallbackFailsOnlyWhenNoFp8PlacementCanExist) {
   // Too few FP8 GPUs on any one node for the gang: fails.
   s.gpus_per_node = 4;
   EXPECT_EQ(PlaceOne(busy, s).kind, DecisionKind::kFail);
+}
+
+// fp8.scaling: block in a job's inline config (fp8ctl sends the config inside the job): FP8 on
+// compute capability 9.0 only, where cuBLASLt has the block-scaled GEMMs; on other FP8 GPUs (Ada,
+// Blackwell) the fallback policy applies, and the reason names the recipe.
+TEST(SchedPlacement, BlockScaledJobsRunFp8OnHopperOnly) {
+  JobSpec block = Spec(1, 2);
+  block.config_path.clear();
+  block.config_yaml = R"({"model": {"n_layer": 2}, "fp8": {"scaling": "block"}})";
+  JobSpec delayed = block;
+  delayed.config_yaml = R"({"name": "block", "fp8": {"scaling": "delayed"}})";
+  EXPECT_TRUE(UsesBlockScaling(block));
+  EXPECT_FALSE(UsesBlockScaling(delayed)) << "a name is not a recipe";
+  EXPECT_FALSE(UsesBlockScaling(Spec(1, 1))) << "a config_path's file is the daemon's to read";
+
+  ClusterSnapshot all{{Node("b", "B200", 8), Node("h", "H100", 8), Node("l", "L40S", 8)}, 0};
+  JobDecision d = PlaceOne(all, block);
+  ASSERT_EQ(d.kind, DecisionKind::kPlace) << d.reason;
+  EXPECT_EQ(d.precision, Precision::kFp8);
+  EXPECT_EQ(d.assignment[0].node_id, "h");
+  EXPECT_EQ(d.reason, "placed on 2 x H100: running fp8 (block scaling)");
+  d = PlaceOne(all, delayed);  // any FP8 GPU; types are tried in name order
+  ASSERT_EQ(d.kind, DecisionKind::kPlace) << d.reason;
+  EXPECT_EQ(d.precision, Precision::kFp8);
+  EXPECT_EQ(d.assignment[0].node_id, "b");
+
+  // No Hopper: bf16 per the default fallback, saying why.
+  ClusterSnapshot others{{Node("b", "B200", 8), Node("l", "L40S", 8)}, 0};
+  d = PlaceOne(others, block);
+  ASSERT_EQ(d.kind, DecisionKind::kPlace) << d.reason;
+  EXPECT_EQ(d.precision, Precision::kBf16);
+  EXPECT_NE(d.reason.find("fp8.scaling: block needs compute capability 9.0 (Hopper); running bf16 "
+                          "per fallback policy"),
+            std::string::npos)
+      << d.reason;
+  JobSpec wait = block;
+  wait.fallback = Fallback::kWait;
+  d = PlaceOne(others, wait);
+  EXPECT_EQ(d.kind, DecisionKind::kWait);
+  EXPECT_NE(d.reason.find("of free Hopper GPUs (fp8.scaling: block)"), std::string::npos)
+      << d.reason;
+  JobSpec fail = block;
+  fail.fallback = Fallback::kFail;
+  d = PlaceOne(others, fail);
+  EXPECT_EQ(d.kind, DecisionKind::kFail);
+  EXPECT_NE(d.reason.find("fp8.scaling: block needs compute capability 9.0"), std::string::npos)
+      << d.reason;
+  // Busy Hopper GPUs: wait for them (fallback fail), never take the free B200s in fp8.
+  ClusterSnapshot busy{{Node("b", "B200", 8), Node("h", "H100", 2)}, 0};
+  busy.nodes[1].gpu_job = {3, 3};
+  d = PlaceOne(busy, fail);
+  EXPECT_EQ(d.kind, DecisionKind::kWait) << d.reason;
+  // bf16 as requested ignores the recipe; CPU slots emulate block scaling too.
+  JobSpec bf16 = block;
+  bf16.precision = Precision::kBf16;
+  EXPECT_EQ(PlaceOne(others, bf16).kind, DecisionKind::kPlace);
+  ClusterSnapshot cpu{{Node("c", kCpuSlotName, 4)}, 0};
+  d = PlaceOne(cpu, block);
+  ASSERT_EQ(d.kind, DecisionKind::kPlace) << d.reason;
+  EXPECT_EQ(d.precision, Precision::kFp8);
 }
 
 TEST(SchedPlacement, RequestedPrecisionNeedsCapableGpus) {
