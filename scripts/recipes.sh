@@ -33,4 +33,8 @@ for seed in ${SEEDS:-1337}; do
   done
 done
 python3 scripts/recipe_table.py "$OUT" > "$OUT/recipes.md"; cat "$OUT/recipes.md"
+# (the plot as PNG too, where librsvg's converter is installed)
+if command -v rsvg-convert > /dev/null; then
+  rsvg-convert -b white -z 1.5 "$OUT/recipes.svg" -o "$OUT/recipes.png"
+fi
 exit $rc
