@@ -81,7 +81,7 @@ class Fp8State {
         FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8t[s]), N * K, kMemFp8Weights));
       }
       max_w = std::max(max_w, N * K);
-      // (a layer's saved input: `alloc` may place it in the gradient memory of the layer before)
+      // (a layer's saved input: `alloc` may place it in the gradient memory of the layers below)
       FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x8t[s]), M_ * K, kMemFp8Saved,
                                   kind == kLmHead ? -1 : s / kNumLinear));
       ++num_weights;

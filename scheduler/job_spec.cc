@@ -208,7 +208,12 @@ Result<JobSpec> ParseJobSpec(const std::string& text) {
 }
 
 bool UsesBlockScaling(const JobSpec& s) {
-  if (s.config_yaml.find("block") == std::string::npos) return false;  // (cheap, every tick)
+  // (Cheap, every tick: the canonical JSON has the key and the value quoted; "block_size" is not
+  // "block".)
+  if (s.config_yaml.find("\"scaling\"") == std::string::npos ||
+      s.config_yaml.find("\"block\"") == std::string::npos) {
+    return false;
+  }
   const nlohmann::json c = nlohmann::json::parse(s.config_yaml, nullptr, /*allow_exceptions=*/false);
   if (!c.is_object()) return false;
   const auto fp8 = c.find("fp8");

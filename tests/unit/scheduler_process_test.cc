@@ -222,6 +222,7 @@ TEST_F(SchedProcessTest, Kill9TwentyTimesLosesNoAcknowledgedJobOrTransition) {
       if (now == before) break;
     }
     ASSERT_FALSE(events.empty());
+    EXPECT_TRUE(allowed.count(now)) << "job " << id << " is now " << now << "; allowed: " << list;
     EXPECT_EQ(events.front().at("to"), "PENDING");
     EXPECT_EQ(events.back().at("to"), now) << "job " << id;
     for (size_t i = 1; i < events.size(); ++i) {
