@@ -251,7 +251,12 @@ TEST_F(ClusterTest, AKilledDaemonLosesItsNodeAndARestartedOneLeavesNoOrphans) {
       << Diag(id);
   const std::vector<pid_t> orphans = Ranks(1, id);
   ASSERT_EQ(orphans.size(), 1u);
-  nodes_[1].Kill(SIGKILL);  // its rank goes on for now, in its own process group
+  nodes_[1].Kill(SIGKILL);  // its rank goes on, in its own process group
+  // Stopped, so that it is still there for the restarted daemon to find: left running, it exits
+  // by itself once the requeue kills its peer on n0, racing that daemon's start. Only after its
+  // daemon is gone: a process group that its parent's exit orphans while a member is stopped gets
+  // SIGHUP (POSIX), which would end the rank at once.
+  ::kill(orphans[0], SIGSTOP);
   ASSERT_TRUE(WaitFor(id, [](const json& j) { return j.value("restarts", 0) >= 1; }, 30s))
       << Diag(id);
   EXPECT_TRUE(Has(Events(id), "node n1 lost")) << Events(id);
