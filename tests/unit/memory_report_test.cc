@@ -60,6 +60,17 @@ TEST(MemoryReport, CategoriesAddUpAndFollowThePrecision) {
   }
 }
 
+// A small gpt2, or llama with grouped-query attention (2 KV heads), of `layers` x `C`, B x T
+// tokens a micro-batch.
+ModelOptions Small(bool llama, Precision p, int layers, int C, int B, int T) {
+  ModelOptions o;
+  o.model = {layers, C, 4, 64, 256};
+  if (llama) o.model.arch = Arch::kLlama, o.model.n_kv_head = 2;
+  o.precision = p;
+  o.B = B, o.T = T;
+  return o;
+}
+
 // Larger weights than the 0.02 init (and norms' weights away from 1), so every path matters.
 void Perturb(GptModel* g) {
   std::vector<float> w;
@@ -80,11 +91,7 @@ void Perturb(GptModel* g) {
 TEST(MemoryReport, TheLeversSaveWhatTheyShouldAndChangeNoGradient) {
   for (const bool llama : {false, true}) {
     for (const Precision p : {Precision::kFp8, Precision::kBf16, Precision::kFp32}) {
-      ModelOptions base;
-      base.model = {3, 64, 4, 64, 256};
-      if (llama) base.model.arch = Arch::kLlama, base.model.n_kv_head = 2;
-      base.precision = p;
-      base.B = 2, base.T = 32;
+      ModelOptions base = Small(llama, p, 3, 64, 2, 32);
       base.share_grad_memory = false;  // (below, on its own)
       ModelOptions lean = base, kept = base;
       lean.recompute = true, kept.recompute = false;
@@ -198,12 +205,8 @@ size_t ExpectSharingChangesNoNumber(ModelOptions base, const std::string& what) 
 TEST(MemoryReport, SharingGradientMemoryChangesNoNumberAndSavesMemory) {
   for (const bool llama : {false, true}) {
     for (const Precision p : {Precision::kFp8, Precision::kBf16}) {
-      ModelOptions base;
-      base.model = {3, 128, 4, 64, 256};
-      if (llama) base.model.arch = Arch::kLlama, base.model.n_kv_head = 2;
-      base.precision = p;
-      base.B = 2, base.T = 64;
-      ExpectSharingChangesNoNumber(base, StrCat(llama ? "llama " : "gpt2 ", PrecisionName(p)));
+      ExpectSharingChangesNoNumber(Small(llama, p, 3, 128, 2, 64),
+                                   StrCat(llama ? "llama " : "gpt2 ", PrecisionName(p)));
     }
   }
   ModelOptions accum;
@@ -223,11 +226,7 @@ TEST(MemoryReport, SharingGradientMemoryChangesNoNumberAndSavesMemory) {
 TEST(MemoryReport, SharingGradientMemoryFillsTheLowerLayersSlots) {
   for (const bool llama : {false, true}) {
     for (const Precision p : {Precision::kFp8, Precision::kBf16}) {
-      ModelOptions base;
-      base.model = {6, 64, 4, 64, 256};
-      if (llama) base.model.arch = Arch::kLlama, base.model.n_kv_head = 2;
-      base.precision = p;
-      base.B = 4, base.T = 64;
+      const ModelOptions base = Small(llama, p, 6, 64, 4, 64);
       const std::string what = StrCat(llama ? "llama " : "gpt2 ", PrecisionName(p), " 6 layers");
       const size_t placed = ExpectSharingChangesNoNumber(base, what);
       const gpt_detail::Layout layout(base.model);
