@@ -144,8 +144,8 @@ bool FallbackAllowedNow(const ClusterSnapshot& c, const PendingJob& job) {
 }
 
 // The GPUs an fp8 job may run FP8 on: FP8-capable ones, and with fp8.scaling: block Hopper only.
-CcRange Fp8Gpus(const JobSpec& s, const PlacementOptions& o) {
-  if (!UsesBlockScaling(s)) return {o.fp8_min_compute_capability};
+CcRange Fp8Gpus(bool block, const PlacementOptions& o) {
+  if (!block) return {o.fp8_min_compute_capability};
   return {std::max(o.fp8_min_compute_capability, kFp8BlockComputeCapability),
           kFp8BlockComputeCapability};
 }
@@ -161,8 +161,8 @@ JobDecision Decide(const ClusterSnapshot& c, const PendingJob& job, const Placem
     }
     return Waiting(job.id, StrCat("waiting for ", GangText(s), " of free GPUs matching the job"));
   }
-  const CcRange fp8 = Fp8Gpus(s, o);
-  const bool block = fp8.max == kFp8BlockComputeCapability;
+  const bool block = UsesBlockScaling(s);
+  const CcRange fp8 = Fp8Gpus(block, o);
   if (auto a = FindGang(c, s, fp8, Occupancy::kFreeOnly, blocked, o)) {
     return Placed(c, job.id, *a, Precision::kFp8,
                   block ? "running fp8 (block scaling)" : "running fp8");
@@ -209,7 +209,7 @@ std::optional<std::vector<NodeAssignment>> Reserve(const ClusterSnapshot& c, con
   const JobSpec& s = job.spec;
   std::vector<CcRange> ccs;
   if (s.precision == Precision::kFp8) {
-    ccs.push_back(Fp8Gpus(s, o));
+    ccs.push_back(Fp8Gpus(UsesBlockScaling(s), o));
     if (FallbackAllowedNow(c, job)) ccs.push_back({o.bf16_min_compute_capability});
   } else {
     ccs.push_back({s.precision == Precision::kBf16 ? o.bf16_min_compute_capability : 0});
