@@ -15,9 +15,16 @@ namespace fp8rt {
 //   EmbeddingForward:  out[b][t][:] = wte[tokens[b][t]][:] + wpe[t][:]  (sum in fp32, rounded once)
 //   EmbeddingBackward: dwte[v][:] += sum over (b, t) with tokens[b][t] == v of dout[b][t][:]
 //                      dwpe[t][:] += sum over b of dout[b][t][:]
+//   EmbeddingBackwardSlice: the same dwte sum over n positions (no position table), added only
+//                      to the flat elements e = v * C + c of a window [lo, lo + count):
+//                      dst[e - lo] += sum over i with tokens[i] == v of dout[i][c]. With
+//                      lo = 0, count = V * C it is EmbeddingBackward's dwte, bit for bit. Data
+//                      parallelism uses it to add every rank's rows (gathered) to this rank's
+//                      part of a table's reduced gradient (ZeRO-1) or to all of it.
 // Shapes: out, dout (B, T, C); tokens (B, T); wte, dwte (V, C); wpe, dwpe (maxT, C) with T <= maxT
 // (only the first T rows are read / accumulated). `seq_len` is T. wpe (forward) and dwpe
-// (backward) may be null: the token embedding alone (llama, whose positions are rotary).
+// (backward) may be null: the token embedding alone (llama, whose positions are rotary); dwte
+// (backward) may be null: the position table alone.
 //
 // Token ids outside [0, V): the CPU reference returns InvalidArgument (it can look). The CUDA
 // kernels cannot report without a host sync, so they never read out of bounds instead: forward
@@ -36,6 +43,9 @@ Status EmbeddingForward(T* out, const int32_t* tokens, const T* wte, const T* wp
 template <typename T>
 Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t* tokens, int64_t B,
                          int64_t seq_len, int64_t C, int64_t V);
+template <typename T>
+Status EmbeddingBackwardSlice(float* dst, int64_t lo, int64_t count, const T* dout,
+                              const int32_t* tokens, int64_t n, int64_t C, int64_t V);
 }  // namespace cpu
 
 #if FP8RT_WITH_CUDA
@@ -53,6 +63,11 @@ template <typename T>
 Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t* tokens, int64_t B,
                          int64_t seq_len, int64_t C, int64_t V, void* scratch, size_t scratch_bytes,
                          cudaStream_t stream);
+// scratch: at least EmbeddingBackwardScratchBytes(n, 1, V) bytes, 256-byte aligned.
+template <typename T>
+Status EmbeddingBackwardSlice(float* dst, int64_t lo, int64_t count, const T* dout,
+                              const int32_t* tokens, int64_t n, int64_t C, int64_t V,
+                              void* scratch, size_t scratch_bytes, cudaStream_t stream);
 }  // namespace cuda
 #endif
 

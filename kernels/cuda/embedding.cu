@@ -57,18 +57,23 @@ __global__ void EmbeddingKeysKernel(int32_t* __restrict__ keys, int32_t* __restr
 }
 
 // Block i handles the run of equal keys that starts at sorted index i (other blocks exit): its
-// threads stride over the channels, each summing the run's rows in sorted (= position) order.
+// threads stride over the channels of the run's row that fall in the window [lo, hi) of dwte's
+// flat elements, each summing the run's rows in sorted (= position) order into dst[e - lo].
 template <typename T>
-__global__ void EmbeddingBackwardWteKernel(float* __restrict__ dwte, const T* __restrict__ dout,
+__global__ void EmbeddingBackwardWteKernel(float* __restrict__ dst, const T* __restrict__ dout,
                                            const int32_t* __restrict__ keys,
                                            const int32_t* __restrict__ positions, int n, int C,
-                                           int V) {
+                                           int V, int64_t lo, int64_t hi) {
   const int start = blockIdx.x;
   const int32_t tok = keys[start];
   if (tok >= V || (start > 0 && keys[start - 1] == tok)) return;
+  const int64_t row = int64_t{tok} * C;
+  if (row + C <= lo || row >= hi) return;
   int end = start + 1;
   while (end < n && keys[end] == tok) ++end;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+  const int c0 = static_cast<int>(max(int64_t{0}, lo - row));
+  const int c1 = static_cast<int>(min(int64_t{C}, hi - row));
+  for (int c = c0 + static_cast<int>(threadIdx.x); c < c1; c += blockDim.x) {
     // Compensated (Kahan) sum: a frequent token sums thousands of rows, and a plain fp32 running
     // sum would drift ~sqrt(count) ulps from the exact value.
     float acc = 0.0f, comp = 0.0f;
@@ -78,7 +83,7 @@ __global__ void EmbeddingBackwardWteKernel(float* __restrict__ dwte, const T* __
       comp = (t - acc) - y;
       acc = t;
     }
-    dwte[int64_t{tok} * C + c] += acc;
+    dst[row + c - lo] += acc;
   }
 }
 
@@ -164,6 +169,43 @@ Status EmbeddingForward(T* out, const int32_t* tokens, const T* wte, const T* wp
   return Status::Ok();
 }
 
+namespace {
+
+// Sorts the n positions by token in the scratch, then adds each token's rows to the window
+// [lo, lo + count) of the table's flat elements (dst[e - lo]).
+template <typename T>
+Status AddTokenRows(float* dst, int64_t lo, int64_t count, const T* dout, const int32_t* tokens,
+                    int n, int C, int V, void* scratch, size_t scratch_bytes,
+                    cudaStream_t stream, const char* op) {
+  size_t temp_bytes = 0;
+  FP8RT_CUDA_TRY(SortTempBytes(n, V, &temp_bytes));
+  const size_t slot = AlignUp(static_cast<size_t>(n) * sizeof(int32_t));
+  const size_t need = 4 * slot + AlignUp(temp_bytes);
+  if (scratch == nullptr || scratch_bytes < need ||
+      reinterpret_cast<uintptr_t>(scratch) % kAlign != 0) {
+    return Status::InvalidArgument(StrCat(op, ": scratch of ", scratch_bytes, " bytes; need ",
+                                          need, " bytes, 256-byte aligned"));
+  }
+  char* base = static_cast<char*>(scratch);
+  Scratch s{reinterpret_cast<int32_t*>(base),
+            reinterpret_cast<int32_t*>(base + slot),
+            reinterpret_cast<int32_t*>(base + 2 * slot),
+            reinterpret_cast<int32_t*>(base + 3 * slot),
+            base + 4 * slot,
+            temp_bytes};
+  EmbeddingKeysKernel<<<(n + 255) / 256, 256, 0, stream>>>(s.keys_in, s.pos_in, tokens, n, V);
+  FP8RT_CUDA_TRY_LAUNCH(op);
+  FP8RT_CUDA_TRY(cub::DeviceRadixSort::SortPairs(s.temp, s.temp_bytes, s.keys_in, s.keys_out,
+                                                 s.pos_in, s.pos_out, n, 0, KeyBits(V), stream));
+  const int threads = C >= 256 ? 256 : (C + 31) / 32 * 32;
+  EmbeddingBackwardWteKernel<T>
+      <<<n, threads, 0, stream>>>(dst, dout, s.keys_out, s.pos_out, n, C, V, lo, lo + count);
+  FP8RT_CUDA_TRY_LAUNCH(op);
+  return Status::Ok();
+}
+
+}  // namespace
+
 template <typename T>
 Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t* tokens, int64_t B,
                          int64_t seq_len, int64_t C, int64_t V, void* scratch, size_t scratch_bytes,
@@ -175,41 +217,42 @@ Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t*
                                           ": need B, T, C >= 0, B*T < 2^31, 1 <= V < 2^31 - 1"));
   }
   if (n == 0 || C == 0) return Status::Ok();
-  if (!dwte || !dout || !tokens) {
-    return Status::InvalidArgument("EmbeddingBackward: dwte, dout and tokens must be non-null");
+  // (dwte may be null: the position table alone)
+  if (!dout || !tokens) {
+    return Status::InvalidArgument("EmbeddingBackward: dout and tokens must be non-null");
   }
-  size_t temp_bytes = 0;
-  FP8RT_CUDA_TRY(SortTempBytes(static_cast<int>(n), V, &temp_bytes));
-  const size_t slot = AlignUp(static_cast<size_t>(n) * sizeof(int32_t));
-  const size_t need = 4 * slot + AlignUp(temp_bytes);
-  if (scratch == nullptr || scratch_bytes < need ||
-      reinterpret_cast<uintptr_t>(scratch) % kAlign != 0) {
-    return Status::InvalidArgument(StrCat("EmbeddingBackward: scratch of ", scratch_bytes,
-                                          " bytes; need ", need, " bytes, 256-byte aligned"));
-  }
-  char* base = static_cast<char*>(scratch);
-  Scratch s{reinterpret_cast<int32_t*>(base),
-            reinterpret_cast<int32_t*>(base + slot),
-            reinterpret_cast<int32_t*>(base + 2 * slot),
-            reinterpret_cast<int32_t*>(base + 3 * slot),
-            base + 4 * slot,
-            temp_bytes};
   const int ni = static_cast<int>(n), ci = static_cast<int>(C), vi = static_cast<int>(V);
-
-  EmbeddingKeysKernel<<<(ni + 255) / 256, 256, 0, stream>>>(s.keys_in, s.pos_in, tokens, ni, vi);
-  FP8RT_CUDA_TRY_LAUNCH("EmbeddingBackward (keys)");
-  FP8RT_CUDA_TRY(cub::DeviceRadixSort::SortPairs(s.temp, s.temp_bytes, s.keys_in, s.keys_out,
-                                                 s.pos_in, s.pos_out, ni, 0, KeyBits(V), stream));
-  const int threads = C >= 256 ? 256 : static_cast<int>((C + 31) / 32 * 32);
-  EmbeddingBackwardWteKernel<T>
-      <<<ni, threads, 0, stream>>>(dwte, dout, s.keys_out, s.pos_out, ni, ci, vi);
+  if (dwte != nullptr) {
+    FP8RT_RETURN_IF_ERROR(AddTokenRows(dwte, 0, V * C, dout, tokens, ni, ci, vi, scratch,
+                                       scratch_bytes, stream, "EmbeddingBackward"));
+  }
   const int64_t wpe_elems = dwpe == nullptr ? 0 : seq_len * C;
   if (wpe_elems > 0) {
     EmbeddingBackwardWpeKernel<T><<<static_cast<unsigned>((wpe_elems + 255) / 256), 256, 0, stream>>>(
         dwpe, dout, static_cast<int>(B), static_cast<int>(seq_len), ci);
+    FP8RT_CUDA_TRY_LAUNCH("EmbeddingBackward");
   }
-  FP8RT_CUDA_TRY_LAUNCH("EmbeddingBackward");
   return Status::Ok();
+}
+
+template <typename T>
+Status EmbeddingBackwardSlice(float* dst, int64_t lo, int64_t count, const T* dout,
+                              const int32_t* tokens, int64_t n, int64_t C, int64_t V,
+                              void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  if (n < 0 || C < 0 || C > INT32_MAX || n > INT32_MAX || V < 1 || V >= INT32_MAX || lo < 0 ||
+      count < 0) {
+    return Status::InvalidArgument(StrCat("EmbeddingBackwardSlice: n=", n, " C=", C, " V=", V,
+                                          " window [", lo, ", ", lo + count,
+                                          "): need n, C >= 0, n < 2^31, 1 <= V < 2^31 - 1, "
+                                          "lo >= 0 and count >= 0"));
+  }
+  if (n == 0 || C == 0 || count == 0) return Status::Ok();
+  if (!dst || !dout || !tokens) {
+    return Status::InvalidArgument("EmbeddingBackwardSlice: dst, dout and tokens must be non-null");
+  }
+  return AddTokenRows(dst, lo, count, dout, tokens, static_cast<int>(n), static_cast<int>(C),
+                      static_cast<int>(V), scratch, scratch_bytes, stream,
+                      "EmbeddingBackwardSlice");
 }
 
 template Status EmbeddingForward<float>(float*, const int32_t*, const float*, const float*, int64_t,
@@ -220,6 +263,12 @@ template Status EmbeddingBackward<float>(float*, float*, const float*, const int
                                          int64_t, int64_t, int64_t, void*, size_t, cudaStream_t);
 template Status EmbeddingBackward<bf16>(float*, float*, const bf16*, const int32_t*, int64_t,
                                         int64_t, int64_t, int64_t, void*, size_t, cudaStream_t);
+template Status EmbeddingBackwardSlice<float>(float*, int64_t, int64_t, const float*,
+                                              const int32_t*, int64_t, int64_t, int64_t, void*,
+                                              size_t, cudaStream_t);
+template Status EmbeddingBackwardSlice<bf16>(float*, int64_t, int64_t, const bf16*, const int32_t*,
+                                             int64_t, int64_t, int64_t, void*, size_t,
+                                             cudaStream_t);
 
 }  // namespace cuda
 }  // namespace fp8rt

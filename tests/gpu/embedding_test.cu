@@ -1,6 +1,7 @@
 // Token + position embedding on the GPU against the CPU reference, over dtype x the awkward shapes
 // (rows = B*T, cols = C) with a skewed token distribution (long runs of one token); the backward
 // is bit-identical run to run; out-of-vocabulary ids never read out of bounds.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -88,6 +89,39 @@ void CheckEmbedding(int64_t rows, int64_t C) {
           << "backward is not bit-identical run to run";
     }
   }
+
+  // The window form (data parallelism's sparse embedding gradient, ZeRO-1's parts): windows that
+  // cut the table inside rows, each against the CPU reference's window, and put together equal to
+  // the whole table's backward bit for bit.
+  const std::vector<float> whole(first.begin(), first.begin() + V * C);
+  for (const int64_t parts : {1, 3, 4}) {
+    std::vector<float> pieced(V * C);
+    const int64_t step = (V * C + parts - 1) / parts;
+    for (int64_t lo = 0; lo < V * C; lo += step) {
+      const int64_t count = std::min(step, V * C - lo);
+      std::vector<float> ref(dwte0.begin() + lo, dwte0.begin() + lo + count);
+      ASSERT_TRUE(cpu::EmbeddingBackwardSlice(ref.data(), lo, count, dout.data(), tokens.data(), n,
+                                              C, V)
+                      .ok());
+      DeviceBuffer<float> d_part(ref.size());
+      d_part.Upload(std::vector<float>(dwte0.begin() + lo, dwte0.begin() + lo + count));
+      scratch->Poison();
+      FP8RT_CHECK_OK(cuda::EmbeddingBackwardSlice(d_part.get(), lo, count, d_dout.get(),
+                                                  d_tokens.get(), n, C, V, scratch->get(),
+                                                  scratch_bytes, nullptr));
+      const std::vector<float> got = d_part.Download();
+      EXPECT_TRUE(test::AllClose(got, ref, tol, "dwte window"));
+      std::copy(got.begin(), got.end(), pieced.begin() + lo);
+    }
+    EXPECT_EQ(0, std::memcmp(pieced.data(), whole.data(), whole.size() * sizeof(float)))
+        << parts << " windows differ from the whole table's backward";
+  }
+  // The position table alone: dwte left out.
+  d_dwpe.Upload(dwpe0);
+  FP8RT_CHECK_OK(cuda::EmbeddingBackward(static_cast<float*>(nullptr), d_dwpe.get(), d_dout.get(),
+                                         d_tokens.get(), B, Tn, C, V, scratch->get(),
+                                         scratch_bytes, nullptr));
+  EXPECT_EQ(d_dwpe.Download(), std::vector<float>(first.begin() + V * C, first.end()));
 }
 
 class EmbeddingGpu : public test::GpuTest,

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -52,6 +53,60 @@ TEST(EmbeddingReference, OutOfVocabularyTokenIsRejected) {
   }
   EXPECT_EQ(out, std::vector<float>(4, -1.f));  // nothing written before the check
   EXPECT_EQ(dwte, std::vector<float>(6, 0.f));
+}
+
+// The window form (data parallelism's sparse embedding gradient): windows that split the table
+// anywhere, rows included, add up to the whole table's gradient bit for bit, and the whole window
+// is EmbeddingBackward's dwte; the position table alone leaves dwte out.
+TEST(EmbeddingReference, SliceWindowsAddUpToTheWholeTableBitForBit) {
+  const int64_t n = 37, C = 5, V = 11;
+  std::vector<float> dout(n * C);
+  const auto r = test::RandomNormal(dout.size(), 7);
+  for (size_t i = 0; i < dout.size(); ++i) dout[i] = static_cast<float>(r[i]);
+  std::vector<int32_t> tokens(n);
+  for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>((i * 7 + i / 3) % (V - 2));
+  std::vector<float> whole(V * C, 0.5f), dwpe(n * C, 0.f);
+  ASSERT_TRUE(cpu::EmbeddingBackward(whole.data(), dwpe.data(), dout.data(), tokens.data(), 1, n,
+                                     C, V)
+                  .ok());
+  std::vector<float> all(V * C, 0.5f);
+  ASSERT_TRUE(
+      cpu::EmbeddingBackwardSlice(all.data(), 0, V * C, dout.data(), tokens.data(), n, C, V).ok());
+  EXPECT_EQ(all, whole);
+  for (const int64_t parts : {2, 3, 4, 7}) {  // 55 elements: every cut falls inside a row
+    std::vector<float> pieced(V * C, 0.5f);
+    const int64_t step = (V * C + parts - 1) / parts;
+    for (int64_t lo = 0; lo < V * C; lo += step) {
+      const int64_t count = std::min(step, V * C - lo);
+      std::vector<float> part(count, 0.5f);
+      ASSERT_TRUE(cpu::EmbeddingBackwardSlice(part.data(), lo, count, dout.data(), tokens.data(), n,
+                                              C, V)
+                      .ok());
+      std::copy(part.begin(), part.end(), pieced.begin() + lo);
+    }
+    EXPECT_EQ(pieced, whole) << parts << " windows";
+  }
+  // Rows V-2 and V-1 never occur: untouched.
+  for (int64_t e = (V - 2) * C; e < V * C; ++e) EXPECT_EQ(whole[e], 0.5f);
+  std::vector<float> wpe_only(n * C, 0.f);
+  ASSERT_TRUE(
+      cpu::EmbeddingBackward<float>(nullptr, wpe_only.data(), dout.data(), tokens.data(), 1, n, C, V)
+          .ok());
+  EXPECT_EQ(wpe_only, dwpe);
+}
+
+TEST(EmbeddingReference, SliceRejectsBadTokensAndWindowsNamingThem) {
+  const std::vector<float> dout(4, 1.f);
+  std::vector<float> dst(6, 0.f);
+  const std::vector<int32_t> bad = {0, 3};
+  Status s = cpu::EmbeddingBackwardSlice(dst.data(), 0, 6, dout.data(), bad.data(), 2, 2, 3);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("tokens[1]"), std::string::npos) << s.message();
+  const std::vector<int32_t> good = {0, 2};
+  s = cpu::EmbeddingBackwardSlice(dst.data(), -2, 6, dout.data(), good.data(), 2, 2, 3);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("window"), std::string::npos) << s.message();
+  EXPECT_EQ(dst, std::vector<float>(6, 0.f));
 }
 
 TEST(EmbeddingReference, Bf16RoundsTheSumOnce) {
