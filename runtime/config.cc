@@ -233,6 +233,7 @@ Result<RunConfig> ParseRunConfig(const std::string& yaml_text) {
                                        {"tp", Integer(&par.tp)},
                                        {"zero", Bool(&par.zero)},
                                        {"grad_reduce_dtype", String(&par.grad_reduce_dtype)},
+                                       {"sparse_embedding_grad", Bool(&par.sparse_embedding_grad)},
                                        {"bucket_mb", Number(&par.bucket_mb)},
                                        {"collective_timeout_s", Integer(&par.collective_timeout_s)},
                                        {"cpu_backend", String(&par.cpu_backend)},

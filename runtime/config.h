@@ -146,6 +146,13 @@ struct ParallelConfig {
   // The dtype gradients travel in between ranks: fp32, or bf16 (half the bytes; each bucket is
   // rounded to BF16 before the sum and the sum back to FP32 after it). Default: fp32
   std::string grad_reduce_dtype = "fp32";
+  // The token embedding's gradient, dense in memory but touched only in the rows of the batch's
+  // tokens: true reduces its dense part (the tied LM head's weight gradient, earlier
+  // micro-batches) as soon as the LM head's backward has made it (overlapped with the backward),
+  // and adds the last micro-batch's embedding rows of every rank (gathered: tokens and output
+  // gradients) to the sum, so no collective of the (vocabulary x width) table waits at the end of
+  // the backward. false: reduced as one dense tensor after the embedding backward. Default: true
+  bool sparse_embedding_grad = true;
   // Gradients are reduced in buckets of about this many MiB (whole layers). Default: 25
   double bucket_mb = 25;
   // A collective (or a step waiting on one) taking longer ends the job naming it. Default: 600

@@ -57,6 +57,9 @@ struct ModelOptions {
   bool zero = false;
   // Gradients travel between ranks in BF16 (rounded before the sum, widened after it).
   bool grad_reduce_bf16 = false;
+  // The token embedding's gradient reduced as the LM head's part early plus every rank's rows of
+  // the last micro-batch gathered and added (parallel.sparse_embedding_grad).
+  bool sparse_embedding_grad = true;
   int64_t grad_bucket_bytes = int64_t{25} << 20;
 };
 

@@ -315,6 +315,17 @@ class Gpt final : public GptModel {
   // this step's progress through them.
   bool Dp() const { return o_.dp != nullptr && o_.dp->size() > 1; }
   Status ReduceBucket(int b);
+  // parallel.sparse_embedding_grad (gpt_parallel.h): in the last micro-batch's backward the
+  // embedding backward leaves the token table out (sparse_now_), its rows and tokens are
+  // all-gathered over DP into emb_rows_ / emb_tokens_ (in the logits' allocation, free by then),
+  // and after the join every rank's rows are added to the reduced gradient (this rank's part of
+  // it under ZeRO-1).
+  EmbeddingGradPlan emb_plan_;
+  bool sparse_now_ = false;
+  T* emb_rows_ = nullptr;
+  int32_t* emb_tokens_ = nullptr;
+  Status LaunchEmbeddingGather();
+  Status AddGatheredEmbeddingRows();
 
   // ZeRO-1 (o_.zero under DP; runtime/gpt_parallel.h): every tensor (each layer's slice of an
   // (L, ...) tensor) is split into DP equal contiguous parts; rank r keeps part r of the FP32
@@ -467,6 +478,7 @@ Status Gpt<Ops, T>::MicroBatches() {
     wgrad_overwrites_ = micro == 0;
     // Under DP the last micro-batch's backward launches the gradient buckets as they complete.
     reduce_grads_now_ = Dp() && micro == o_.grad_accum - 1;
+    sparse_now_ = reduce_grads_now_ && emb_plan_.sparse;
     next_bucket_ = 0;
     FP8RT_RETURN_IF_ERROR(
         ForwardPass(staging_ + micro * M_, staging_ + n + micro * M_, cast && micro == 0, true,
@@ -474,6 +486,7 @@ Status Gpt<Ops, T>::MicroBatches() {
     cast_src_ = master_;  // (ZeRO: the full master in grads_ is overwritten by the backward)
     const Status s = BackwardPass();
     reduce_grads_now_ = false;
+    // (sparse_now_ stays until ReduceAcrossRanks has added the gathered rows)
     FP8RT_RETURN_IF_ERROR(s);
   }
   fp8_.calibrate_now = false;

@@ -307,20 +307,47 @@ inline Param WeightOf(const ModelConfig& m, int kind) {
 // [first_layer, last_layer] (their 12 per-layer tensors are contiguous slices of each
 // (L, ...) tensor, final once the backward has passed first_layer), from the last layer down,
 // and a final bucket with the embeddings, the final norm and llama's LM head (first_layer = -1), final
-// after the embedding backward.
+// after the embedding backward. With a sparse embedding gradient (parallel.sparse_embedding_grad)
+// the final norm, the LM head and the token embedding's dense part go first instead, in a `head`
+// bucket final after the final norm's backward, and the last bucket holds the position table
+// alone (none in llama).
 struct GradBucket {
   int first_layer = -1, last_layer = -1;
+  bool head = false;
   std::vector<std::pair<int64_t, int64_t>> ranges;
   std::vector<int> range_param;  // the Param of each range
   int64_t elements = 0;
 };
 
+// How the token embedding's gradient travels (parallel.sparse_embedding_grad): `sparse` moves
+// it out of the last bucket; `wte_dense` keeps its dense part (the tied LM head's gradient, the
+// earlier micro-batches' rows) in the head bucket. Without it (llama, one micro-batch) the
+// gathered rows are all of it.
+struct EmbeddingGradPlan {
+  bool sparse = false;
+  bool wte_dense = true;
+};
 
 // Buckets of at least `bucket_bytes` of FP32 gradients (whole layers; the last block bucket may
-// be smaller), in launch order. Every element of every tensor is in exactly one bucket.
+// be smaller), in launch order. Every element of every tensor is in exactly one bucket, except
+// the token embedding's under a sparse plan without a dense part (in none).
 inline std::vector<GradBucket> PlanGradBuckets(const ModelConfig& m, const Layout& layout,
-                                               int64_t bucket_bytes) {
+                                               int64_t bucket_bytes,
+                                               EmbeddingGradPlan emb = EmbeddingGradPlan{}) {
   std::vector<GradBucket> out;
+  auto add = [&](GradBucket* k, int p) {
+    if (layout.size[p] == 0) return;
+    k->ranges.emplace_back(layout.offset[p], layout.size[p]);
+    k->range_param.push_back(p);
+    k->elements += layout.size[p];
+  };
+  if (emb.sparse) {
+    GradBucket head;
+    head.head = true;
+    for (int p : {kLnfW, kLnfB, kLmHeadW}) add(&head, p);
+    if (emb.wte_dense) add(&head, kWte);
+    if (head.elements > 0) out.push_back(std::move(head));
+  }
   const int L = m.n_layer;
   auto per_layer = [&](int p) { return layout.size[p] / L; };
   GradBucket cur;
@@ -343,13 +370,12 @@ inline std::vector<GradBucket> PlanGradBuckets(const ModelConfig& m, const Layou
     }
   }
   GradBucket last;
-  for (int p : {kWte, kWpe, kLnfW, kLnfB, kLmHeadW}) {
-    if (layout.size[p] == 0) continue;
-    last.ranges.emplace_back(layout.offset[p], layout.size[p]);
-    last.range_param.push_back(p);
-    last.elements += layout.size[p];
+  if (emb.sparse) {
+    add(&last, kWpe);
+  } else {
+    for (int p : {kWte, kWpe, kLnfW, kLnfB, kLmHeadW}) add(&last, p);
   }
-  out.push_back(std::move(last));
+  if (last.elements > 0) out.push_back(std::move(last));
   return out;
 }
 

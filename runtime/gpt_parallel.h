@@ -79,14 +79,59 @@ Status Gpt<Ops, T>::ReduceAcrossRanks() {
   FP8RT_RETURN_IF_ERROR(ops_->JoinComm());
   if (g16_ != nullptr) {  // the BF16 sums back to FP32, where the optimizer reads them
     ops_->Mark("grad unpack bf16");
-    if (Zero()) return ops_->Bf16ToFloat(gshard_, g16shard_, shard_total_);
-    for (const GradBucket& k : buckets_) {
-      for (const auto& [off, n] : k.ranges) {
-        FP8RT_RETURN_IF_ERROR(ops_->Bf16ToFloat(grads_ + off, g16_ + off, n));
+    if (Zero()) {
+      FP8RT_RETURN_IF_ERROR(ops_->Bf16ToFloat(gshard_, g16shard_, shard_total_));
+    } else {
+      for (const GradBucket& k : buckets_) {
+        for (const auto& [off, n] : k.ranges) {
+          FP8RT_RETURN_IF_ERROR(ops_->Bf16ToFloat(grads_ + off, g16_ + off, n));
+        }
       }
     }
   }
+  return AddGatheredEmbeddingRows();
+}
+
+// parallel.sparse_embedding_grad, after the last micro-batch's embedding backward (which left the
+// token table out): every DP rank's output gradient rows (already scaled by 1/DP, like every
+// gradient) and tokens, gathered on the communication stream behind the gradient buckets.
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::LaunchEmbeddingGather() {
+  ops_->Mark("embedding rows all-gather (launch)");
+  const int64_t C = o_.model.n_embd;
+  const comm::DataType tt =
+      kT == DType::kBFloat16 ? comm::DataType::kBFloat16 : comm::DataType::kFloat32;
+  const char* what = "token embedding gradient rows all-gather";
+  void* stream = ops_->ForkComm();
+  ops_->CommTimerStart(kGradTimer);
+  FP8RT_RETURN_IF_ERROR(o_.dp->GroupStart());
+  FP8RT_RETURN_IF_ERROR(
+      o_.dp->AllGather(dres_, emb_rows_, static_cast<size_t>(M_ * C), tt, stream, what));
+  FP8RT_RETURN_IF_ERROR(o_.dp->AllGather(tokens_, emb_tokens_, static_cast<size_t>(M_),
+                                         comm::DataType::kInt32, stream, what));
+  FP8RT_RETURN_IF_ERROR(o_.dp->GroupEnd(what));
+  ops_->CommTimerStop(kGradTimer);
   return Status::Ok();
+}
+
+// After the join: the gathered rows of every rank, in rank order, added to the token table's
+// reduced gradient: all of it without ZeRO-1 (every rank adds the same rows in the same order,
+// so the replicas stay identical), this rank's part of it under ZeRO-1. Without a dense part
+// (llama, one micro-batch) nothing was reduced: the part starts from zero.
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::AddGatheredEmbeddingRows() {
+  if (!sparse_now_) return Status::Ok();
+  sparse_now_ = false;
+  const int64_t C = o_.model.n_embd, D = o_.dp->size(), r = o_.dp->rank();
+  float* dst = Zero() ? gshard_ + ShardOff(kWte, 0) : G(kWte);
+  const int64_t lo = Zero() ? r * SliceOf(kWte) : 0;
+  const int64_t count = Zero() ? SliceOf(kWte) : layout_.size[kWte];
+  ops_->Mark("embedding rows add");
+  if (!emb_plan_.wte_dense && Zero()) {
+    FP8RT_RETURN_IF_ERROR(ops_->Zero(dst, static_cast<size_t>(count) * sizeof(float)));
+  }
+  return ops_->EmbeddingBackwardSlice(dst, lo, count, emb_rows_, emb_tokens_, D * M_, C,
+                                      o_.model.vocab_size);
 }
 
 // The shard layout, and the shapes ZeRO-1 can split: every tensor's per-layer size and every FP8

@@ -91,6 +91,12 @@ Status Gpt<Ops, T>::BackwardPass() {
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, G(kLnfW), G(kLnfB), dc1_, res3_[L - 1],
                                                   W(kLnfW), lnf_mean_, lnf_rstd_, M_, C, false));
   }
+  // (sparse embedding gradient: the final norm, the LM head and the token table's dense part are
+  // final now)
+  if (reduce_grads_now_ && next_bucket_ < static_cast<int>(buckets_.size()) &&
+      buckets_[next_bucket_].head) {
+    FP8RT_RETURN_IF_ERROR(ReduceBucket(next_bucket_++));
+  }
   for (int64_t l = L - 1; l >= 0; --l) {
     const T* res_in = l == 0 ? encoded_ : res3_[l - 1];
     // dres_ is the gradient of this block's output (res3); after it, of its input.
@@ -103,9 +109,13 @@ Status Gpt<Ops, T>::BackwardPass() {
     }
   }
   ops_->Mark("embedding bwd");
-  FP8RT_RETURN_IF_ERROR(ops_->EmbeddingBackward(G(kWte), G(kWpe), dres_, tokens_, o_.B, o_.T, C,
-                                                o_.model.vocab_size));
-  if (reduce_grads_now_) FP8RT_RETURN_IF_ERROR(ReduceBucket(next_bucket_++));
+  // (sparse_now_: the token table's rows of this micro-batch travel gathered instead)
+  FP8RT_RETURN_IF_ERROR(ops_->EmbeddingBackward(sparse_now_ ? nullptr : G(kWte), G(kWpe), dres_,
+                                                tokens_, o_.B, o_.T, C, o_.model.vocab_size));
+  if (reduce_grads_now_ && next_bucket_ < static_cast<int>(buckets_.size())) {
+    FP8RT_RETURN_IF_ERROR(ReduceBucket(next_bucket_++));
+  }
+  if (sparse_now_) FP8RT_RETURN_IF_ERROR(LaunchEmbeddingGather());
   return Status::Ok();
 }
 

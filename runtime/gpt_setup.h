@@ -65,6 +65,10 @@ Status Gpt<Ops, T>::Setup() {
         "bytes; use plain data parallelism (parallel.zero: false) or fp8.scaling: delayed");
   }
   if (Zero()) FP8RT_RETURN_IF_ERROR(SetupZero());
+  emb_plan_.sparse = Dp() && o_.sparse_embedding_grad;
+  // (the tied LM head writes the token table's gradient before the embedding backward; earlier
+  // micro-batches add their rows to it)
+  emb_plan_.wte_dense = WeightOf(m, kLmHead) == kWte || o_.grad_accum > 1;
   const int64_t owned = Zero() ? shard_total_ : P;  // master weights and moments kept here
   // (Gradients that must outlive a forward, accumulated over micro-batches or holding the full
   // master after an import under ZeRO-1, cannot lend their memory.)
@@ -187,12 +191,22 @@ Status Gpt<Ops, T>::Setup() {
     // One allocation: the logits from its start, and over them the transient buffers one after
     // another (256-byte aligned).
     auto aligned = [](int64_t n) { return (n * static_cast<int64_t>(sizeof(T)) + 255) / 256 * 256; };
-    int64_t bytes = 0;
+    int64_t bytes = 0, dres_at = 0;
     for (const auto& [v, n] : transient_layers) bytes += aligned(n);
-    for (const auto& [p, n] : transient) bytes += aligned(n);
+    for (const auto& [p, n] : transient) {
+      if (p == &dres_) dres_at = bytes;
+      bytes += aligned(n);
+    }
+    // The sparse embedding gradient's gathered rows and tokens (every DP rank's): read after the
+    // backward, written from the end of the embedding backward, when only dres_ (their source)
+    // is live here. Before dres_ where they fit, else after the transient buffers.
+    const int64_t D = Dp() ? o_.dp->size() : 1;
+    const int64_t emb_bytes = emb_plan_.sparse ? aligned(D * M_ * C) + D * M_ * 4 : 0;
+    const int64_t emb_at = emb_bytes <= dres_at ? 0 : bytes;
     mem_category_ = kMemLogits;
     uint8_t* arena = nullptr;
-    FP8RT_RETURN_IF_ERROR(Alloc(&arena, std::max(bytes, M_ * Vp * static_cast<int64_t>(sizeof(T)))));
+    FP8RT_RETURN_IF_ERROR(Alloc(&arena, std::max(emb_at + emb_bytes,
+                                                 std::max(bytes, M_ * Vp * static_cast<int64_t>(sizeof(T))))));
     logits_ = reinterpret_cast<T*>(arena);
     int64_t at = 0;
     for (const auto& [v, n] : transient_layers) {
@@ -202,6 +216,10 @@ Status Gpt<Ops, T>::Setup() {
     for (const auto& [p, n] : transient) {
       *p = reinterpret_cast<T*>(arena + at);
       at += aligned(n);
+    }
+    if (emb_plan_.sparse) {
+      emb_rows_ = reinterpret_cast<T*>(arena + emb_at);
+      emb_tokens_ = reinterpret_cast<int32_t*>(arena + emb_at + aligned(D * M_ * C));
     }
   }
   mem_category_ = kMemOther;
@@ -220,12 +238,14 @@ Status Gpt<Ops, T>::Setup() {
   }
   if (Multi()) FP8RT_RETURN_IF_ERROR(Alloc(&gather_, World()->size()));
   if (Dp()) {
-    buckets_ = PlanGradBuckets(m, layout_, o_.grad_bucket_bytes);
+    buckets_ = PlanGradBuckets(m, layout_, o_.grad_bucket_bytes, emb_plan_);
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const GradBucket& k = buckets_[b];
+      std::string names;
+      for (int p : k.range_param) names += StrCat(names.empty() ? "" : ", ", kParamNames[p]);
       bucket_names_.push_back(
           k.first_layer < 0
-              ? StrCat("gradient bucket ", b, " (embeddings, final layernorm) all-reduce")
+              ? StrCat("gradient bucket ", b, " (", names, ") all-reduce")
               : StrCat("gradient bucket ", b, " (layers ", k.first_layer, "..", k.last_layer,
                        ") all-reduce"));
     }
@@ -243,7 +263,8 @@ Status Gpt<Ops, T>::Setup() {
   {
     size_t scratch = 0;
     FP8RT_RETURN_IF_ERROR(
-        ops_->ReserveScratchFor(as, kT, m.vocab_size, P, C, std::max({Nqkv, Nfc, C}), &scratch));
+        ops_->ReserveScratchFor(as, kT, m.vocab_size, P, C, std::max({Nqkv, Nfc, C}),
+                                emb_plan_.sparse ? o_.dp->size() * M_ : 0, &scratch));
     allocated_bytes_ += scratch;
     category_bytes_[kMemWorkspace] += scratch;
   }

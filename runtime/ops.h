@@ -66,7 +66,7 @@ class CpuOps {
   std::vector<OpTime> ProfileReport() const { return prof_.Report(); }
   // The CPU references need no scratch.
   Status ReserveScratchFor(const AttentionShape&, DType, int64_t V, int64_t P, int64_t C,
-                           int64_t widest, size_t* bytes) {
+                           int64_t widest, int64_t gathered_rows, size_t* bytes) {
     *bytes = 0;
     return Status::Ok();
   }
@@ -80,6 +80,11 @@ class CpuOps {
   Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t* tok, int64_t B,
                            int64_t T_, int64_t C, int64_t V) {
     return cpu::EmbeddingBackward(dwte, dwpe, dout, tok, B, T_, C, V);
+  }
+  template <typename T>
+  Status EmbeddingBackwardSlice(float* dst, int64_t lo, int64_t count, const T* dout,
+                                const int32_t* tok, int64_t n, int64_t C, int64_t V) {
+    return cpu::EmbeddingBackwardSlice(dst, lo, count, dout, tok, n, C, V);
   }
   template <typename T>
   Status LayerNormForward(T* out, float* mean, float* rstd, const T* in, const T* w, const T* b,

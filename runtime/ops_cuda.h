@@ -135,9 +135,10 @@ class CudaOps {
   }
   // Scratch for every op of a model with these shapes (this rank's attention s; embedding,
   // LayerNorm and RMSNorm backward over the whole width C; gradient norm over P parameters; the
-  // bias gradient of the widest linear output, `widest` columns).
+  // bias gradient of the widest linear output, `widest` columns; the embedding gradient of
+  // `gathered_rows` positions, every data-parallel rank's, when it is added sparsely).
   Status ReserveScratchFor(const AttentionShape& s, DType t, int64_t V, int64_t P, int64_t C,
-                           int64_t widest, size_t* bytes) {
+                           int64_t widest, int64_t gathered_rows, size_t* bytes) {
     const int64_t M = s.B * s.T;
     const AttentionMode path = PathFor(s, t);
     if (t == DType::kBFloat16 && attention_mode_ != AttentionMode::kAuto &&
@@ -149,7 +150,7 @@ class CudaOps {
     size_t need = path == AttentionMode::kCudnn   ? cudnn_->WorkspaceBytes(s)
                   : path == AttentionMode::kFlash ? cuda::FlashAttentionScratchBytes(s)
                                                   : AttentionScratchBytes(s, t);
-    auto emb = cuda::EmbeddingBackwardScratchBytes(s.B, s.T, V);
+    auto emb = cuda::EmbeddingBackwardScratchBytes(std::max(M, gathered_rows), 1, V);
     if (!emb.ok()) return emb.status();
     need = std::max(need, *emb);
     need = std::max(need, cuda::LayerNormBackwardScratchBytes(M, C));
@@ -223,6 +224,12 @@ class CudaOps {
                            int64_t T_, int64_t C, int64_t V) {
     return cuda::EmbeddingBackward(dwte, dwpe, dout, tok, B, T_, C, V, scratch_, scratch_bytes_,
                                    stream_);
+  }
+  template <typename T>
+  Status EmbeddingBackwardSlice(float* dst, int64_t lo, int64_t count, const T* dout,
+                                const int32_t* tok, int64_t n, int64_t C, int64_t V) {
+    return cuda::EmbeddingBackwardSlice(dst, lo, count, dout, tok, n, C, V, scratch_,
+                                        scratch_bytes_, stream_);
   }
   template <typename T>
   Status LayerNormForward(T* out, float* mean, float* rstd, const T* in, const T* w, const T* b,

@@ -189,6 +189,14 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
       *progress << "validation: " << validator->tokens() << " held-out tokens of '"
                 << c.data.val_path << "' every " << c.train.eval_every << " steps and at the end\n";
     }
+    if (dp > 1) {
+      *progress << "token embedding gradient: "
+                << (c.parallel.sparse_embedding_grad
+                        ? "sparse (its dense part reduced early, every rank's rows gathered and "
+                          "added)"
+                        : "dense (reduced after the embedding backward)")
+                << "\n";
+    }
     if (c.parallel.zero && dp == 1) {
       *progress << "parallel.zero: a single rank has no peers to shard the optimizer state with; "
                    "running without ZeRO-1\n";
@@ -211,6 +219,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   mo.grad_bucket_bytes = static_cast<int64_t>(c.parallel.bucket_mb * 1048576.0);
   mo.zero = c.parallel.zero;
   mo.grad_reduce_bf16 = c.parallel.grad_reduce_dtype == "bf16";
+  mo.sparse_embedding_grad = c.parallel.sparse_embedding_grad;
   std::unique_ptr<GptModel> model;
   if (device.is_cpu) {
     FP8RT_ASSIGN_OR_RETURN(model, CreateCpuGpt(mo));

@@ -75,6 +75,53 @@ TEST(GradBuckets, CoverEveryGradientExactlyOnceInBackwardOrder) {
   }
 }
 
+// parallel.sparse_embedding_grad: the head bucket (final norm, LM head, the token table's dense
+// part) first, the layers from the top, the position table alone last (none in llama); without a
+// dense part the token table is in no bucket (its rows travel gathered). Every other element in
+// exactly one bucket.
+TEST(GradBuckets, TheSparseEmbeddingPlanPutsTheHeadFirstAndTheTokenTableInNoneOrTheHead) {
+  for (const bool llama : {false, true}) {
+    for (const bool wte_dense : {false, true}) {
+      ModelConfig m;
+      m.n_layer = 3, m.n_embd = 32, m.n_head = 2, m.block_size = 32, m.vocab_size = 200;
+      if (llama) m.arch = Arch::kLlama, m.n_kv_head = 1, m.ffn_hidden = 64;
+      const gpt_detail::Layout layout(m);
+      gpt_detail::EmbeddingGradPlan plan;
+      plan.sparse = true, plan.wte_dense = wte_dense;
+      const auto buckets = gpt_detail::PlanGradBuckets(m, layout, 1, plan);
+      ASSERT_EQ(buckets.size(), static_cast<size_t>(1 + m.n_layer + (llama ? 0 : 1)));
+      EXPECT_TRUE(buckets[0].head);
+      std::vector<int> where(static_cast<size_t>(layout.total), -1);
+      for (size_t b = 0; b < buckets.size(); ++b) {
+        EXPECT_EQ(buckets[b].head, b == 0);
+        for (const auto& [off, len] : buckets[b].ranges) {
+          for (int64_t i = off; i < off + len; ++i) {
+            ASSERT_EQ(where[static_cast<size_t>(i)], -1) << "element " << i << " twice";
+            where[static_cast<size_t>(i)] = static_cast<int>(b);
+          }
+        }
+      }
+      for (int p = 0; p < gpt_detail::kNumParams; ++p) {
+        for (int64_t i = 0; i < layout.size[p]; i += 7) {
+          const int b = where[static_cast<size_t>(layout.offset[p] + i)];
+          const std::string name = gpt_detail::kParamNames[p];
+          if (p == gpt_detail::kWte) {
+            EXPECT_EQ(b, wte_dense ? 0 : -1) << name;
+          } else if (p == gpt_detail::kLnfW || p == gpt_detail::kLnfB ||
+                     p == gpt_detail::kLmHeadW) {
+            EXPECT_EQ(b, 0) << name;
+          } else if (p == gpt_detail::kWpe) {
+            EXPECT_EQ(b, static_cast<int>(buckets.size()) - 1) << name;
+          } else {  // layer l's tensors: bucket 1 + (L - 1 - l)
+            const int l = static_cast<int>(i / (layout.size[p] / m.n_layer));
+            EXPECT_EQ(b, 1 + m.n_layer - 1 - l) << name << " layer " << l;
+          }
+        }
+      }
+    }
+  }
+}
+
 // ---- fp8train ranks ----
 
 class DataParallel : public ParallelRun {};
@@ -256,6 +303,51 @@ TEST_F(DataParallel, ZeroOneResumeIsExactAndItsCheckpointsLoadWithoutZero) {
   ASSERT_EQ(plain.ranks[0].code, 0) << plain.output;
   ASSERT_EQ(plain.metrics.size(), 6u);
   ExpectLossesNear(whole, plain, 3, 6, 1e-5);
+}
+
+// parallel.sparse_embedding_grad (the default) against the dense reduction and against one rank,
+// on the same global batch: gpt2 (the tied LM head gives the token table a dense part) and llama
+// (untied: with one micro-batch the gathered rows are all of it, added to a zeroed part under
+// ZeRO-1), with and without ZeRO-1, one and two micro-batches (the earlier one's rows travel in
+// the dense part). The sums differ only in order: 1e-5, as DP against one rank.
+TEST_F(DataParallel, SparseEmbeddingGradientEqualsTheDenseReductionAndOneRank) {
+  const std::string llama =
+      "{arch: llama, n_layer: 2, n_embd: 32, n_head: 4, n_kv_head: 2, ffn_hidden: 64, "
+      "block_size: 32}";
+  struct Case {
+    std::string model, precision;
+    bool zero;
+    int accum;
+  };
+  const Case cases[] = {{small_, "fp32", false, 1}, {small_, "fp8", true, 1},
+                        {small_, "fp32", true, 2},  {llama, "fp32", true, 1},
+                        {llama, "fp32", false, 1},  {llama, "fp8", false, 2}};
+  int k = 0;
+  for (const Case& c : cases) {
+    const std::string one = StrCat("s1_", k), sparse = StrCat("sp_", k), dense = StrCat("de_", k);
+    ++k;
+    const TrainRun a = Single(Config(one, 4, c.model, c.precision, c.accum), one, 4);
+    ASSERT_EQ(a.ranks[0].code, 0) << a.output;
+    const TrainRun b =
+        Mpirun(2, Config(sparse, 2, c.model, c.precision, c.accum, false, c.zero), sparse, 4);
+    ASSERT_EQ(b.ranks[0].code, 0) << b.output;
+    const TrainRun d = Mpirun(2,
+                              Config(dense, 2, c.model, c.precision, c.accum, false, c.zero,
+                                     "fp32", ", sparse_embedding_grad: false"),
+                              dense, 4);
+    ASSERT_EQ(d.ranks[0].code, 0) << d.output;
+    EXPECT_TRUE(Has(b.output, "token embedding gradient: sparse")) << b.output;
+    EXPECT_TRUE(Has(d.output, "token embedding gradient: dense")) << d.output;
+    // gpt2: the head bucket and the position table's; llama: the head bucket instead of the last.
+    const bool gpt2 = c.model == small_;
+    EXPECT_EQ(b.metrics[0]["grad_buckets"].get<int>(),
+              d.metrics[0]["grad_buckets"].get<int>() + (gpt2 ? 1 : 0))
+        << sparse;
+    SCOPED_TRACE(StrCat(gpt2 ? "gpt2 " : "llama ", c.precision, c.zero ? " zero" : "",
+                        " accum ", c.accum));
+    ExpectSame(a, one, b, sparse, 1e-5, 1e-5);
+    ExpectSame(d, dense, b, sparse, 1e-5, 1e-5);
+  }
 }
 
 TEST_F(DataParallel, ZeroOneRefusesShapesThatDoNotSplit) {
