@@ -11,6 +11,8 @@
 # FP8TRAIN (the fp8train of scaling and profile), SCALING_ZERO (default "false true"), GPT13_FP8 and
 # GPT13_PARALLEL (more fields for the gpt-1.3b configs' fp8 and parallel maps, e.g.
 # "keep_weight_transpose: false", "grad_reduce_dtype: bf16"),
+# SCALING_VARIANTS (parallel-field sets separated by ';', each run at every size after the other
+# in turn, e.g. "sparse_embedding_grad: true;sparse_embedding_grad: false"),
 # SCALING_PRECISIONS and PROFILE_PRECISIONS (default "bf16 fp8" and "fp8"), FP8RT_BIN
 # (the binaries, default bundle/bin). Exits 1 when a check fails, 77 (skipped) with fewer than 2 GPUs;
 # ctest runs its equiv and fault parts as the multigpu label (tests/CMakeLists.txt).
@@ -281,14 +283,19 @@ if want scaling; then
       --metrics "$OUT/sc1_$p.jsonl" > "$OUT/sc1_$p.log" 2>&1
     one=$(median_tps "$OUT/sc1_$p.jsonl")
     echo "| gpt-1.3b $p | dp 1 | $one tok/s | 1 GPU |" | tee -a "$OUT/scaling.md"
+    IFS=';' read -r -a variants <<< "${SCALING_VARIANTS:-}"
+    [ ${#variants[@]} -eq 0 ] && variants=("")
     for n in "${sizes[@]}"; do
       for z in ${SCALING_ZERO:-false true}; do
-        gpt13_yaml "$OUT/sc.yaml" "zero: $z"
-        timeout 400 "${MPI[@]}" -np "$n" $TRAIN --config "$OUT/sc.yaml" --precision $p \
-          --steps "$STEPS" --metrics "$OUT/sc${n}_${z}_$p.jsonl" > "$OUT/sc${n}_${z}_$p.log" 2>&1
-        all=$(median_tps "$OUT/sc${n}_${z}_$p.jsonl")
-        python3 -c "a, o = float('$all') / $n, float('$one'); print(f'| gpt-1.3b $p | dp $n zero $z | {a:.0f} tok/s per GPU | {a / o:.3f} of 1 GPU |')" \
-          | tee -a "$OUT/scaling.md"
+        for vi in "${!variants[@]}"; do
+          v=${variants[$vi]}; tag="sc${n}_${z}${v:+_v$vi}_$p"
+          GPT13_PARALLEL="${GPT13_PARALLEL:+$GPT13_PARALLEL${v:+, }}$v" gpt13_yaml "$OUT/sc.yaml" "zero: $z"
+          timeout 400 "${MPI[@]}" -np "$n" $TRAIN --config "$OUT/sc.yaml" --precision $p \
+            --steps "$STEPS" --metrics "$OUT/$tag.jsonl" > "$OUT/$tag.log" 2>&1
+          all=$(median_tps "$OUT/$tag.jsonl")
+          python3 -c "a, o = float('$all') / $n, float('$one'); print(f'| gpt-1.3b $p | dp $n zero $z${v:+ ($v)} | {a:.0f} tok/s per GPU | {a / o:.3f} of 1 GPU |')" \
+            | tee -a "$OUT/scaling.md"
+        done
       done
     done
   done
