@@ -336,63 +336,96 @@ void BenchOptimizer(Context& ctx) {
   }
 }
 
+// Token ids for the embedding rows: uniform over V, or Zipf's law (frequency ~ 1 / rank), as
+// in text: the commonest token then has a run of ~9% of the positions, which one block sums.
+std::vector<int32_t> EmbeddingTokens(int64_t n, bool zipf, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  if (!zipf) {
+    for (auto& x : t) x = static_cast<int32_t>(rng() % kV);
+    return t;
+  }
+  std::vector<double> cdf(static_cast<size_t>(kV));
+  double sum = 0;
+  for (int64_t v = 0; v < kV; ++v) cdf[static_cast<size_t>(v)] = sum += 1.0 / (v + 1);
+  std::uniform_real_distribution<double> u(0, sum);
+  for (auto& x : t) {
+    x = static_cast<int32_t>(std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin());
+  }
+  return t;
+}
+
 void BenchEmbedding(Context& ctx) {
   const int64_t nc = kN * kC;
+  constexpr int64_t kRanks = 4;  // the gathered rows of data parallelism's sparse gradient
   bf16 *wte = Alloc<bf16>(kV * kC), *wpe = Alloc<bf16>(kT * kC), *out = Alloc<bf16>(nc),
-       *dout = Alloc<bf16>(nc);
+       *dout = Alloc<bf16>(kRanks * nc);
   float *dwte = Alloc<float>(kV * kC), *dwpe = Alloc<float>(kT * kC);
-  int32_t* tokens = Alloc<int32_t>(kN);
-  std::mt19937 rng(61);
-  std::vector<int32_t> ht(kN);
-  for (auto& t : ht) t = static_cast<int32_t>(rng() % kV);
-  Put(tokens, ht);
+  int32_t* tokens = Alloc<int32_t>(kRanks * kN);
   FillUniformBf16(wte, kV * kC, -1, 1, 62, ctx.stream);
   FillUniformBf16(wpe, kT * kC, -1, 1, 63, ctx.stream);
-  FillUniformBf16(dout, nc, -1, 1, 64, ctx.stream);
-  FP8RT_CUDA_CHECK(cudaMemsetAsync(dwte, 0, kV * kC * sizeof(float), ctx.stream));
-  FP8RT_CUDA_CHECK(cudaMemsetAsync(dwpe, 0, kT * kC * sizeof(float), ctx.stream));
-  auto bytes = cuda::EmbeddingBackwardScratchBytes(kB, kT, kV);
+  FillUniformBf16(dout, kRanks * nc, -1, 1, 64, ctx.stream);
+  auto bytes = cuda::EmbeddingBackwardScratchBytes(kRanks * kN, 1, kV);
   FP8RT_CHECK_OK(bytes.status());
   void* scratch = DeviceAlloc(bytes.value());
-  const double fwd_ms = MedianMs(ctx, [&] {
-    FP8RT_CHECK_OK(cuda::EmbeddingForward(out, tokens, wte, wpe, kB, kT, kC, kV, ctx.stream));
-  });
-  const double bwd_ms = MedianMs(ctx, [&] {
+  const std::vector<bf16> hdout = Fetch(dout, kRanks * nc);
+  const double act = static_cast<double>(nc) * sizeof(bf16);
+  for (const bool zipf : {false, true}) {
+    const std::vector<int32_t> ht = EmbeddingTokens(kRanks * kN, zipf, zipf ? 65 : 61);
+    Put(tokens, ht);
+    FP8RT_CUDA_CHECK(cudaMemsetAsync(dwte, 0, kV * kC * sizeof(float), ctx.stream));
+    FP8RT_CUDA_CHECK(cudaMemsetAsync(dwpe, 0, kT * kC * sizeof(float), ctx.stream));
+    const std::string tok = zipf ? ", Zipf tokens" : "";
+    if (!zipf) {
+      const double fwd_ms = MedianMs(ctx, [&] {
+        FP8RT_CHECK_OK(cuda::EmbeddingForward(out, tokens, wte, wpe, kB, kT, kC, kV, ctx.stream));
+      });
+      bool fwd_ok = true;
+      for (int64_t pos : {int64_t{0}, kN - 1}) {
+        const std::vector<bf16> te = Fetch(wte + ht[pos] * kC, kC),
+                                pe = Fetch(wpe + pos % kT * kC, kC);
+        std::vector<float> want(kC);
+        for (int64_t c = 0; c < kC; ++c) want[c] = ToFloat(bf16(ToFloat(te[c]) + ToFloat(pe[c])));
+        fwd_ok = fwd_ok && Close("embedding out", Floats(Fetch(out + pos * kC, kC)), want, 0, 0);
+      }
+      AddRow(ctx, "embedding fwd", "4x2048x2048 bf16, V 50257", fwd_ms,
+             2 * act + kT * kC * 2.0 + kN * 4.0, false, fwd_ok);
+    }
+    const double bwd_ms = MedianMs(ctx, [&] {
+      FP8RT_CHECK_OK(cuda::EmbeddingBackward(dwte, dwpe, dout, tokens, kB, kT, kC, kV, scratch,
+                                             bytes.value(), ctx.stream));
+    });
+    // 4 ranks' rows gathered, added to one rank's quarter of the table (ZeRO-1): the quarter
+    // with the commonest tokens.
+    const double slice_ms = MedianMs(ctx, [&] {
+      FP8RT_CHECK_OK(cuda::EmbeddingBackwardSlice(dwte, 0, kV * kC / kRanks, dout, tokens,
+                                                  kRanks * kN, kC, kV, scratch, bytes.value(),
+                                                  ctx.stream));
+    });
+    // Verify: after one more backward from zero, dwte of token ht[0] and dwpe row 0.
+    FP8RT_CUDA_CHECK(cudaMemsetAsync(dwte, 0, kV * kC * sizeof(float), ctx.stream));
+    FP8RT_CUDA_CHECK(cudaMemsetAsync(dwpe, 0, kT * kC * sizeof(float), ctx.stream));
     FP8RT_CHECK_OK(cuda::EmbeddingBackward(dwte, dwpe, dout, tokens, kB, kT, kC, kV, scratch,
                                            bytes.value(), ctx.stream));
-  });
-  // Verify: forward rows 0 and N-1; after one more backward from zero, dwte of token ht[0] and
-  // dwpe row 0.
-  FP8RT_CUDA_CHECK(cudaMemsetAsync(dwte, 0, kV * kC * sizeof(float), ctx.stream));
-  FP8RT_CUDA_CHECK(cudaMemsetAsync(dwpe, 0, kT * kC * sizeof(float), ctx.stream));
-  FP8RT_CHECK_OK(cuda::EmbeddingBackward(dwte, dwpe, dout, tokens, kB, kT, kC, kV, scratch,
-                                         bytes.value(), ctx.stream));
-  const std::vector<bf16> hdout = Fetch(dout, nc);
-  bool fwd_ok = true;
-  for (int64_t pos : {int64_t{0}, kN - 1}) {
-    const std::vector<bf16> te = Fetch(wte + ht[pos] * kC, kC), pe = Fetch(wpe + pos % kT * kC, kC);
-    std::vector<float> want(kC);
-    for (int64_t c = 0; c < kC; ++c) want[c] = ToFloat(bf16(ToFloat(te[c]) + ToFloat(pe[c])));
-    fwd_ok = fwd_ok && Close("embedding out", Floats(Fetch(out + pos * kC, kC)), want, 0, 0);
-  }
-  std::vector<float> dwte_ref(kC, 0.f), dwpe_ref(kC, 0.f);
-  std::vector<int32_t> unique = ht;
-  std::sort(unique.begin(), unique.end());
-  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
-  for (int64_t pos = 0; pos < kN; ++pos) {
-    for (int64_t c = 0; c < kC; ++c) {
-      if (ht[pos] == ht[0]) dwte_ref[c] += ToFloat(hdout[pos * kC + c]);
-      if (pos % kT == 0) dwpe_ref[c] += ToFloat(hdout[pos * kC + c]);
+    std::vector<float> dwte_ref(kC, 0.f), dwpe_ref(kC, 0.f);
+    std::vector<int32_t> unique(ht.begin(), ht.begin() + kN);
+    std::sort(unique.begin(), unique.end());
+    unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+    for (int64_t pos = 0; pos < kN; ++pos) {
+      for (int64_t c = 0; c < kC; ++c) {
+        if (ht[pos] == ht[0]) dwte_ref[c] += ToFloat(hdout[pos * kC + c]);
+        if (pos % kT == 0) dwpe_ref[c] += ToFloat(hdout[pos * kC + c]);
+      }
     }
+    const bool bwd_ok =
+        Close("embedding dwte", Fetch(dwte + ht[0] * kC, kC), dwte_ref, 1e-5, 1e-4) &&
+        Close("embedding dwpe", Fetch(dwpe, kC), dwpe_ref, 1e-5, 1e-4);
+    // dout and tokens read; the touched dwte rows and dwpe read and written.
+    AddRow(ctx, "embedding bwd", "4x2048x2048 bf16, V 50257" + tok, bwd_ms,
+           act + kN * 4.0 + 8.0 * kC * (static_cast<double>(unique.size()) + kT), false, bwd_ok);
+    AddRow(ctx, "embedding bwd, 4 ranks' rows into a quarter", "4 x 4x2048x2048 bf16" + tok,
+           slice_ms, kRanks * (act + kN * 4.0), false, bwd_ok);
   }
-  const bool bwd_ok = Close("embedding dwte", Fetch(dwte + ht[0] * kC, kC), dwte_ref, 1e-5, 1e-4) &&
-                      Close("embedding dwpe", Fetch(dwpe, kC), dwpe_ref, 1e-5, 1e-4);
-  const double act = static_cast<double>(nc) * sizeof(bf16);
-  AddRow(ctx, "embedding fwd", "4x2048x2048 bf16, V 50257", fwd_ms,
-         2 * act + kT * kC * 2.0 + kN * 4.0, false, fwd_ok);
-  // dout and tokens read; the touched dwte rows and dwpe read and written.
-  AddRow(ctx, "embedding bwd", "4x2048x2048 bf16, V 50257", bwd_ms,
-         act + kN * 4.0 + 8.0 * kC * (static_cast<double>(unique.size()) + kT), false, bwd_ok);
   for (void* p : {static_cast<void*>(wte), static_cast<void*>(wpe), static_cast<void*>(out),
                   static_cast<void*>(dout), static_cast<void*>(dwte), static_cast<void*>(dwpe),
                   static_cast<void*>(tokens), scratch}) {

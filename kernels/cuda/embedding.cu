@@ -56,10 +56,14 @@ __global__ void EmbeddingKeysKernel(int32_t* __restrict__ keys, int32_t* __restr
   positions[i] = i;
 }
 
-// Block i handles the run of equal keys that starts at sorted index i (other blocks exit): its
-// threads stride over the channels of the run's row that fall in the window [lo, hi) of dwte's
-// flat elements, each summing the run's rows in sorted (= position) order into dst[e - lo].
-template <typename T>
+// Block i handles the run of equal keys that starts at sorted index i (other blocks exit): the
+// channels of the run's row that fall in the window [lo, hi) of dwte's flat elements, kCh per
+// thread at a time, each summed over the run's rows in sorted (= position) order into dst[e - lo].
+// A frequent token has a run of thousands of rows, and its block alone sets the kernel's time:
+// so the loop over the run reads kU rows' keys, positions and values before it adds them (in
+// order), and every channel of a thread runs its own sum, instead of one load chain per row and
+// channel.
+template <typename T, int kCh, int kU>
 __global__ void EmbeddingBackwardWteKernel(float* __restrict__ dst, const T* __restrict__ dout,
                                            const int32_t* __restrict__ keys,
                                            const int32_t* __restrict__ positions, int n, int C,
@@ -68,22 +72,50 @@ __global__ void EmbeddingBackwardWteKernel(float* __restrict__ dst, const T* __r
   const int32_t tok = keys[start];
   if (tok >= V || (start > 0 && keys[start - 1] == tok)) return;
   const int64_t row = int64_t{tok} * C;
-  if (row + C <= lo || row >= hi) return;
-  int end = start + 1;
-  while (end < n && keys[end] == tok) ++end;
-  const int c0 = static_cast<int>(max(int64_t{0}, lo - row));
-  const int c1 = static_cast<int>(min(int64_t{C}, hi - row));
-  for (int c = c0 + static_cast<int>(threadIdx.x); c < c1; c += blockDim.x) {
-    // Compensated (Kahan) sum: a frequent token sums thousands of rows, and a plain fp32 running
-    // sum would drift ~sqrt(count) ulps from the exact value.
-    float acc = 0.0f, comp = 0.0f;
-    for (int k = start; k < end; ++k) {
-      const float y = ToFloat(dout[int64_t{positions[k]} * C + c]) - comp;
-      const float t = acc + y;
-      comp = (t - acc) - y;
-      acc = t;
+  const int c_lo = static_cast<int>(max(int64_t{0}, min(int64_t{C}, lo - row)));
+  const int c_hi = static_cast<int>(max(int64_t{0}, min(int64_t{C}, hi - row)));
+  const int stride = static_cast<int>(blockDim.x);
+  for (int c0 = c_lo + static_cast<int>(threadIdx.x); c0 < c_hi; c0 += stride * kCh) {
+    // Compensated (Kahan) sums: a plain fp32 running sum over thousands of rows would drift
+    // ~sqrt(count) ulps from the exact value.
+    float acc[kCh], comp[kCh];
+#pragma unroll
+    for (int h = 0; h < kCh; ++h) acc[h] = comp[h] = 0.0f;
+    for (int k = start;; k += kU) {
+      bool in[kU];
+      int64_t at[kU];
+#pragma unroll
+      for (int j = 0; j < kU; ++j) {
+        in[j] = k + j < n && keys[k + j] == tok;  // (sorted: once out, out for good)
+        at[j] = in[j] ? int64_t{positions[k + j]} * C : 0;
+      }
+      float v[kU][kCh];
+#pragma unroll
+      for (int j = 0; j < kU; ++j) {
+#pragma unroll
+        for (int h = 0; h < kCh; ++h) {
+          const int c = c0 + h * stride;
+          v[j][h] = in[j] && c < c_hi ? ToFloat(dout[at[j] + c]) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kU; ++j) {
+        if (!in[j]) break;
+#pragma unroll
+        for (int h = 0; h < kCh; ++h) {
+          const float y = v[j][h] - comp[h];
+          const float t = acc[h] + y;
+          comp[h] = (t - acc[h]) - y;
+          acc[h] = t;
+        }
+      }
+      if (!in[kU - 1]) break;
     }
-    dst[row + c - lo] += acc;
+#pragma unroll
+    for (int h = 0; h < kCh; ++h) {
+      const int c = c0 + h * stride;
+      if (c < c_hi) dst[row + c - lo] += acc[h];
+    }
   }
 }
 
@@ -198,7 +230,7 @@ Status AddTokenRows(float* dst, int64_t lo, int64_t count, const T* dout, const 
   FP8RT_CUDA_TRY(cub::DeviceRadixSort::SortPairs(s.temp, s.temp_bytes, s.keys_in, s.keys_out,
                                                  s.pos_in, s.pos_out, n, 0, KeyBits(V), stream));
   const int threads = C >= 256 ? 256 : (C + 31) / 32 * 32;
-  EmbeddingBackwardWteKernel<T>
+  EmbeddingBackwardWteKernel<T, 8, 8>
       <<<n, threads, 0, stream>>>(dst, dout, s.keys_out, s.pos_out, n, C, V, lo, lo + count);
   FP8RT_CUDA_TRY_LAUNCH(op);
   return Status::Ok();
