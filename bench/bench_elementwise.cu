@@ -365,7 +365,7 @@ void BenchEmbedding(Context& ctx) {
   FillUniformBf16(wte, kV * kC, -1, 1, 62, ctx.stream);
   FillUniformBf16(wpe, kT * kC, -1, 1, 63, ctx.stream);
   FillUniformBf16(dout, kRanks * nc, -1, 1, 64, ctx.stream);
-  auto bytes = cuda::EmbeddingBackwardScratchBytes(kRanks * kN, 1, kV);
+  auto bytes = cuda::EmbeddingBackwardScratchBytes(kRanks * kN, 1, kV, kC);
   FP8RT_CHECK_OK(bytes.status());
   void* scratch = DeviceAlloc(bytes.value());
   const std::vector<bf16> hdout = Fetch(dout, kRanks * nc);

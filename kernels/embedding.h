@@ -31,9 +31,11 @@ namespace fp8rt {
 // writes a row of NaN for such a position (the loss turns NaN: loud, never silent), backward
 // leaves dwte untouched for it (dwpe still receives its gradient).
 //
-// Determinism: the CUDA backward sorts positions by token (stable radix sort) and adds each
-// token's positions in increasing position order (a compensated fp32 sum), then adds that sum to
-// dwte once; dwpe sums b in increasing order. No float atomics: bit-identical run to run.
+// Determinism: the CUDA backward sorts positions by token (stable radix sort), sums each
+// token's positions in increasing position order within segments of 32 sorted positions, then
+// the segments' sums in order (compensated fp32 sums; a frequent token's run spans many
+// segments), and adds the total to dwte once; dwpe sums b in increasing order. No float atomics:
+// bit-identical run to run.
 
 namespace cpu {
 // Instantiated for T in {float, bf16, double}.
@@ -50,20 +52,21 @@ Status EmbeddingBackwardSlice(float* dst, int64_t lo, int64_t count, const T* do
 
 #if FP8RT_WITH_CUDA
 namespace cuda {
-// Scratch bytes EmbeddingBackward needs for B*T positions: sort keys/values and CUB's temporary
-// storage. Asks CUB, whose temporary size depends on the current device, hence a Result.
-Result<size_t> EmbeddingBackwardScratchBytes(int64_t B, int64_t seq_len, int64_t V);
+// Scratch bytes EmbeddingBackward needs for B*T positions of width C: sort keys/values, CUB's
+// temporary storage and the segments' partial sums. Asks CUB, whose temporary size depends on
+// the current device, hence a Result.
+Result<size_t> EmbeddingBackwardScratchBytes(int64_t B, int64_t seq_len, int64_t V, int64_t C);
 
 // Instantiated for T in {float, bf16}. Device pointers.
 template <typename T>
 Status EmbeddingForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
                         int64_t seq_len, int64_t C, int64_t V, cudaStream_t stream);
-// scratch: at least EmbeddingBackwardScratchBytes(B, seq_len, V) bytes, 256-byte aligned.
+// scratch: at least EmbeddingBackwardScratchBytes(B, seq_len, V, C) bytes, 256-byte aligned.
 template <typename T>
 Status EmbeddingBackward(float* dwte, float* dwpe, const T* dout, const int32_t* tokens, int64_t B,
                          int64_t seq_len, int64_t C, int64_t V, void* scratch, size_t scratch_bytes,
                          cudaStream_t stream);
-// scratch: at least EmbeddingBackwardScratchBytes(n, 1, V) bytes, 256-byte aligned.
+// scratch: at least EmbeddingBackwardScratchBytes(n, 1, V, C) bytes, 256-byte aligned.
 template <typename T>
 Status EmbeddingBackwardSlice(float* dst, int64_t lo, int64_t count, const T* dout,
                               const int32_t* tokens, int64_t n, int64_t C, int64_t V,

@@ -150,7 +150,7 @@ class CudaOps {
     size_t need = path == AttentionMode::kCudnn   ? cudnn_->WorkspaceBytes(s)
                   : path == AttentionMode::kFlash ? cuda::FlashAttentionScratchBytes(s)
                                                   : AttentionScratchBytes(s, t);
-    auto emb = cuda::EmbeddingBackwardScratchBytes(std::max(M, gathered_rows), 1, V);
+    auto emb = cuda::EmbeddingBackwardScratchBytes(std::max(M, gathered_rows), 1, V, C);
     if (!emb.ok()) return emb.status();
     need = std::max(need, *emb);
     need = std::max(need, cuda::LayerNormBackwardScratchBytes(M, C));

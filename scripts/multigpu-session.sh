@@ -10,7 +10,8 @@
 # Environment: NGPU (default: nvidia-smi's count), SIZES (the dp/tp sizes, default "2 4" with 4 GPUs), STEPS (scaling steps, default 12),
 # FP8TRAIN (the fp8train of scaling and profile), SCALING_ZERO (default "false true"), GPT13_FP8 and
 # GPT13_PARALLEL (more fields for the gpt-1.3b configs' fp8 and parallel maps, e.g.
-# "keep_weight_transpose: false", "grad_reduce_dtype: bf16"),
+# "keep_weight_transpose: false", "grad_reduce_dtype: bf16"), SCALING_CONFIG (scaling's model
+# instead of configs/gpt-1.3b.yaml, e.g. configs/llama3-1b.yaml; the fields above apply to it),
 # SCALING_VARIANTS (parallel-field sets separated by ';', each run at every size after the other
 # in turn, e.g. "sparse_embedding_grad: true;sparse_embedding_grad: false"),
 # SCALING_PRECISIONS and PROFILE_PRECISIONS (default "bf16 fp8" and "fp8"), FP8RT_BIN
@@ -54,7 +55,7 @@ PY
 
 # gpt-1.3b's config with "parallel: {$2}" and absolute data paths, written to $1.
 gpt13_yaml() {  # file parallel-fields; GPT13_FP8 / GPT13_PARALLEL: more fp8 / parallel fields
-  sed "s/^parallel:.*//" configs/gpt-1.3b.yaml > "$1"
+  sed "s/^parallel:.*//" "${SCALING_CONFIG:-configs/gpt-1.3b.yaml}" > "$1"
   echo "parallel: {$2${GPT13_PARALLEL:+, $GPT13_PARALLEL}}" >> "$1"
   [ -n "${GPT13_FP8:-}" ] && sed -i "s/^fp8: {\(.*\)}/fp8: {\1, $GPT13_FP8}/" "$1"
   sed -i "s|\.\./data/|$(pwd)/data/|" "$1"
@@ -276,13 +277,14 @@ if want fault; then
 fi
 
 if want scaling; then
-  echo "== scaling: gpt-1.3b per-GPU tokens/s at dp 1, ${sizes[*]} (median of steps 4..$STEPS), $TRAIN"
+  model=$(basename "${SCALING_CONFIG:-gpt-1.3b}" .yaml)
+  echo "== scaling: $model per-GPU tokens/s at dp 1, ${sizes[*]} (median of steps 4..$STEPS), $TRAIN"
   for p in ${SCALING_PRECISIONS:-bf16 fp8}; do
     gpt13_yaml "$OUT/sc1.yaml" "zero: false"  # (GPT13_FP8 applies to one GPU too)
     timeout 300 $TRAIN --config "$OUT/sc1.yaml" --precision $p --steps "$STEPS" \
       --metrics "$OUT/sc1_$p.jsonl" > "$OUT/sc1_$p.log" 2>&1
     one=$(median_tps "$OUT/sc1_$p.jsonl")
-    echo "| gpt-1.3b $p | dp 1 | $one tok/s | 1 GPU |" | tee -a "$OUT/scaling.md"
+    echo "| $model $p | dp 1 | $one tok/s | 1 GPU |" | tee -a "$OUT/scaling.md"
     IFS=';' read -r -a variants <<< "${SCALING_VARIANTS:-}"
     [ ${#variants[@]} -eq 0 ] && variants=("")
     for n in "${sizes[@]}"; do
@@ -293,7 +295,7 @@ if want scaling; then
           timeout 400 "${MPI[@]}" -np "$n" $TRAIN --config "$OUT/sc.yaml" --precision $p \
             --steps "$STEPS" --metrics "$OUT/$tag.jsonl" > "$OUT/$tag.log" 2>&1
           all=$(median_tps "$OUT/$tag.jsonl")
-          python3 -c "a, o = float('$all') / $n, float('$one'); print(f'| gpt-1.3b $p | dp $n zero $z${v:+ ($v)} | {a:.0f} tok/s per GPU | {a / o:.3f} of 1 GPU |')" \
+          python3 -c "a, o = float('$all') / $n, float('$one'); print(f'| $model $p | dp $n zero $z${v:+ ($v)} | {a:.0f} tok/s per GPU | {a / o:.3f} of 1 GPU |')" \
             | tee -a "$OUT/scaling.md"
         done
       done

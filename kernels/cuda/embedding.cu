@@ -56,66 +56,129 @@ __global__ void EmbeddingKeysKernel(int32_t* __restrict__ keys, int32_t* __restr
   positions[i] = i;
 }
 
-// Block i handles the run of equal keys that starts at sorted index i (other blocks exit): the
-// channels of the run's row that fall in the window [lo, hi) of dwte's flat elements, kCh per
-// thread at a time, each summed over the run's rows in sorted (= position) order into dst[e - lo].
-// A frequent token has a run of thousands of rows, and its block alone sets the kernel's time:
-// so the loop over the run reads kU rows' keys, positions and values before it adds them (in
-// order), and every channel of a thread runs its own sum, instead of one load chain per row and
-// channel.
-template <typename T, int kCh, int kU>
-__global__ void EmbeddingBackwardWteKernel(float* __restrict__ dst, const T* __restrict__ dout,
-                                           const int32_t* __restrict__ keys,
-                                           const int32_t* __restrict__ positions, int n, int C,
-                                           int V, int64_t lo, int64_t hi) {
-  const int start = blockIdx.x;
-  const int32_t tok = keys[start];
-  if (tok >= V || (start > 0 && keys[start - 1] == tok)) return;
+// The token table's gradient from the positions sorted by token, in two passes over segments of
+// kSeg sorted rows, so that no block walks a frequent token's whole run (thousands of rows in
+// text: one block summing it alone set the kernel's time, 1.1 ms of an 8192-row batch of bytes):
+// - pass 1, block (segment, chunk of kChunk channels): sums each piece of a run inside its
+//   segment, in order. A run wholly inside the segment is added to dst; a piece of a longer run
+//   is stored in the segment's two partial rows: 0 for the piece that continues the previous
+//   segment's run, 1 for the piece that starts a run continuing into the next segment;
+// - pass 2, block (segment, chunk) whose last piece starts a run that continues: that piece and
+//   each following segment's continuing piece, in order, added to dst.
+// Every sum is compensated (Kahan) and in a fixed order: bit-identical run to run. Only the
+// channels of a row inside the window [lo, hi) of the table's flat elements are read and added
+// (dst[e - lo]); invalid tokens (key V) are skipped.
+constexpr int kSeg = 32, kChPerThread = 4, kRowsAtOnce = 4, kSegThreads = 256,
+              kChunk = kSegThreads * kChPerThread;
+
+__device__ __forceinline__ void Kahan(float& acc, float& comp, float y) {
+  y -= comp;
+  const float t = acc + y;
+  comp = (t - acc) - y;
+  acc = t;
+}
+
+// The channels [c_lo, c_hi) of token tok's row that lie in the window.
+__device__ __forceinline__ void WindowOf(int64_t row, int C, int64_t lo, int64_t hi, int* c_lo,
+                                         int* c_hi) {
+  *c_lo = static_cast<int>(max(int64_t{0}, min(int64_t{C}, lo - row)));
+  *c_hi = static_cast<int>(max(int64_t{0}, min(int64_t{C}, hi - row)));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kSegThreads)
+    EmbeddingSegmentKernel(float* __restrict__ dst, float* __restrict__ part,
+                           const T* __restrict__ dout, const int32_t* __restrict__ keys,
+                           const int32_t* __restrict__ positions, int n, int C, int V, int64_t lo,
+                           int64_t hi) {
+  const int s = blockIdx.x, b = s * kSeg, e = min(n, b + kSeg), len = e - b;
+  __shared__ int32_t sk[kSeg], sp[kSeg];
+  for (int i = threadIdx.x; i < kSeg; i += blockDim.x) {
+    sk[i] = i < len ? keys[b + i] : -1;
+    sp[i] = i < len ? positions[b + i] : 0;
+  }
+  __syncthreads();
+  const bool from_prev = s > 0 && keys[b - 1] == sk[0];
+  const bool into_next = e < n && keys[e] == sk[len - 1];
+  const int c0 = blockIdx.y * kChunk + static_cast<int>(threadIdx.x);
+  for (int i = 0; i < len;) {
+    const int32_t tok = sk[i];
+    int j = i + 1;
+    while (j < len && sk[j] == tok) ++j;
+    const int64_t row = int64_t{tok} * C;
+    int c_lo, c_hi;
+    WindowOf(row, C, lo, hi, &c_lo, &c_hi);
+    if (tok < V && c_lo < c_hi) {
+      float acc[kChPerThread], comp[kChPerThread];
+#pragma unroll
+      for (int h = 0; h < kChPerThread; ++h) acc[h] = comp[h] = 0.0f;
+      for (int k = i; k < j; k += kRowsAtOnce) {
+        float v[kRowsAtOnce][kChPerThread];  // loaded together, then added in order
+#pragma unroll
+        for (int u = 0; u < kRowsAtOnce; ++u) {
+#pragma unroll
+          for (int h = 0; h < kChPerThread; ++h) {
+            const int c = c0 + h * kSegThreads;
+            v[u][h] = k + u < j && c >= c_lo && c < c_hi
+                          ? ToFloat(dout[int64_t{sp[k + u]} * C + c])
+                          : 0.0f;
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kRowsAtOnce; ++u) {
+          if (k + u >= j) break;
+#pragma unroll
+          for (int h = 0; h < kChPerThread; ++h) Kahan(acc[h], comp[h], v[u][h]);
+        }
+      }
+      const bool first = i == 0 && from_prev, last = j == len && into_next;
+#pragma unroll
+      for (int h = 0; h < kChPerThread; ++h) {
+        const int c = c0 + h * kSegThreads;
+        if (c < c_lo || c >= c_hi) continue;
+        if (!first && !last) {
+          dst[row + c - lo] += acc[h];
+        } else {
+          part[(int64_t{s} * 2 + (first ? 0 : 1)) * C + c] = acc[h];
+        }
+      }
+    }
+    i = j;
+  }
+}
+
+__global__ void __launch_bounds__(kSegThreads)
+    EmbeddingJoinKernel(float* __restrict__ dst, const float* __restrict__ part,
+                        const int32_t* __restrict__ keys, int n, int C, int V, int64_t lo,
+                        int64_t hi) {
+  const int s = blockIdx.x, b = s * kSeg, e = min(n, b + kSeg);
+  const int32_t tok = keys[e - 1];
+  if (tok >= V || e >= n || keys[e] != tok) return;           // its last run ends here
+  if (keys[b] == tok && s > 0 && keys[b - 1] == tok) return;  // that run began further back
   const int64_t row = int64_t{tok} * C;
-  const int c_lo = static_cast<int>(max(int64_t{0}, min(int64_t{C}, lo - row)));
-  const int c_hi = static_cast<int>(max(int64_t{0}, min(int64_t{C}, hi - row)));
-  const int stride = static_cast<int>(blockDim.x);
-  for (int c0 = c_lo + static_cast<int>(threadIdx.x); c0 < c_hi; c0 += stride * kCh) {
-    // Compensated (Kahan) sums: a plain fp32 running sum over thousands of rows would drift
-    // ~sqrt(count) ulps from the exact value.
-    float acc[kCh], comp[kCh];
+  int c_lo, c_hi;
+  WindowOf(row, C, lo, hi, &c_lo, &c_hi);
+  const int c0 = blockIdx.y * kChunk + static_cast<int>(threadIdx.x);
+  float acc[kChPerThread], comp[kChPerThread];
 #pragma unroll
-    for (int h = 0; h < kCh; ++h) acc[h] = comp[h] = 0.0f;
-    for (int k = start;; k += kU) {
-      bool in[kU];
-      int64_t at[kU];
+  for (int h = 0; h < kChPerThread; ++h) {
+    const int c = c0 + h * kSegThreads;
+    acc[h] = c >= c_lo && c < c_hi ? part[(int64_t{s} * 2 + 1) * C + c] : 0.0f;
+    comp[h] = 0.0f;
+  }
+  for (int t = s + 1;; ++t) {
 #pragma unroll
-      for (int j = 0; j < kU; ++j) {
-        in[j] = k + j < n && keys[k + j] == tok;  // (sorted: once out, out for good)
-        at[j] = in[j] ? int64_t{positions[k + j]} * C : 0;
-      }
-      float v[kU][kCh];
-#pragma unroll
-      for (int j = 0; j < kU; ++j) {
-#pragma unroll
-        for (int h = 0; h < kCh; ++h) {
-          const int c = c0 + h * stride;
-          v[j][h] = in[j] && c < c_hi ? ToFloat(dout[at[j] + c]) : 0.0f;
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kU; ++j) {
-        if (!in[j]) break;
-#pragma unroll
-        for (int h = 0; h < kCh; ++h) {
-          const float y = v[j][h] - comp[h];
-          const float t = acc[h] + y;
-          comp[h] = (t - acc[h]) - y;
-          acc[h] = t;
-        }
-      }
-      if (!in[kU - 1]) break;
+    for (int h = 0; h < kChPerThread; ++h) {
+      const int c = c0 + h * kSegThreads;
+      Kahan(acc[h], comp[h], c >= c_lo && c < c_hi ? part[int64_t{t} * 2 * C + c] : 0.0f);
     }
+    const int te = min(n, (t + 1) * kSeg);  // segment t wholly this token, and the run goes on
+    if (!(te < n && keys[te - 1] == tok && keys[te] == tok)) break;
+  }
 #pragma unroll
-    for (int h = 0; h < kCh; ++h) {
-      const int c = c0 + h * stride;
-      if (c < c_hi) dst[row + c - lo] += acc[h];
-    }
+  for (int h = 0; h < kChPerThread; ++h) {
+    const int c = c0 + h * kSegThreads;
+    if (c >= c_lo && c < c_hi) dst[row + c - lo] += acc[h];
   }
 }
 
@@ -139,6 +202,10 @@ int KeyBits(int64_t V) {
 
 constexpr size_t kAlign = 256;
 size_t AlignUp(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+// The segments' partial rows: two of C floats per segment of kSeg sorted rows.
+size_t PartialBytes(int64_t n, int64_t C) {
+  return static_cast<size_t>((n + kSeg - 1) / kSeg) * 2 * static_cast<size_t>(C) * sizeof(float);
+}
 
 // Scratch layout: keys in/out, positions in/out (n int32 each), then CUB's temporary storage.
 struct Scratch {
@@ -157,15 +224,18 @@ cudaError_t SortTempBytes(int n, int64_t V, size_t* bytes) {
 
 namespace cuda {
 
-Result<size_t> EmbeddingBackwardScratchBytes(int64_t B, int64_t seq_len, int64_t V) {
+Result<size_t> EmbeddingBackwardScratchBytes(int64_t B, int64_t seq_len, int64_t V, int64_t C) {
   const int64_t n = B * seq_len;
-  if (B < 0 || seq_len < 0 || n > INT32_MAX || V < 1 || V >= INT32_MAX) {
+  if (B < 0 || seq_len < 0 || n > INT32_MAX || V < 1 || V >= INT32_MAX || C < 0 ||
+      C > INT32_MAX) {
     return Status::InvalidArgument(StrCat("EmbeddingBackwardScratchBytes: B=", B, " T=", seq_len,
-                                          " V=", V, ": need B*T < 2^31 and 1 <= V < 2^31 - 1"));
+                                          " V=", V, " C=", C,
+                                          ": need B*T < 2^31, 1 <= V < 2^31 - 1, 0 <= C < 2^31"));
   }
   size_t temp = 0;
   FP8RT_CUDA_TRY(SortTempBytes(static_cast<int>(n), V, &temp));
-  return 4 * AlignUp(static_cast<size_t>(n) * sizeof(int32_t)) + AlignUp(temp);
+  return 4 * AlignUp(static_cast<size_t>(n) * sizeof(int32_t)) + AlignUp(temp) +
+         AlignUp(PartialBytes(n, C));
 }
 
 template <typename T>
@@ -212,7 +282,7 @@ Status AddTokenRows(float* dst, int64_t lo, int64_t count, const T* dout, const 
   size_t temp_bytes = 0;
   FP8RT_CUDA_TRY(SortTempBytes(n, V, &temp_bytes));
   const size_t slot = AlignUp(static_cast<size_t>(n) * sizeof(int32_t));
-  const size_t need = 4 * slot + AlignUp(temp_bytes);
+  const size_t need = 4 * slot + AlignUp(temp_bytes) + AlignUp(PartialBytes(n, C));
   if (scratch == nullptr || scratch_bytes < need ||
       reinterpret_cast<uintptr_t>(scratch) % kAlign != 0) {
     return Status::InvalidArgument(StrCat(op, ": scratch of ", scratch_bytes, " bytes; need ",
@@ -229,9 +299,13 @@ Status AddTokenRows(float* dst, int64_t lo, int64_t count, const T* dout, const 
   FP8RT_CUDA_TRY_LAUNCH(op);
   FP8RT_CUDA_TRY(cub::DeviceRadixSort::SortPairs(s.temp, s.temp_bytes, s.keys_in, s.keys_out,
                                                  s.pos_in, s.pos_out, n, 0, KeyBits(V), stream));
-  const int threads = C >= 256 ? 256 : (C + 31) / 32 * 32;
-  EmbeddingBackwardWteKernel<T, 8, 8>
-      <<<n, threads, 0, stream>>>(dst, dout, s.keys_out, s.pos_out, n, C, V, lo, lo + count);
+  float* part = reinterpret_cast<float*>(base + 4 * slot + AlignUp(temp_bytes));
+  const dim3 grid(static_cast<unsigned>((n + kSeg - 1) / kSeg),
+                  static_cast<unsigned>((C + kChunk - 1) / kChunk));
+  EmbeddingSegmentKernel<T><<<grid, kSegThreads, 0, stream>>>(dst, part, dout, s.keys_out,
+                                                              s.pos_out, n, C, V, lo, lo + count);
+  EmbeddingJoinKernel<<<grid, kSegThreads, 0, stream>>>(dst, part, s.keys_out, n, C, V, lo,
+                                                         lo + count);
   FP8RT_CUDA_TRY_LAUNCH(op);
   return Status::Ok();
 }

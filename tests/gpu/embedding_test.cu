@@ -29,8 +29,9 @@ std::vector<int32_t> SkewedTokens(int64_t n, int64_t V, uint64_t seed) {
   return t;
 }
 
-std::unique_ptr<DeviceBuffer<char>> Scratch(int64_t B, int64_t T, int64_t V, size_t* bytes) {
-  auto r = cuda::EmbeddingBackwardScratchBytes(B, T, V);
+std::unique_ptr<DeviceBuffer<char>> Scratch(int64_t B, int64_t T, int64_t V, int64_t C,
+                                            size_t* bytes) {
+  auto r = cuda::EmbeddingBackwardScratchBytes(B, T, V, C);
   FP8RT_CHECK_OK(r.status());
   *bytes = r.value();
   return std::make_unique<DeviceBuffer<char>>(*bytes);
@@ -69,7 +70,7 @@ void CheckEmbedding(int64_t rows, int64_t C) {
   DeviceBuffer<T> d_dout(dout);
   DeviceBuffer<float> d_dwte(V * C), d_dwpe(maxT * C);
   size_t scratch_bytes = 0;
-  auto scratch = Scratch(B, Tn, V, &scratch_bytes);
+  auto scratch = Scratch(B, Tn, V, C, &scratch_bytes);
   const auto tol = ToleranceFor(OpKind::kNormalization, DType::kFloat32);
   std::vector<float> first;
   for (int run = 0; run < 2; ++run) {
@@ -179,7 +180,7 @@ TEST_F(EmbeddingGpuEdge, OutOfVocabularyIdsAreFlaggedNotRead) {
   FP8RT_CUDA_CHECK(cudaMemset(d_dwte.get(), 0, V * C * sizeof(float)));
   FP8RT_CUDA_CHECK(cudaMemset(d_dwpe.get(), 0, Tn * C * sizeof(float)));
   size_t scratch_bytes = 0;
-  auto scratch = Scratch(B, Tn, V, &scratch_bytes);
+  auto scratch = Scratch(B, Tn, V, C, &scratch_bytes);
   FP8RT_CHECK_OK(cuda::EmbeddingBackward(d_dwte.get(), d_dwpe.get(), d_dout.get(), d_tokens.get(),
                                          B, Tn, C, V, scratch->get(), scratch_bytes, nullptr));
   const std::vector<float> dwte = d_dwte.Download(), dwpe = d_dwpe.Download();

@@ -155,7 +155,7 @@ TYPED_TEST(LlamaOpsGpu, EmbeddingWithoutPositionsMatchesTheReference) {
   d_out.Poison();
   FP8RT_CHECK_OK(cuda::EmbeddingForward(d_out.get(), d_tok.get(), d_wte.get(),
                                         static_cast<const T*>(nullptr), B, Tn, C, V, nullptr));
-  auto bytes = cuda::EmbeddingBackwardScratchBytes(B, Tn, V);
+  auto bytes = cuda::EmbeddingBackwardScratchBytes(B, Tn, V, C);
   FP8RT_CHECK_OK(bytes.status());
   DeviceBuffer<char> scratch(*bytes);
   FP8RT_CHECK_OK(cuda::EmbeddingBackward(d_dwte.get(), static_cast<float*>(nullptr), d_dout.get(),
