@@ -1,6 +1,8 @@
 // Token + position embedding on the GPU. Forward: one 16-byte vector per thread. Backward:
-// positions are radix-sorted by token (CUB, stable), then one block per run of equal tokens sums
-// that token's rows in increasing position order: deterministic, no float atomics.
+// positions are radix-sorted by token (CUB, stable), then each token's rows are summed in
+// increasing position order within segments of 32 sorted positions and the segments' sums in
+// order (two passes, so that no block walks a frequent token's whole run): deterministic, no
+// float atomics.
 #include <cuda_bf16.h>
 
 #include <cstdint>

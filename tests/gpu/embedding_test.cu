@@ -137,9 +137,11 @@ TEST_P(EmbeddingGpu, MatchesReference) {
   }
 }
 
-// Beyond the awkward shapes: C not a multiple of the vector width (scalar path).
+// Beyond the awkward shapes: C not a multiple of the vector width (scalar path), and C over the
+// token-table kernels' 1024-channel chunk (three chunks, the last partial) with runs that cross
+// segments of 32 sorted positions.
 const std::vector<test::Shape2D>& ExtraShapes() {
-  static const std::vector<test::Shape2D> shapes = {{12, 30, "12x30"}};
+  static const std::vector<test::Shape2D> shapes = {{12, 30, "12x30"}, {96, 2100, "96x2100"}};
   return shapes;
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "common/exit_codes.h"
 #include "runtime/checkpoint.h"
 #include "runtime/config.h"
+#include "runtime/data.h"
 #include "runtime/gpt_layout.h"
 #include "tests/common/corpus.h"
 #include "tests/common/subprocess.h"
@@ -308,45 +310,69 @@ TEST_F(DataParallel, ZeroOneResumeIsExactAndItsCheckpointsLoadWithoutZero) {
 // parallel.sparse_embedding_grad (the default) against the dense reduction and against one rank,
 // on the same global batch: gpt2 (the tied LM head gives the token table a dense part) and llama
 // (untied: with one micro-batch the gathered rows are all of it, added to a zeroed part under
-// ZeRO-1), with and without ZeRO-1, one and two micro-batches (the earlier one's rows travel in
-// the dense part). The sums differ only in order: 1e-5, as DP against one rank.
+// ZeRO-1), with and without ZeRO-1, 2 and 4 ranks, one and two micro-batches (the earlier one's
+// rows travel in the dense part), FP32 and BF16 reduction. The tokens are the (ASCII) corpus's
+// bytes doubled, in a token shard, so that every rank's ZeRO-1 window of the 256-row table
+// receives rows, at 2 and at 4 ranks. The sums differ only in order: 1e-5, as DP against one rank.
 TEST_F(DataParallel, SparseEmbeddingGradientEqualsTheDenseReductionAndOneRank) {
+  {
+    std::ifstream in(corpus_, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<int32_t> tokens;
+    for (const char ch : bytes) tokens.push_back(2 * (static_cast<uint8_t>(ch) % 128));
+    ASSERT_TRUE(TokenDataset::WriteShard(dir_.str() + "/spread.bin", tokens).ok());
+  }
+  auto spread = [&](const std::string& path) {  // the config, reading the token shard
+    std::ifstream in(path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string from = "data: {train: corpus.txt}";
+    text.replace(text.find(from), from.size(), "data: {train: spread.bin, format: tokens}");
+    std::ofstream(path) << text;
+    return path;
+  };
+  const std::string gpt2 = "{n_layer: 2, n_embd: 32, n_head: 2, block_size: 32}";
   const std::string llama =
       "{arch: llama, n_layer: 2, n_embd: 32, n_head: 4, n_kv_head: 2, ffn_hidden: 64, "
       "block_size: 32}";
   struct Case {
     std::string model, precision;
     bool zero;
-    int accum;
+    int ranks, accum;
+    std::string reduce;
   };
-  const Case cases[] = {{small_, "fp32", false, 1}, {small_, "fp8", true, 1},
-                        {small_, "fp32", true, 2},  {llama, "fp32", true, 1},
-                        {llama, "fp32", false, 1},  {llama, "fp8", false, 2}};
+  const Case cases[] = {{gpt2, "fp32", false, 2, 1, "fp32"}, {gpt2, "fp8", true, 2, 1, "fp32"},
+                        {gpt2, "fp32", true, 4, 2, "fp32"},  {gpt2, "fp8", true, 2, 1, "bf16"},
+                        {llama, "fp32", true, 4, 1, "fp32"}, {llama, "fp32", false, 2, 1, "fp32"},
+                        {llama, "fp8", false, 2, 2, "fp32"}, {llama, "fp8", true, 2, 1, "bf16"}};
   int k = 0;
   for (const Case& c : cases) {
     const std::string one = StrCat("s1_", k), sparse = StrCat("sp_", k), dense = StrCat("de_", k);
     ++k;
-    const TrainRun a = Single(Config(one, 4, c.model, c.precision, c.accum), one, 4);
+    const bool is_gpt2 = c.model == gpt2, b16 = c.reduce == "bf16";
+    SCOPED_TRACE(StrCat(is_gpt2 ? "gpt2 " : "llama ", c.precision, c.zero ? " zero" : "", " dp ",
+                        c.ranks, " accum ", c.accum, " reduce ", c.reduce));
+    const TrainRun a = Single(spread(Config(one, 4, c.model, c.precision, c.accum)), one, 4);
     ASSERT_EQ(a.ranks[0].code, 0) << a.output;
-    const TrainRun b =
-        Mpirun(2, Config(sparse, 2, c.model, c.precision, c.accum, false, c.zero), sparse, 4);
+    const int batch = 4 / c.ranks;
+    const TrainRun b = Mpirun(
+        c.ranks,
+        spread(Config(sparse, batch, c.model, c.precision, c.accum, false, c.zero, c.reduce)),
+        sparse, 4);
     ASSERT_EQ(b.ranks[0].code, 0) << b.output;
-    const TrainRun d = Mpirun(2,
-                              Config(dense, 2, c.model, c.precision, c.accum, false, c.zero,
-                                     "fp32", ", sparse_embedding_grad: false"),
+    const TrainRun d = Mpirun(c.ranks,
+                              spread(Config(dense, batch, c.model, c.precision, c.accum, false,
+                                            c.zero, c.reduce, ", sparse_embedding_grad: false")),
                               dense, 4);
     ASSERT_EQ(d.ranks[0].code, 0) << d.output;
     EXPECT_TRUE(Has(b.output, "token embedding gradient: sparse")) << b.output;
     EXPECT_TRUE(Has(d.output, "token embedding gradient: dense")) << d.output;
     // gpt2: the head bucket and the position table's; llama: the head bucket instead of the last.
-    const bool gpt2 = c.model == small_;
     EXPECT_EQ(b.metrics[0]["grad_buckets"].get<int>(),
-              d.metrics[0]["grad_buckets"].get<int>() + (gpt2 ? 1 : 0))
-        << sparse;
-    SCOPED_TRACE(StrCat(gpt2 ? "gpt2 " : "llama ", c.precision, c.zero ? " zero" : "",
-                        " accum ", c.accum));
-    ExpectSame(a, one, b, sparse, 1e-5, 1e-5);
-    ExpectSame(d, dense, b, sparse, 1e-5, 1e-5);
+              d.metrics[0]["grad_buckets"].get<int>() + (is_gpt2 ? 1 : 0));
+    // (BF16 reduction rounds each rank's dense part; the sparse rows are added in FP32: as far
+    // from the dense BF16 reduction as that is from FP32, Bf16GradientReductionStaysCloseToFp32.)
+    ExpectSame(a, one, b, sparse, b16 ? 1e-3 : 1e-5, b16 ? 2 * 0.003 * 4 : 1e-5);
+    ExpectSame(d, dense, b, sparse, b16 ? 1e-3 : 1e-5, b16 ? 2 * 0.003 * 4 : 1e-5);
   }
 }
 
