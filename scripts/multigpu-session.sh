@@ -2,7 +2,7 @@
 # One call on a multi-GPU node (issue [9 of 9]), from the repository root with bundle/ and data/
 # carried: collectives, data-parallel equivalence, ZeRO-1, a killed rank, and scaling, with every
 # log under $OUT. NVLink multicast stays off (NCCL_NVLS_ENABLE=0, as the device's KINDS.md asks).
-# Usage: scripts/multigpu-session.sh [devices] [comm] [equiv] [equivx] [determinism] [fault] [scaling] [profile] [overlap]
+# Usage: scripts/multigpu-session.sh [devices] [comm] [equiv] [equivx] [equivs] [determinism] [fault] [scaling] [profile] [overlap]
 #        [tpequiv] [twonode] [tpscale] [largest] [product] (fp8d --standalone + fp8ctl on this node:
 #        scripts/multigpu-product.sh; determinism: scripts/dp-determinism.sh)
 #        (default: all but overlap, which compares gradient-reduction settings at dp 2, and profile,
@@ -23,7 +23,7 @@ OUT=${OUT:-out}
 mkdir -p "$OUT"
 B=${FP8RT_BIN:-bundle/bin}
 TRAIN=${FP8TRAIN:-$B/fp8train}  # scaling and profile: another build to compare against
-parts=${*:-devices comm equiv determinism fault scaling tpequiv twonode tpscale largest}
+parts=${*:-devices comm equiv equivs determinism fault scaling tpequiv twonode tpscale largest}
 NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 if [ "$NGPU" -lt 2 ]; then
   echo "multigpu-session: needs 2 or more GPUs, found $NGPU: skipped"; exit 77
@@ -196,6 +196,64 @@ PY
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 fi
 
+if want equivs; then
+  # parallel.sparse_embedding_grad on NCCL: gpt2 (tied) and llama (untied: no dense part, ZeRO-1's
+  # window zeroed, then every rank's rows added) at dp 2 and 4 with ZeRO-1, sparse and dense, each
+  # against dp 1. The tokens are the corpus's bytes doubled (a token shard), so every rank's window
+  # of the 256-row table receives rows.
+  echo "== equivalence, sparse embedding gradient"
+  python3 - "$OUT/spread.bin" <<'PY'
+import struct, sys
+b = open("data/corpus.txt", "rb").read()
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, len(b), *([0] * 253)))
+    f.write(struct.pack(f"<{len(b)}H", *(2 * (x % 128) for x in b)))
+PY
+  sconfig() {  # name arch dp zero precision sparse
+    local model="{n_layer: 4, n_embd: 256, n_head: 4, block_size: 256}"
+    [ "$2" = llama ] && model="{arch: llama, n_layer: 4, n_embd: 256, n_head: 4, n_kv_head: 2, ffn_hidden: 512, block_size: 256}"
+    cat > "$OUT/$1.yaml" <<EOF
+name: $1
+model: $model
+data: {train: $OUT/spread.bin, format: tokens}
+train: {batch_size: $((8 / $3)), seq_len: 256, total_steps: 50, lr: 0.0003}
+precision: $5
+fp8: {first_step_current: false}
+parallel: {zero: $4, sparse_embedding_grad: $6, scale_check_every: 1, collective_timeout_s: 60}
+EOF
+  }
+  for a in gpt2 llama; do
+    for p in ${EQUIVS_PRECISIONS:-bf16 fp8}; do
+      sconfig "eqs1_${a}_$p" $a 1 false $p true; run10 "eqs1_${a}_$p" 1; echo "$a dp 1 $p exit $?"
+      for n in "${sizes[@]}"; do
+        for sp in true false; do
+          tag=eqs${n}_${a}_${p}_$sp
+          sconfig "$tag" $a "$n" true $p $sp; run10 "$tag" "$n"; echo "$a dp $n ZeRO-1 $p sparse $sp exit $?"
+        done
+      done
+    done
+  done
+  python3 - "$OUT" <<'PY' | tee "$OUT/equivalence_sparse.md"
+import glob, os, sys
+sys.path.insert(0, "scripts")
+from losses import rows as rows_of, rel_diff as diff
+out, bad = sys.argv[1], []
+rows = lambda tag: rows_of(f"{out}/{tag}.jsonl")
+print("| run | against | largest relative loss difference, 10 steps | tolerance |")
+print("|---|---|---:|---:|")
+for f in sorted(glob.glob(f"{out}/eqs[24]_*_true.jsonl")):
+    tag = os.path.basename(f)[:-6]
+    n, a, p, _ = tag[3:].split("_")
+    for against in (f"eqs1_{a}_{p}", f"eqs{n}_{a}_{p}_false"):
+        d = diff(rows(against), rows(tag))
+        ok = d <= 1e-3 and len(rows(tag)) == 10
+        bad += [] if ok else [f"{tag} vs {against}"]
+        print(f"| {tag} | {against} | {d:.2e} | 1e-3 |" + ("" if ok else " FAIL"))
+print("\nfailed: " + (", ".join(bad) if bad else "none"))
+sys.exit(1 if bad else 0)
+PY
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
 if want equivx; then
   # ZeRO-1 beyond the defaults (the weight gather's overlap under each): current scaling against
   # dp 1 with current scaling, 2 micro-batches per rank against dp 1 (same global batch), and
