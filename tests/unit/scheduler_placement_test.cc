@@ -237,14 +237,16 @@ TEST(SchedPlacement, BlockScaledJobsRunFp8OnHopperOnly) {
                           "per fallback policy"),
             std::string::npos)
       << d.reason;
-  JobSpec wait = block;
-  wait.fallback = Fallback::kWait;
+  auto with_fallback = [&](Fallback f) {
+    JobSpec s = block;
+    s.fallback = f;
+    return s;
+  };
+  const JobSpec wait = with_fallback(Fallback::kWait), fail = with_fallback(Fallback::kFail);
   d = PlaceOne(others, wait);
   EXPECT_EQ(d.kind, DecisionKind::kWait);
   EXPECT_NE(d.reason.find("of free Hopper GPUs (fp8.scaling: block)"), std::string::npos)
       << d.reason;
-  JobSpec fail = block;
-  fail.fallback = Fallback::kFail;
   d = PlaceOne(others, fail);
   EXPECT_EQ(d.kind, DecisionKind::kFail);
   EXPECT_NE(d.reason.find("fp8.scaling: block needs compute capability 9.0"), std::string::npos)
