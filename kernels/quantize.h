@@ -17,6 +17,8 @@ namespace fp8rt {
 //   out.data[r][c] = Fp8Encode(x * scale, out.format), x = in[r][c] in fp32 (one multiply,
 //   rounded once, then satfinite round-to-nearest-even);
 //   out.data_t[c][r] = the same code, when out.data_t != nullptr (the (cols, rows) copy);
+//   out.data may be null when out.data_t is not: a transposed-only cast (the dgrad operand of
+//   a weight that is not kept between passes, fp8.cache_weights: false);
 //   *out.amax = max(*out.amax, max |x|) of the unscaled input, when out.amax != nullptr. The max
 //     is taken on the float bit patterns (as signed ints) of |x|, so a NaN input makes the amax
 //     NaN (it is never dropped) and the result does not depend on the order of reduction;
@@ -39,12 +41,14 @@ namespace fp8rt {
 //   GELU'(pre[i])) (kernels/gelu.h), computed in the same pass: the GELU backward fused into the
 //   cast of the gradient it produces. The CUDA version's codes equal those of cuda::GeluBackward
 //   followed by cuda::QuantizeDbias.
-// Preconditions (InvalidArgument otherwise): rows, cols >= 0; data, scale, scale_inv non-null;
+// Preconditions (InvalidArgument otherwise): rows, cols >= 0; data (Quantize: data or data_t),
+// scale, scale_inv non-null;
 // scale_inv distinct from scale; data_t, when given, distinct from data; margin in 0..32.
 // Empty tensors only write scale_inv.
 
-// The tensor preconditions above; op prefixes the message.
-Status ValidateFp8Tensor(const char* op, const Fp8Tensor& t);
+// The tensor preconditions above; op prefixes the message. transposed_only_ok: data may be null
+// when data_t is not (Quantize's transposed-only cast).
+Status ValidateFp8Tensor(const char* op, const Fp8Tensor& t, bool transposed_only_ok = false);
 
 namespace cpu {
 template <typename T>

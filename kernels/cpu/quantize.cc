@@ -11,7 +11,7 @@
 
 namespace fp8rt {
 
-Status ValidateFp8Tensor(const char* op, const Fp8Tensor& t) {
+Status ValidateFp8Tensor(const char* op, const Fp8Tensor& t, bool transposed_only_ok) {
   if (t.rows < 0 || t.cols < 0) {
     return Status::InvalidArgument(StrCat(op, ": shape (", t.rows, ", ", t.cols,
                                           ") has a negative dimension; rows, cols must be >= 0"));
@@ -19,9 +19,9 @@ Status ValidateFp8Tensor(const char* op, const Fp8Tensor& t) {
   if (t.scale == nullptr || t.scale_inv == nullptr) {
     return Status::InvalidArgument(StrCat(op, ": scale and scale_inv must not be null"));
   }
-  if (t.numel() > 0 && t.data == nullptr) {
-    return Status::InvalidArgument(
-        StrCat(op, ": data is null for a (", t.rows, ", ", t.cols, ") tensor"));
+  if (t.numel() > 0 && t.data == nullptr && !(transposed_only_ok && t.data_t != nullptr)) {
+    return Status::InvalidArgument(StrCat(op, ": data is null for a (", t.rows, ", ", t.cols,
+                                          ") tensor", transposed_only_ok ? " (and so is data_t)" : ""));
   }
   if (t.scale == t.scale_inv) {
     return Status::InvalidArgument(StrCat(op, ": scale_inv must not alias scale"));
@@ -53,7 +53,7 @@ void AccumulateAmax(float* amax, int32_t bits) {
 
 template <typename T>
 Status Quantize(const T* in, const Fp8Tensor& out, uint64_t* saturated) {
-  FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor("Quantize", out));
+  FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor("Quantize", out, /*transposed_only_ok=*/true));
   const int64_t rows = out.rows, cols = out.cols;
   if (out.numel() > 0 && in == nullptr) return Status::InvalidArgument("Quantize: in is null");
   const float scale = *out.scale;
@@ -65,7 +65,7 @@ Status Quantize(const T* in, const Fp8Tensor& out, uint64_t* saturated) {
       const float x = AsFloat(in[r * cols + c]);
       const float y = x * scale;
       const uint8_t q = Fp8Encode(y, out.format);
-      out.data[r * cols + c] = q;
+      if (out.data != nullptr) out.data[r * cols + c] = q;
       if (out.data_t != nullptr) out.data_t[c * rows + r] = q;
       amax_bits = std::max(amax_bits, AbsBits(x));
       sat += std::fabs(y) > fp8_max ? 1 : 0;

@@ -225,6 +225,7 @@ __device__ __forceinline__ void CastTransposeTile(const T* __restrict__ in,
       tel.Add(x[i][j], y[j], fp8_max);
     }
     w[i] = Encode4<F>(y[0], y[1], y[2], y[3]);
+    if (data == nullptr) continue;  // (a transposed-only cast; the same for the whole grid)
     if constexpr (kFull) {
       *reinterpret_cast<uint32_t*>(data + r * cols + c0) = w[i];
     } else if (r < rows) {
@@ -567,7 +568,7 @@ namespace cuda {
 template <typename T>
 Status Quantize(const T* in, const Fp8Tensor& out, unsigned long long* saturated,
                 cudaStream_t stream) {
-  FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor("Quantize", out));
+  FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor("Quantize", out, /*transposed_only_ok=*/true));
   const int64_t n = out.numel();
   if (n > 0 && in == nullptr) return Status::InvalidArgument("Quantize: in is null");
   if (n > 0 && out.data_t != nullptr) return LaunchCastTranspose(in, out, saturated, stream);

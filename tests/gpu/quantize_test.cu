@@ -161,6 +161,35 @@ class QuantizeGpu : public test::GpuTest, public ::testing::WithParamInterface<C
                                "dequantize"));
   }
 
+  // The transposed-only cast (data null, fp8.cache_weights: false's dgrad operand): the CPU's
+  // codes, amax, saturation and scale_inv, and the CPU's codes are the full cast's data_t.
+  template <typename T>
+  void RunTransposedOnly() {
+    const Case& c = GetParam();
+    const int64_t rows = c.shape.rows, cols = c.shape.cols, n = rows * cols;
+    const std::vector<T> in = test::CastVector<T>(Inputs(n, 23 + n));
+    const float scale = SaturatingScale(c.format);
+    HostFp8 full(rows, cols, c.format, true, scale, 0.125f);
+    ASSERT_TRUE(cpu::Quantize(in.data(), full.t).ok());
+    HostFp8 want(rows, cols, c.format, true, scale, 0.125f);
+    want.t.data = nullptr;
+    uint64_t want_sat = 5;
+    ASSERT_TRUE(cpu::Quantize(in.data(), want.t, &want_sat).ok());
+    EXPECT_TRUE(SameCodes(want.data_t, full.data_t, "cpu data_t vs the full cast's"));
+    DeviceBuffer<T> d_in(in);
+    DeviceFp8 got(rows, cols, c.format, true, scale, 0.125f);
+    const std::vector<uint8_t> poison = got.data.Download();
+    got.t.data = nullptr;
+    DeviceBuffer<unsigned long long> d_sat(std::vector<unsigned long long>{5});
+    ASSERT_TRUE(cuda::Quantize(d_in.get(), got.t, d_sat.get(), nullptr).ok());
+    EXPECT_TRUE(SameCodes(got.data_t.Download(), want.data_t, "data_t"));
+    EXPECT_TRUE(SameCodes(got.data.Download(), poison, "data (not written)"));
+    const std::vector<float> scalars = got.scalars.Download();
+    EXPECT_TRUE(SameBits(scalars[1], want.scale_inv, "scale_inv"));
+    EXPECT_TRUE(SameBits(scalars[2], want.amax, "amax"));
+    EXPECT_EQ(d_sat.Download()[0], want_sat) << "saturated";
+  }
+
   template <typename T>
   void RunCurrentScaling() {
     const Case& c = GetParam();
@@ -329,6 +358,14 @@ TEST_P(QuantizeDbiasGpu, MatchesReference) {
     RunDbias<float>();
   } else {
     RunDbias<bf16>();
+  }
+}
+
+TEST_P(QuantizeDbiasGpu, TransposedOnlyCastMatchesReference) {
+  if (GetParam().dtype == DType::kFloat32) {
+    RunTransposedOnly<float>();
+  } else {
+    RunTransposedOnly<bf16>();
   }
 }
 

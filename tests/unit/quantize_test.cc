@@ -87,6 +87,27 @@ TEST(QuantizeCpu, WithoutTransposeLeavesNoCopyAndSameCodes) {
   EXPECT_EQ(with.amax, without.amax);
 }
 
+// data null, data_t given: the transposed copy alone, the same codes, amax and saturation.
+TEST(QuantizeCpu, TransposedOnlyCastWritesTheSameTransposedCodes) {
+  const int64_t rows = 37, cols = 53;
+  std::vector<float> in = test::RandomNormal(rows * cols, 9, 0.f, 3.f);
+  in[5] = 1e6f;  // saturates
+  HostFp8 full(rows, cols, Fp8Format::kE4M3, 40.f), only(rows, cols, Fp8Format::kE4M3, 40.f);
+  only.t.data = nullptr;
+  uint64_t sat_full = 0, sat_only = 0;
+  ASSERT_TRUE(cpu::Quantize(in.data(), full.t, &sat_full).ok());
+  ASSERT_TRUE(cpu::Quantize(in.data(), only.t, &sat_only).ok());
+  EXPECT_EQ(only.data_t, full.data_t);
+  EXPECT_EQ(only.amax, full.amax);
+  EXPECT_EQ(only.scale_inv, full.scale_inv);
+  EXPECT_EQ(sat_only, sat_full);
+  EXPECT_GT(sat_only, 0u);
+  only.t.data_t = nullptr;  // neither: refused, naming both
+  const Status s = cpu::Quantize(in.data(), only.t);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("data_t"), std::string::npos) << s.message();
+}
+
 TEST(QuantizeCpu, AmaxAndSaturationAccumulate) {
   const std::vector<float> in = {0.5f, -3.f, 1000.f, -2000.f};
   HostFp8 q(2, 2, Fp8Format::kE4M3, 1.f);
