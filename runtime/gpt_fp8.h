@@ -76,9 +76,14 @@ class Fp8State {
       int64_t N, K;
       LinearShape(o_.model, kind, &N, &K, o_.tp_size());
       max_n = std::max(max_n, N), max_k = std::max(max_k, K);
-      FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8[s]), N * K, kMemFp8Weights));
-      if (o_.fp8.keep_weight_transpose) {
-        FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8t[s]), N * K, kMemFp8Weights));
+      if (CachesWeights()) {
+        FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8[s]), N * K, kMemFp8Weights));
+        if (KeepsTranspose()) {
+          FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8t[s]), N * K, kMemFp8Weights));
+        }
+      } else if (kind == kLmHead) {  // its own buffer: cast in each pass on the compute stream
+        FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8[s]), N * K, kMemFp8Scratch));
+        w8t[s] = w8[s];
       }
       max_w = std::max(max_w, N * K);
       // (a layer's saved input: `alloc` may place it in the gradient memory of the layers below)
@@ -104,7 +109,29 @@ class Fp8State {
             alloc(reinterpret_cast<void**>(p), n * int64_t{sizeof(float)}, kMemFp8Scratch));
       }
     }
-    if (!o_.fp8.keep_weight_transpose && max_w > 0) {  // one transposed weight, every slot's
+    if (!CachesWeights()) {
+      // Two layers' weights, by the layer's parity: a layer's casts run a layer ahead of its
+      // GEMMs (PrefetchWeightCasts), into the half the layer before last has finished with. A
+      // slot's forward cast and its dgrad's transposed cast share its place (one pass at a time).
+      int64_t off[kNumLinear] = {}, layer_bytes = 0;
+      for (int kind = 0; kind < kNumLinear; ++kind) {
+        if (!On(kind)) continue;
+        int64_t N, K;
+        LinearShape(o_.model, kind, &N, &K, o_.tp_size());
+        off[kind] = layer_bytes;
+        layer_bytes += (N * K + 255) / 256 * 256;
+      }
+      uint8_t* pair = nullptr;
+      if (layer_bytes > 0) {
+        FP8RT_RETURN_IF_ERROR(
+            alloc(reinterpret_cast<void**>(&pair), 2 * layer_bytes, kMemFp8Scratch));
+      }
+      for (int s = 0; s < slots - 1; ++s) {
+        const int kind = s % kNumLinear;
+        if (!On(kind)) continue;
+        w8[s] = w8t[s] = pair + (s / kNumLinear % 2) * layer_bytes + off[kind];
+      }
+    } else if (!KeepsTranspose() && max_w > 0) {  // one transposed weight, every slot's
       uint8_t* wt = nullptr;
       FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&wt), max_w, kMemFp8Scratch));
       for (int s = 0; s < slots; ++s) {
@@ -173,10 +200,11 @@ class Fp8State {
     return Status::Ok();
   }
   // Casts in to out: with current scaling while calibrating, else with the delayed scale.
+  // on: a stream Ops::ForkCast returned, else the compute stream.
   template <typename U>
-  Status Cast(const U* in, const Fp8Tensor& out, Counter* sat) {
-    if (calibrate_now) return ops_->QuantizeCurrentScaling(in, out, cfg.margin, sat);
-    return ops_->Quantize(in, out, sat);
+  Status Cast(const U* in, const Fp8Tensor& out, Counter* sat, void* on = nullptr) {
+    if (calibrate_now) return ops_->QuantizeCurrentScaling(in, out, cfg.margin, sat, on);
+    return ops_->Quantize(in, out, sat, on);
   }
   // Zeroes the amaxes (after an evaluation pass, which must not feed the next step's scales).
   Status ClearAmax() {
@@ -230,9 +258,14 @@ class Fp8State {
   bool calibrate = false;
   bool calibrate_now = false;
   // Per (layer, kind) slot. Without fp8.keep_weight_transpose every w8t is the same scratch,
-  // which LinearBackward fills from w8 before each dgrad (KeepsTranspose false).
+  // which LinearBackward fills from w8 before each dgrad (KeepsTranspose false). Without
+  // fp8.cache_weights a layer's w8 and w8t are one place in the half of a two-layer buffer that
+  // the layer's parity picks (the LM head's: a buffer of its own), which each pass's cast fills:
+  // the forward's from the master weights, the backward's transposed only, also from them
+  // (CachesWeights false).
   std::vector<uint8_t*> w8, w8t, x8t;
-  bool KeepsTranspose() const { return o_.fp8.keep_weight_transpose; }
+  bool CachesWeights() const { return o_.fp8.cache_weights; }
+  bool KeepsTranspose() const { return o_.fp8.keep_weight_transpose && CachesWeights(); }
   uint8_t* x8 = nullptr;  // the forward's row-major input cast, shared: only x8t is saved
   uint8_t *dy8 = nullptr, *dy8t = nullptr;  // shared, (B*T, max N)
   Counter* saturated = nullptr;             // per FP8 tensor
@@ -246,6 +279,11 @@ class Fp8State {
 
 template <typename Ops>
 Result<std::vector<uint8_t>> Fp8State<Ops>::CachedWeight(const std::string& name) const {
+  if (!CachesWeights()) {
+    return Status::FailedPrecondition(StrCat("no cached FP8 weight '", name,
+                                             "': fp8.cache_weights is false, so each pass casts "
+                                             "the weights again and keeps none"));
+  }
   std::vector<uint8_t> bytes;
   FP8RT_RETURN_IF_ERROR(ForEachLinear([&](int l, int kind) -> Status {
     if (Name(l, kind, kRoleW) != name) return Status::Ok();

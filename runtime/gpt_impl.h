@@ -196,6 +196,21 @@ class Gpt final : public GptModel {
   Status LinearBackward(int l, int kind, T* dx, float* dw, float* db, const T* dy, const T* x,
                         const T* dgelu_aux = nullptr, bool* dgelu_done = nullptr,
                         const T* dy_gelu_pre = nullptr);
+  // The FP8 weights' casts from the FP32 master. CastWeight: (l, kind)'s for the forward GEMM
+  // (with its kept transposed copy), counting saturation when `count` (the step's first cast);
+  // CastWeightT: the transposed copy alone, for the dgrad, of a weight not kept between the
+  // passes (fp8.cache_weights: false). on: a stream Ops::ForkCast returned, else the compute
+  // stream.
+  Status CastWeight(int l, int kind, bool count, void* on);
+  Status CastWeightT(int l, int kind, void* on);
+  // Under delayed scaling a pass's layer weight casts run a layer ahead on the cast stream, beside
+  // the computation (their scales are known before the pass): LaunchWeightCasts(l, ...) casts
+  // layer l's FP8 weights there (forward: CastWeight; backward: CastWeightT) and marks l; the
+  // compute stream waits for the mark before layer l. Current scaling measures each weight
+  // first (and under TP reduces that amax on the compute stream): its casts stay in place.
+  bool CastsAhead() const { return fp8_.num_weights > 0 && !fp8_.current && !fp8_.block; }
+  Status LaunchWeightCasts(int l, bool backward, bool count);
+  bool casts_ahead_ = false;  // this pass's layer weights come from LaunchWeightCasts
   // Whether layer kind's FP8 cast of its output gradient can also apply the GELU backward (an FP8
   // layer with a bias, outside the calibrating first step and current scaling, whose casts
   // measure dy first).

@@ -80,17 +80,12 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
   ops_->Mark("fp8 cast x (+T)");
   FP8RT_RETURN_IF_ERROR(fp8_.Cast(x, xq, fp8_.SaturatedOf(l, kind, kRoleX)));
   // (The cast writes the transposed copy only where it is kept.)
-  const Fp8Tensor wq = fp8_.Of(l, kind, kRoleW, fp8_.w8[slot],
-                               fp8_.KeepsTranspose() ? fp8_.w8t[slot] : nullptr, N, K);
-  if (cast_w) {  // from the FP32 master weights
-    ops_->Mark("fp8 cast w (+T)");
-    const float* w = cast_src_ + layout_.offset[wp] + l * N * K;
-    if (fp8_.current) {
-      FP8RT_RETURN_IF_ERROR(
-          CurrentScale(l, kind, kRoleW, w, N * K, SplitOverTp(kind, kRoleW) ? tp : nullptr));
-    }
-    FP8RT_RETURN_IF_ERROR(fp8_.Cast(w, wq, fp8_.SaturatedOf(l, kind, kRoleW)));
-    ++weight_casts_;
+  const Fp8Tensor wq = fp8_.Of(l, kind, kRoleW, fp8_.w8[slot], nullptr, N, K);
+  // From the FP32 master weights: once per step, or (fp8.cache_weights: false) in every
+  // forward, the step's first cast alone counting saturation (the others cast the same weights
+  // with the same scale). A layer's come from LaunchWeightCasts when casts_ahead_.
+  if ((cast_w || !fp8_.CachesWeights()) && !(casts_ahead_ && kind != kLmHead)) {
+    FP8RT_RETURN_IF_ERROR(CastWeight(l, kind, cast_w, nullptr));
   }
   FP8RT_ASSIGN_OR_RETURN(GemmArgs probe, Fp8Fprop(xq, wq, y, kT, nullptr, true));
   const bool fused_bias = b != nullptr && GemmBiasDType(probe) == kT;
@@ -99,6 +94,51 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
   FP8RT_RETURN_IF_ERROR(run(g));
   if (b != nullptr && !fused_bias) FP8RT_RETURN_IF_ERROR(AddBias(y, b, M_, N));
   return Status::Ok();
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::CastWeight(int l, int kind, bool count, void* on) {
+  int64_t N, K;
+  LinearShape(kind, &N, &K);
+  const int slot = fp8_.Slot(l, kind);
+  const Fp8Tensor wq = fp8_.Of(l, kind, kRoleW, fp8_.w8[slot],
+                               fp8_.KeepsTranspose() ? fp8_.w8t[slot] : nullptr, N, K);
+  const float* w = cast_src_ + layout_.offset[WeightOf(o_.model, kind)] + l * N * K;
+  if (on == nullptr) ops_->Mark(fp8_.KeepsTranspose() ? "fp8 cast w (+T)" : "fp8 cast w");
+  if (fp8_.current) {  // (never on the cast stream: CastsAhead)
+    FP8RT_RETURN_IF_ERROR(
+        CurrentScale(l, kind, kRoleW, w, N * K, SplitOverTp(kind, kRoleW) ? o_.tp : nullptr));
+  }
+  ++weight_casts_;
+  return fp8_.Cast(w, wq, count ? fp8_.SaturatedOf(l, kind, kRoleW) : nullptr, on);
+}
+
+// The transposed copy alone, cast again from the FP32 master weights with the scale the forward's
+// cast used (the step's, which nothing changes before the scaling update): the forward's codes,
+// transposed. The amax and saturation were the forward's to count.
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::CastWeightT(int l, int kind, void* on) {
+  int64_t N, K;
+  LinearShape(kind, &N, &K);
+  Fp8Tensor t = fp8_.Of(l, kind, kRoleW, nullptr, fp8_.w8t[fp8_.Slot(l, kind)], N, K);
+  t.amax = nullptr;
+  if (on == nullptr) ops_->Mark("fp8 cast w (T only)");
+  ++weight_casts_;
+  return ops_->Quantize(master_ + layout_.offset[WeightOf(o_.model, kind)] + l * N * K, t, nullptr,
+                        on);
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::LaunchWeightCasts(int l, bool backward, bool count) {
+  void* on = ops_->ForkCast();
+  if (Ops::kDevice && on == nullptr) {
+    return Status::Internal("could not start the stream of the FP8 weights' casts");
+  }
+  for (int kind = 0; kind < kNumLinear; ++kind) {
+    if (!Fp8On(kind)) continue;
+    FP8RT_RETURN_IF_ERROR(backward ? CastWeightT(l, kind, on) : CastWeight(l, kind, count, on));
+  }
+  return ops_->MarkCast(l);
 }
 
 template <typename Ops, typename T>
@@ -176,7 +216,9 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
   }
   const Fp8Tensor wq = fp8_.Of(l, kind, kRoleW, fp8_.w8[slot], fp8_.w8t[slot], N, K);
   const Fp8Tensor xq = fp8_.Of(l, kind, kRoleX, nullptr, fp8_.x8t[slot], M_, K);
-  if (!fp8_.KeepsTranspose()) {  // the shared transposed copy, from the cached weight
+  if (!fp8_.CachesWeights()) {  // (a layer's from LaunchWeightCasts when casts_ahead_)
+    if (!(casts_ahead_ && kind != kLmHead)) FP8RT_RETURN_IF_ERROR(CastWeightT(l, kind, nullptr));
+  } else if (!fp8_.KeepsTranspose()) {  // the shared transposed copy, from the cached weight
     ops_->Mark("fp8 transpose w");
     FP8RT_RETURN_IF_ERROR(ops_->TransposeFp8(fp8_.w8t[slot], fp8_.w8[slot], N, K));
   }

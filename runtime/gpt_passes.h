@@ -20,12 +20,21 @@ Status Gpt<Ops, T>::ForwardPass(const int32_t* x_host, const int32_t* y_host, bo
   FP8RT_RETURN_IF_ERROR(
       ops_->EmbeddingForward(encoded_, tokens_, W(kWte), W(kWpe), o_.B, o_.T, C, V));
   const T* res = encoded_;
+  // The layers' FP8 weights, cast a layer ahead on the cast stream (CastsAhead).
+  casts_ahead_ = CastsAhead() && (cast_weights || !fp8_.CachesWeights());
+  if (casts_ahead_) FP8RT_RETURN_IF_ERROR(LaunchWeightCasts(0, false, cast_weights));
   for (int l = 0; l < m.n_layer; ++l) {
     FP8RT_RETURN_IF_ERROR(WaitGathered(l + 1));
+    if (casts_ahead_) {
+      ops_->Mark("wait for fp8 weight casts");
+      FP8RT_RETURN_IF_ERROR(ops_->WaitCast(l));
+      if (l + 1 < m.n_layer) FP8RT_RETURN_IF_ERROR(LaunchWeightCasts(l + 1, false, cast_weights));
+    }
     FP8RT_RETURN_IF_ERROR(Llama() ? LlamaBlockForward(l, res, cast_weights)
                                   : GptBlockForward(l, res, cast_weights));
     res = res3_[l];
   }
+  casts_ahead_ = false;
   if (Llama()) {
     ops_->Mark("rmsnorm fwd");
     FP8RT_RETURN_IF_ERROR(ops_->RmsNormForward(lnf_, lnf_rstd_, res, W(kLnfW), M_, C));
@@ -79,6 +88,9 @@ template <typename Ops, typename T>
 Status Gpt<Ops, T>::BackwardPass() {
   const ModelConfig& m = o_.model;
   const int64_t C = m.n_embd, L = m.n_layer;
+  // Weights not kept between the passes: their transposed copies, cast a layer ahead.
+  casts_ahead_ = CastsAhead() && !fp8_.CachesWeights();
+  if (casts_ahead_) FP8RT_RETURN_IF_ERROR(LaunchWeightCasts(static_cast<int>(L - 1), true, false));
   // logits_ holds dlogits now.
   FP8RT_RETURN_IF_ERROR(
       LinearBackward(0, kLmHead, dc1_, G(WeightOf(m, kLmHead)), nullptr, logits_, lnf_));
@@ -99,6 +111,11 @@ Status Gpt<Ops, T>::BackwardPass() {
   }
   for (int64_t l = L - 1; l >= 0; --l) {
     const T* res_in = l == 0 ? encoded_ : res3_[l - 1];
+    if (casts_ahead_) {
+      ops_->Mark("wait for fp8 weight casts");
+      FP8RT_RETURN_IF_ERROR(ops_->WaitCast(static_cast<int>(l)));
+      if (l > 0) FP8RT_RETURN_IF_ERROR(LaunchWeightCasts(static_cast<int>(l - 1), true, false));
+    }
     // dres_ is the gradient of this block's output (res3); after it, of its input.
     FP8RT_RETURN_IF_ERROR(Llama() ? LlamaBlockBackward(static_cast<int>(l), res_in)
                                   : GptBlockBackward(static_cast<int>(l), res_in));
@@ -108,6 +125,7 @@ Status Gpt<Ops, T>::BackwardPass() {
       FP8RT_RETURN_IF_ERROR(ReduceBucket(next_bucket_++));
     }
   }
+  casts_ahead_ = false;
   ops_->Mark("embedding bwd");
   // (sparse_now_: the token table's rows of this micro-batch travel gathered instead)
   FP8RT_RETURN_IF_ERROR(ops_->EmbeddingBackward(sparse_now_ ? nullptr : G(kWte), G(kWpe), dres_,

@@ -64,6 +64,15 @@ Status Gpt<Ops, T>::Setup() {
         "its rows of a weight and the 128x128 blocks' scales would need all-gathering with the "
         "bytes; use plain data parallelism (parallel.zero: false) or fp8.scaling: delayed");
   }
+  if (fp8 && !o_.fp8.cache_weights && (Zero() || o_.fp8.mode == ScalingMode::kBlock)) {
+    return Status::InvalidArgument(StrCat(
+        "fp8.cache_weights: false does not run with ",
+        Zero() ? "parallel.zero (ZeRO-1): each rank holds a shard of the FP32 master weights, "
+                 "so the cast FP8 weights are what it all-gathers and keeps; use "
+                 "parallel.zero: false or fp8.cache_weights: true"
+               : "fp8.scaling: block: its 128x128 weight cast writes the transposed copy and "
+                 "its scales in the same pass; use fp8.cache_weights: true"));
+  }
   if (Zero()) FP8RT_RETURN_IF_ERROR(SetupZero());
   emb_plan_.sparse = Dp() && o_.sparse_embedding_grad;
   // (the tied LM head writes the token table's gradient before the embedding backward; earlier

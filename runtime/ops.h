@@ -167,7 +167,7 @@ class CpuOps {
   }
   Status Gemm(const GemmArgs& g) { return cpu::Gemm(g); }
   template <typename T>
-  Status Quantize(const T* in, const Fp8Tensor& out, Counter* saturated) {
+  Status Quantize(const T* in, const Fp8Tensor& out, Counter* saturated, void* /*on*/ = nullptr) {
     return cpu::Quantize(in, out, saturated);
   }
   // fp8.scaling: block (kernels/block_quantize.h).
@@ -191,7 +191,8 @@ class CpuOps {
     return cpu::QuantizeDbias(in, out, dbias, saturated);
   }
   template <typename T>
-  Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin, Counter* saturated) {
+  Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin, Counter* saturated,
+                                void* /*on*/ = nullptr) {
     return cpu::QuantizeCurrentScaling(in, out, margin, saturated);
   }
   template <typename U>
@@ -229,6 +230,10 @@ class CpuOps {
   Status JoinComm() { return Status::Ok(); }
   Status MarkComm(int, void*) { return Status::Ok(); }
   Status WaitComm(int) { return Status::Ok(); }
+  // The weight-cast stream (ops_cuda.h): on the CPU every cast runs when called.
+  void* ForkCast() { return nullptr; }
+  Status MarkCast(int) { return Status::Ok(); }
+  Status WaitCast(int) { return Status::Ok(); }
   // The segment timer (ops_cuda.h): host time between SegmentStart and SegmentStop, summed per
   // set; SegmentsRotate returns the set closed the time before.
   void SegmentStart(void*) { seg_start_ = std::chrono::steady_clock::now(); }

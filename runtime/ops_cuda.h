@@ -77,6 +77,9 @@ class CudaOps {
       if (e) cudaEventDestroy(e);
     }
     for (cudaEvent_t e : marked_) cudaEventDestroy(e);
+    for (cudaEvent_t e : cast_marks_) cudaEventDestroy(e);
+    if (cast_forked_) cudaEventDestroy(cast_forked_);
+    if (cast_stream_) cudaStreamDestroy(cast_stream_);
     for (auto& set : segments_) {
       for (auto& [a, b] : set) cudaEventDestroy(a), cudaEventDestroy(b);
     }
@@ -359,9 +362,11 @@ class CudaOps {
     return cuda::MeanLoss(out, losses, N, stream_);
   }
   Status Gemm(const GemmArgs& g) { return gemm_->Run(g, stream_); }
+  // on: a stream ForkCast returned (the weights' casts, a layer ahead); the compute stream by
+  // default.
   template <typename T>
-  Status Quantize(const T* in, const Fp8Tensor& out, Counter* saturated) {
-    return cuda::Quantize(in, out, saturated, stream_);
+  Status Quantize(const T* in, const Fp8Tensor& out, Counter* saturated, void* on = nullptr) {
+    return cuda::Quantize(in, out, saturated, on != nullptr ? static_cast<cudaStream_t>(on) : stream_);
   }
   template <typename T>
   Status QuantizeVec128(const T* in, int64_t rows, int64_t cols, Fp8Format f, bool pow2,
@@ -384,8 +389,10 @@ class CudaOps {
     return cuda::QuantizeDbias(in, out, dbias, saturated, scratch_, scratch_bytes_, stream_);
   }
   template <typename T>
-  Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin, Counter* saturated) {
-    return cuda::QuantizeCurrentScaling(in, out, margin, saturated, stream_);
+  Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin, Counter* saturated,
+                                void* on = nullptr) {
+    return cuda::QuantizeCurrentScaling(in, out, margin, saturated,
+                                        on != nullptr ? static_cast<cudaStream_t>(on) : stream_);
   }
   template <typename U>
   Status ComputeAmax(const U* in, int64_t n, float* amax) {
@@ -455,6 +462,40 @@ class CudaOps {
   Status WaitComm(int i) {
     if (i >= static_cast<int>(marked_.size())) return Status::Ok();
     FP8RT_CUDA_TRY(cudaStreamWaitEvent(stream_, marked_[i], 0));
+    return Status::Ok();
+  }
+  // The FP8 weights' casts run on a stream of their own, a layer ahead of the computation that
+  // reads them (runtime/gpt_linear.h, PrefetchWeightCasts): ForkCast makes that stream wait for
+  // the work enqueued on the compute stream so far and returns it, MarkCast(i) records mark i on
+  // it after what is enqueued there, WaitCast(i) makes the compute stream wait for mark i.
+  void* ForkCast() {
+    if (cast_stream_ == nullptr) {
+      if (cudaStreamCreateWithFlags(&cast_stream_, cudaStreamNonBlocking) != cudaSuccess ||
+          cudaEventCreateWithFlags(&cast_forked_, cudaEventDisableTiming) != cudaSuccess) {
+        return nullptr;
+      }
+    }
+    if (cudaEventRecord(cast_forked_, stream_) != cudaSuccess ||
+        cudaStreamWaitEvent(cast_stream_, cast_forked_, 0) != cudaSuccess) {
+      return nullptr;
+    }
+    return cast_stream_;
+  }
+  Status MarkCast(int i) {
+    if (cast_stream_ == nullptr) return Status::Internal("MarkCast before ForkCast");
+    while (static_cast<int>(cast_marks_.size()) <= i) {
+      cudaEvent_t e = nullptr;
+      FP8RT_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      cast_marks_.push_back(e);
+    }
+    FP8RT_CUDA_TRY(cudaEventRecord(cast_marks_[i], cast_stream_));
+    return Status::Ok();
+  }
+  Status WaitCast(int i) {
+    if (i >= static_cast<int>(cast_marks_.size())) {
+      return Status::Internal(StrCat("WaitCast(", i, "): no such mark"));
+    }
+    FP8RT_CUDA_TRY(cudaStreamWaitEvent(stream_, cast_marks_[i], 0));
     return Status::Ok();
   }
   // A timer of segments on a communication stream, summed (ZeRO-1's per-layer weight
@@ -569,6 +610,9 @@ class CudaOps {
     return true;
   }
   cudaStream_t comm_stream_ = nullptr;
+  cudaStream_t cast_stream_ = nullptr;
+  cudaEvent_t cast_forked_ = nullptr;
+  std::vector<cudaEvent_t> cast_marks_;
   bool comm_on_compute_ = false;
   cudaEvent_t forked_ = nullptr, joined_ = nullptr;
   std::vector<cudaEvent_t> marked_;  // MarkComm's

@@ -98,8 +98,8 @@ fi
 if [[ $parts == *memory* ]]; then
   # The memory levers against a baseline fp8train without them (BASELINE, carried as
   # bundle/bin/fp8train.base): this build by default, with train.recompute: false or true (bf16),
-  # and with fp8.keep_weight_transpose: true or false (fp8); gpt-1.3b, --memory-report, REPS
-  # interleaved runs.
+  # and with fp8.keep_weight_transpose: true or false or fp8.cache_weights: false (fp8); gpt-1.3b,
+  # --memory-report, REPS interleaved runs.
   BASELINE=${BASELINE:-$B/fp8train.base}; REPS=${REPS:-3}
   echo "== memory levers vs baseline (gpt-1.3b, $REPS runs each, interleaved)"
   sed 's/log_every: 1}/log_every: 1, recompute: false}/' configs/gpt-1.3b.yaml > configs/_saved.yaml
@@ -108,8 +108,11 @@ if [[ $parts == *memory* ]]; then
     > configs/_keep_t.yaml
   sed 's/amax_algo: max}/amax_algo: max, keep_weight_transpose: false}/' configs/gpt-1.3b.yaml \
     > configs/_lean.yaml
+  sed 's/amax_algo: max}/amax_algo: max, cache_weights: false}/' configs/gpt-1.3b.yaml \
+    > configs/_uncached.yaml
   # MEM_VARIANTS: precision:variant pairs (variants: base, new, saved = train.recompute: false,
-  # recompute = train.recompute: true, keep_t, lean = without kept FP8 weight transposes).
+  # recompute = train.recompute: true, keep_t, lean = without kept FP8 weight transposes,
+  # uncached = fp8.cache_weights: false).
   for r in $(seq "$REPS"); do
     for pv in ${MEM_VARIANTS:-bf16:base bf16:new bf16:recompute fp8:base fp8:new fp8:lean}; do
       p=${pv%:*}; v=${pv#*:}; bin=$B/fp8train; cfg=configs/gpt-1.3b.yaml
@@ -118,6 +121,7 @@ if [[ $parts == *memory* ]]; then
       [ $v = recompute ] && cfg=configs/_recompute.yaml
       [ $v = keep_t ] && cfg=configs/_keep_t.yaml
       [ $v = lean ] && cfg=configs/_lean.yaml
+      [ $v = uncached ] && cfg=configs/_uncached.yaml
       timeout 240 "$bin" --config $cfg --device cuda:0 --precision $p --steps "$STEPS_13B" \
         --memory-report --metrics "$OUT/mem_${v}_${p}_$r.jsonl" > "$OUT/mem_${v}_${p}_$r.log" 2>&1
       echo "$v $p run $r exit $?"

@@ -148,5 +148,45 @@ TEST_F(GptGpu, LaterMicroBatchesUseThisStepsFp8WeightBytes) {
   EXPECT_NE(*cached, *before);
 }
 
+// fp8.cache_weights: false (each FP8 weight cast in every forward, then transposed-only in its
+// backward, from the master weights): the cached model's losses, evaluations and weights bit for
+// bit, on the GPU's kernels (gpt2 and llama, delayed and current scaling, 1 and 2 micro-batches).
+TEST_F(GptGpu, UncachedFp8WeightsGiveTheCachedNumbers) {
+  if (test::ComputeCapability() < 89) GTEST_SKIP() << "FP8 needs compute capability 8.9";
+  for (const Arch arch : {Arch::kGpt2, Arch::kLlama})
+  for (const ScalingMode mode : {ScalingMode::kDelayed, ScalingMode::kCurrent})
+  for (const int accum : {1, 2}) {
+    SCOPED_TRACE(std::string(ScalingModeName(mode)) + " " + ArchName(arch) + " grad_accum " +
+                 std::to_string(accum));
+    ModelOptions cached = Small(Precision::kFp8, arch);
+    cached.fp8.mode = mode;
+    cached.grad_accum = accum;
+    ModelOptions uncached = cached;
+    uncached.fp8.cache_weights = false;
+    auto a = CreateCudaGpt(cached, 0);
+    auto b = CreateCudaGpt(uncached, 0);
+    ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+    EXPECT_LT((*b)->allocated_bytes(), (*a)->allocated_bytes());
+    ASSERT_TRUE((*a)->InitRandom(7).ok());
+    ASSERT_TRUE((*b)->InitRandom(7).ok());
+    std::vector<int32_t> x, y;
+    for (int step = 1; step <= 6; ++step) {
+      Batch(&x, &y, 128 * accum, step % 3);
+      StepStats sa, sb;
+      ASSERT_TRUE((*a)->Step(step, 3e-3f, x.data(), y.data(), &sa).ok());
+      ASSERT_TRUE((*b)->Step(step, 3e-3f, x.data(), y.data(), &sb).ok());
+      EXPECT_EQ(sa.loss, sb.loss) << "step " << step;
+      EXPECT_EQ(sb.weight_casts, 2 * accum * (*b)->num_fp8_weights());
+      float ea = 0, eb = 0;
+      ASSERT_TRUE((*a)->Forward(y.data(), x.data(), &ea, nullptr).ok());
+      ASSERT_TRUE((*b)->Forward(y.data(), x.data(), &eb, nullptr).ok());
+      EXPECT_EQ(ea, eb) << "evaluation after step " << step;
+    }
+    std::vector<float> wa, wb;
+    ASSERT_TRUE((*a)->ExportWeights(&wa).ok() && (*b)->ExportWeights(&wb).ok());
+    EXPECT_TRUE(wa == wb) << "weights differ after 6 steps";
+  }
+}
+
 }  // namespace
 }  // namespace fp8rt

@@ -385,6 +385,17 @@ TEST_F(DataParallel, ZeroOneRefusesShapesThatDoNotSplit) {
   EXPECT_TRUE(Has(r.output, "do not split into 4 equal parts")) << r.output;
 }
 
+// fp8.cache_weights: false casts from the full FP32 master, which ZeRO-1 shards: refused, naming
+// both settings, before any step.
+TEST_F(DataParallel, ZeroOneRefusesUncachedFp8Weights) {
+  fp8_extra_ = ", cache_weights: false";
+  const std::string path = Config("zuncached", 1, small_, "fp8", 1, false, true);
+  const TrainRun r = Mpirun(2, path, "zuncached", 2);
+  fp8_extra_.clear();
+  EXPECT_NE(r.ranks[0].code, 0);
+  EXPECT_TRUE(Has(r.output, "fp8.cache_weights: false does not run with parallel.zero")) << r.output;
+}
+
 // Preemption reaches the ranks at different moments (here only rank 1 gets SIGTERM): the ranks
 // vote in each step's loss all-reduce, so all stop after the same step, the checkpoint is
 // written, every rank exits 3, and the job resumes from it.

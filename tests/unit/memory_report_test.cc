@@ -1,10 +1,12 @@
 // fp8train --memory-report: the model's allocations by what they hold add up to its total, the
 // FP32 state is where the layout says, FP8 buffers exist only in FP8, and ZeRO-1's share is
 // visible; the trainer writes the breakdown to the metrics after the first step. The memory
-// levers (train.recompute, fp8.keep_weight_transpose: false, the logits' buffer shared with the
-// backward's scratch) save what they should and change no gradient.
+// levers (train.recompute, fp8.keep_weight_transpose: false, fp8.cache_weights: false, the
+// logits' buffer shared with the backward's scratch, the gradients' memory lent to saved
+// buffers) save what they should and change no gradient.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <map>
@@ -154,49 +156,64 @@ TEST(MemoryReport, TheLeversSaveWhatTheyShouldAndChangeNoGradient) {
   }
 }
 
-// train.share_gradient_memory on model base: gradients, three steps' losses and evaluations, and
-// the weights after them bit-identical to separate buffers, and less memory allocated. Returns
-// the bytes placed in gradient memory.
-size_t ExpectSharingChangesNoNumber(ModelOptions base, const std::string& what) {
-  ModelOptions shared = base, separate = base;
-  shared.share_grad_memory = true, separate.share_grad_memory = false;
-  auto a = CreateCpuGpt(separate);
-  auto b = CreateCpuGpt(shared);
-  EXPECT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
-  if (!a.ok() || !b.ok()) return 0;
+// Models `more` and `less`, which differ in a memory lever only: gradients (one micro-batch),
+// three steps' losses and evaluations, and the weights after them bit-identical, and `less`
+// allocates less.
+void ExpectSameNumbersInLessMemory(const ModelOptions& more, const ModelOptions& less,
+                                   const std::string& what) {
+  auto a = CreateCpuGpt(more);
+  auto b = CreateCpuGpt(less);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
   EXPECT_LT((*b)->allocated_bytes(), (*a)->allocated_bytes()) << what;
   std::cout << what << ": " << (*a)->allocated_bytes() << " -> " << (*b)->allocated_bytes()
             << " bytes (" << (*b)->shared_gradient_bytes() << " in gradient memory)\n";
-  const int64_t n = base.B * base.T, V = base.model.vocab_size;
+  const int64_t n = more.B * more.T * more.grad_accum, V = more.model.vocab_size;
   std::vector<int32_t> x(n), y(n);
   for (int64_t i = 0; i < n; ++i) {
     x[i] = static_cast<int32_t>((i * 37 + 11) % V), y[i] = static_cast<int32_t>((i * 53 + 7) % V);
   }
   for (auto* m : {a->get(), b->get()}) {
-    EXPECT_TRUE(m->InitRandom(5).ok());
+    ASSERT_TRUE(m->InitRandom(5).ok());
     Perturb(m);
   }
   std::vector<float> ga, gb;
   float la = 0, lb = 0;
-  EXPECT_TRUE((*a)->Gradients(x.data(), y.data(), &la, &ga).ok());
-  EXPECT_TRUE((*b)->Gradients(x.data(), y.data(), &lb, &gb).ok());
+  ASSERT_TRUE((*a)->Gradients(x.data(), y.data(), &la, &ga).ok());
+  ASSERT_TRUE((*b)->Gradients(x.data(), y.data(), &lb, &gb).ok());
   EXPECT_EQ(la, lb) << what;
   EXPECT_TRUE(ga == gb) << what << ": gradients differ";
   for (int step = 1; step <= 3; ++step) {
     StepStats sa, sb;
-    EXPECT_TRUE((*a)->Step(step, 1e-3f, x.data(), y.data(), &sa).ok());
-    EXPECT_TRUE((*b)->Step(step, 1e-3f, x.data(), y.data(), &sb).ok());
+    ASSERT_TRUE((*a)->Step(step, 1e-3f, x.data(), y.data(), &sa).ok());
+    ASSERT_TRUE((*b)->Step(step, 1e-3f, x.data(), y.data(), &sb).ok());
     EXPECT_EQ(sa.loss, sb.loss) << what << " step " << step;
     // (an evaluation between steps writes the shared memory too)
     float ea = 0, eb = 0;
-    EXPECT_TRUE((*a)->Forward(y.data(), x.data(), &ea, nullptr).ok());
-    EXPECT_TRUE((*b)->Forward(y.data(), x.data(), &eb, nullptr).ok());
+    ASSERT_TRUE((*a)->Forward(y.data(), x.data(), &ea, nullptr).ok());
+    ASSERT_TRUE((*b)->Forward(y.data(), x.data(), &eb, nullptr).ok());
     EXPECT_EQ(ea, eb) << what << " evaluation after step " << step;
   }
   std::vector<float> wa, wb;
-  EXPECT_TRUE((*a)->ExportWeights(&wa).ok() && (*b)->ExportWeights(&wb).ok());
+  ASSERT_TRUE((*a)->ExportWeights(&wa).ok() && (*b)->ExportWeights(&wb).ok());
   EXPECT_TRUE(wa == wb) << what << ": weights differ after 3 steps";
-  return (*b)->shared_gradient_bytes();
+  auto sa = (*a)->ExportScales();
+  auto sb = (*b)->ExportScales();
+  ASSERT_TRUE(sa.ok() && sb.ok());
+  ASSERT_EQ(sa->size(), sb->size());
+  for (size_t i = 0; i < sa->size(); ++i) {
+    EXPECT_EQ((*sa)[i].scale, (*sb)[i].scale) << what << " " << (*sa)[i].name;
+    EXPECT_TRUE((*sa)[i].amax_history == (*sb)[i].amax_history) << what << " " << (*sa)[i].name;
+  }
+}
+
+// train.share_gradient_memory on model base: the same numbers in less memory. Returns the bytes
+// placed in gradient memory.
+size_t ExpectSharingChangesNoNumber(ModelOptions base, const std::string& what) {
+  ModelOptions shared = base, separate = base;
+  shared.share_grad_memory = true, separate.share_grad_memory = false;
+  ExpectSameNumbersInLessMemory(separate, shared, what);
+  auto b = CreateCpuGpt(shared);
+  return b.ok() ? (*b)->shared_gradient_bytes() : 0;
 }
 
 // train.share_gradient_memory: layer l's saved buffers in layers 0..l-1's weight-gradient memory.
@@ -239,6 +256,63 @@ TEST(MemoryReport, SharingGradientMemoryFillsTheLowerLayersSlots) {
       EXPECT_GE(placed, capacity * 9 / 10) << what << ": " << placed << " of " << capacity;
     }
   }
+}
+
+// fp8.cache_weights: false casts each FP8 weight in every forward and again, transposed only, in
+// every backward, from the master weights: the same gradients, losses, evaluations, weights and
+// scale histories bit for bit as the cached weights (gpt2 and llama, delayed and current
+// scaling, one and two micro-batches), and none of the FP8 weights' memory but two layers'
+// (delayed scaling casts a layer ahead, into the half of that buffer the layer before last
+// has finished with; on the CPU right away, so a wrong half changes the numbers). It casts
+// 2 x micro-batches times per weight and step; the cached weights once.
+TEST(MemoryReport, UncachedFp8WeightsChangeNoNumberAndSaveTheirMemory) {
+  for (const bool llama : {false, true}) {
+    for (const ScalingMode mode : {ScalingMode::kDelayed, ScalingMode::kCurrent}) {
+      for (const int accum : {1, 2}) {
+        ModelOptions cached = Small(llama, Precision::kFp8, 3, 128, 2, 64);
+        cached.fp8.mode = mode;
+        cached.grad_accum = accum;
+        ModelOptions uncached = cached;
+        uncached.fp8.cache_weights = false;
+        const std::string what = StrCat(llama ? "llama " : "gpt2 ", ScalingModeName(mode),
+                                        " grad_accum ", accum);
+        ExpectSameNumbersInLessMemory(cached, uncached, what);
+        auto a = CreateCpuGpt(cached);
+        auto b = CreateCpuGpt(uncached);
+        ASSERT_TRUE(a.ok() && b.ok());
+        auto ra = Report(**a), rb = Report(**b);
+        EXPECT_EQ(rb.count("fp8 weights (+T)"), 0u) << what;
+        // Two layers' weights instead (a layer's casts run a layer ahead).
+        size_t layer = 0;
+        for (int kind = 0; kind < gpt_detail::kNumLinear; ++kind) {
+          int64_t N, K;
+          gpt_detail::LinearShape(cached.model, kind, &N, &K);
+          layer += static_cast<size_t>(N * K);
+        }
+        EXPECT_EQ(rb.at("fp8 cast scratch") - ra.at("fp8 cast scratch"), 2 * layer) << what;
+        EXPECT_EQ((*a)->allocated_bytes() - (*b)->allocated_bytes(),
+                  ra.at("fp8 weights (+T)") - 2 * layer) << what;
+        std::vector<int32_t> x(2 * 64 * accum, 3), y(2 * 64 * accum, 5);
+        StepStats sa, sb;
+        ASSERT_TRUE((*a)->Step(1, 1e-3f, x.data(), y.data(), &sa).ok());
+        ASSERT_TRUE((*b)->Step(1, 1e-3f, x.data(), y.data(), &sb).ok());
+        EXPECT_EQ(sa.weight_casts, (*a)->num_fp8_weights()) << what;
+        EXPECT_EQ(sb.weight_casts, 2 * accum * (*b)->num_fp8_weights()) << what;
+        auto cw = (*b)->CachedFp8Weight("h0.qkv.weight");
+        ASSERT_FALSE(cw.ok());
+        EXPECT_NE(cw.status().message().find("fp8.cache_weights"), std::string::npos)
+            << cw.status().message();
+      }
+    }
+  }
+  ModelOptions block = Small(false, Precision::kFp8, 2, 128, 2, 64);
+  block.fp8.mode = ScalingMode::kBlock, block.fp8.cache_weights = false;
+  auto refused = CreateCpuGpt(block);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("fp8.cache_weights: false does not run with "
+                                            "fp8.scaling: block"),
+            std::string::npos)
+      << refused.status().message();
 }
 
 TEST(MemoryReport, TheTrainerWritesItToTheMetricsAfterTheFirstStep) {
