@@ -81,9 +81,6 @@ class Fp8State {
         if (KeepsTranspose()) {
           FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8t[s]), N * K, kMemFp8Weights));
         }
-      } else if (kind == kLmHead) {  // its own buffer: cast in each pass on the compute stream
-        FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8[s]), N * K, kMemFp8Scratch));
-        w8t[s] = w8[s];
       }
       max_w = std::max(max_w, N * K);
       // (a layer's saved input: `alloc` may place it in the gradient memory of the layers below)
@@ -109,10 +106,12 @@ class Fp8State {
             alloc(reinterpret_cast<void**>(p), n * int64_t{sizeof(float)}, kMemFp8Scratch));
       }
     }
-    if (!CachesWeights()) {
-      // Two layers' weights, by the layer's parity: a layer's casts run a layer ahead of its
-      // GEMMs (PrefetchWeightCasts), into the half the layer before last has finished with. A
-      // slot's forward cast and its dgrad's transposed cast share its place (one pass at a time).
+    if (!KeepsTranspose()) {
+      // Two layers' weights (or transposed copies), by the layer's parity: a layer's casts or
+      // transposes for a pass run a layer ahead of its GEMMs (LaunchWeightCasts), into the half
+      // the layer before last has finished with. Uncached, a slot's forward cast and its dgrad's
+      // transposed cast share its place (one pass at a time); the LM head (cast on the compute
+      // stream) has a buffer of its own.
       int64_t off[kNumLinear] = {}, layer_bytes = 0;
       for (int kind = 0; kind < kNumLinear; ++kind) {
         if (!On(kind)) continue;
@@ -129,13 +128,16 @@ class Fp8State {
       for (int s = 0; s < slots - 1; ++s) {
         const int kind = s % kNumLinear;
         if (!On(kind)) continue;
-        w8[s] = w8t[s] = pair + (s / kNumLinear % 2) * layer_bytes + off[kind];
+        w8t[s] = pair + (s / kNumLinear % 2) * layer_bytes + off[kind];
+        if (!CachesWeights()) w8[s] = w8t[s];
       }
-    } else if (!KeepsTranspose() && max_w > 0) {  // one transposed weight, every slot's
-      uint8_t* wt = nullptr;
-      FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&wt), max_w, kMemFp8Scratch));
-      for (int s = 0; s < slots; ++s) {
-        if (w8[s] != nullptr) w8t[s] = wt;
+      if (On(kLmHead)) {
+        int64_t N, K;
+        LinearShape(o_.model, kLmHead, &N, &K, o_.tp_size());
+        uint8_t* own = nullptr;
+        FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&own), N * K, kMemFp8Scratch));
+        w8t[slots - 1] = own;
+        if (!CachesWeights()) w8[slots - 1] = own;
       }
     }
     FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x8), M_ * max_k, kMemFp8Scratch));
@@ -257,12 +259,11 @@ class Fp8State {
   // runs). Cleared by that step's scaling update and by ImportScales.
   bool calibrate = false;
   bool calibrate_now = false;
-  // Per (layer, kind) slot. Without fp8.keep_weight_transpose every w8t is the same scratch,
-  // which LinearBackward fills from w8 before each dgrad (KeepsTranspose false). Without
-  // fp8.cache_weights a layer's w8 and w8t are one place in the half of a two-layer buffer that
-  // the layer's parity picks (the LM head's: a buffer of its own), which each pass's cast fills:
-  // the forward's from the master weights, the backward's transposed only, also from them
-  // (CachesWeights false).
+  // Per (layer, kind) slot. Without fp8.keep_weight_transpose a layer's w8t lies in the half of
+  // a two-layer buffer that the layer's parity picks (the LM head's in a buffer of its own),
+  // filled from w8 before the layer's dgrads (KeepsTranspose false). Without fp8.cache_weights
+  // the layer's w8 is the same place, which each pass's cast fills: the forward's from the
+  // master weights, the backward's transposed only, also from them (CachesWeights false).
   std::vector<uint8_t*> w8, w8t, x8t;
   bool CachesWeights() const { return o_.fp8.cache_weights; }
   bool KeepsTranspose() const { return o_.fp8.keep_weight_transpose && CachesWeights(); }

@@ -205,8 +205,9 @@ class Gpt final : public GptModel {
   Status CastWeightT(int l, int kind, void* on);
   // Under delayed scaling a pass's layer weight casts run a layer ahead on the cast stream, beside
   // the computation (their scales are known before the pass): LaunchWeightCasts(l, ...) casts
-  // layer l's FP8 weights there (forward: CastWeight; backward: CastWeightT) and marks l; the
-  // compute stream waits for the mark before layer l. Current scaling measures each weight
+  // layer l's FP8 weights there (forward: CastWeight; backward, transposed copies not kept:
+  // CastWeightT, or the cached weight's TransposeFp8) and marks l; the compute stream waits for
+  // the mark before layer l. Current scaling measures each weight
   // first (and under TP reduces that amax on the compute stream): its casts stay in place.
   bool CastsAhead() const { return fp8_.num_weights > 0 && !fp8_.current && !fp8_.block; }
   Status LaunchWeightCasts(int l, bool backward, bool count);

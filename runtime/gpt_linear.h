@@ -136,7 +136,16 @@ Status Gpt<Ops, T>::LaunchWeightCasts(int l, bool backward, bool count) {
   }
   for (int kind = 0; kind < kNumLinear; ++kind) {
     if (!Fp8On(kind)) continue;
-    FP8RT_RETURN_IF_ERROR(backward ? CastWeightT(l, kind, on) : CastWeight(l, kind, count, on));
+    if (!backward) {
+      FP8RT_RETURN_IF_ERROR(CastWeight(l, kind, count, on));
+    } else if (!fp8_.CachesWeights()) {
+      FP8RT_RETURN_IF_ERROR(CastWeightT(l, kind, on));
+    } else {  // (the cached weight's transposed copy, not kept)
+      int64_t N, K;
+      LinearShape(kind, &N, &K);
+      const int slot = fp8_.Slot(l, kind);
+      FP8RT_RETURN_IF_ERROR(ops_->TransposeFp8(fp8_.w8t[slot], fp8_.w8[slot], N, K, on));
+    }
   }
   return ops_->MarkCast(l);
 }
@@ -218,8 +227,8 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
   const Fp8Tensor xq = fp8_.Of(l, kind, kRoleX, nullptr, fp8_.x8t[slot], M_, K);
   if (!fp8_.CachesWeights()) {  // (a layer's from LaunchWeightCasts when casts_ahead_)
     if (!(casts_ahead_ && kind != kLmHead)) FP8RT_RETURN_IF_ERROR(CastWeightT(l, kind, nullptr));
-  } else if (!fp8_.KeepsTranspose()) {  // the shared transposed copy, from the cached weight
-    ops_->Mark("fp8 transpose w");
+  } else if (!fp8_.KeepsTranspose() && !(casts_ahead_ && kind != kLmHead)) {
+    ops_->Mark("fp8 transpose w");  // the transposed copy, from the cached weight
     FP8RT_RETURN_IF_ERROR(ops_->TransposeFp8(fp8_.w8t[slot], fp8_.w8[slot], N, K));
   }
   FP8RT_ASSIGN_OR_RETURN(GemmArgs gd, Fp8Dgrad(dyq, wq, dx, kT));

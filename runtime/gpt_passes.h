@@ -88,8 +88,8 @@ template <typename Ops, typename T>
 Status Gpt<Ops, T>::BackwardPass() {
   const ModelConfig& m = o_.model;
   const int64_t C = m.n_embd, L = m.n_layer;
-  // Weights not kept between the passes: their transposed copies, cast a layer ahead.
-  casts_ahead_ = CastsAhead() && !fp8_.CachesWeights();
+  // Transposed copies not kept between the passes: cast (or transposed) a layer ahead.
+  casts_ahead_ = CastsAhead() && !fp8_.KeepsTranspose();
   if (casts_ahead_) FP8RT_RETURN_IF_ERROR(LaunchWeightCasts(static_cast<int>(L - 1), true, false));
   // logits_ holds dlogits now.
   FP8RT_RETURN_IF_ERROR(
