@@ -76,19 +76,20 @@ struct Fp8Config {
   // to zero. Later steps use delayed scaling. Default: true
   bool first_step_current = true;
   // Keep each FP8 weight's transposed copy (the dgrad GEMM's operand) beside it, written by the
-  // weight's cast once per step. false: one transposed copy at a time, transposed from the
-  // cached FP8 weight just before its dgrad: half the FP8 weights' memory (1.1 GiB at gpt-1.3b)
-  // for one transpose per linear layer and micro-batch (0.7% of the step there). Default: true
+  // weight's cast once per step. false: each layer's transposed copies are made from its cached
+  // FP8 weights a layer ahead of its dgrads (delayed scaling: on the weight-cast stream), into a
+  // buffer of two layers': 1.03 GiB less at gpt-1.3b, 0.7% of its tokens/s. Default: true
   bool keep_weight_transpose = true;
   // Keep every FP8 weight from its cast to its dgrad. false: no FP8 weight is kept between the
-  // passes: each linear layer casts its weight from the FP32 master just before its forward
-  // GEMM, in every micro-batch, and casts it again, transposed only, just before its dgrad, into
-  // one shared buffer each (as PyTorch's float8 linears cast in both passes). The codes are the
-  // same bit for bit (the same master weights, the step's same scale); the weights' amaxes and
-  // saturation counts come from the step's first forward cast. All the FP8 weights' memory (2.25
-  // GiB at gpt-1.3b) for one more read of the FP32 master per step and micro-batch;
-  // keep_weight_transpose then has no effect. Not with parallel.zero (each rank holds a shard of
-  // the master: the FP8 weights are what it gathers) or fp8.scaling: block. Default: true
+  // passes: each linear layer's weight is cast from the FP32 master for its forward GEMM, in
+  // every micro-batch, and again, transposed only, for its dgrad (delayed scaling: both a layer
+  // ahead, on the weight-cast stream), into a buffer of two layers' weights (as PyTorch's float8
+  // linears cast in both passes). The codes are the same bit for bit (the same master weights,
+  // the step's same scale); the weights' amaxes and saturation counts come from the step's first
+  // forward cast. 2.16 GiB less at gpt-1.3b for one more read of the FP32 master per pass (1.6%
+  // of its tokens/s); keep_weight_transpose then has no effect. Not with parallel.zero (each
+  // rank holds a shard of the master: the FP8 weights are what it gathers) or fp8.scaling:
+  // block. Default: true
   bool cache_weights = true;
   // Per layer kind: true runs its GEMMs in FP8. Defaults: linears in FP8, LM head in BF16.
   bool qkv = true;                 // Default: true

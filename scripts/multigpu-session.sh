@@ -258,7 +258,8 @@ if want equivx; then
   # ZeRO-1 beyond the defaults (the weight gather's overlap under each): current scaling against
   # dp 1 with current scaling, 2 micro-batches per rank against dp 1 (same global batch), and
   # fp8.keep_weight_transpose: false (each weight transposed just before its dgrad) against the
-  # default, which it must equal bit for bit.
+  # default, which it must equal bit for bit; and, without ZeRO-1, fp8.cache_weights: false
+  # against plain dp, also bit for bit.
   echo "== equivalence, ZeRO-1 variants"
   xconfig() {  # name dp zero fp8-extra [grad_accum]: small_config (fp8), then more fp8 settings
     small_config "$1" "$2" "$3" fp8 "${5:-1}"
@@ -271,7 +272,10 @@ if want equivx; then
     xconfig "eqx${n}_lean" "$n" true ", keep_weight_transpose: false"
     xconfig "eqx${n}_cur" "$n" true ", scaling: current"
     xconfig "eqx${n}_ga2" "$n" true "" 2
-    for v in keep lean cur ga2; do
+    # (plain dp: fp8.cache_weights: false does not run with ZeRO-1)
+    xconfig "eqx${n}_plain" "$n" false ""
+    xconfig "eqx${n}_uncached" "$n" false ", cache_weights: false"
+    for v in keep lean cur ga2 plain uncached; do
       run10 "eqx${n}_$v" "$n"
       echo "dp $n ZeRO-1 $v exit $?"
     done
@@ -289,7 +293,8 @@ for f in sorted(glob.glob(f"{out}/eqx[24]_*.jsonl")):
     tag = os.path.basename(f)[:-6]
     n, v = tag[3:].split("_")
     against, tol = {"keep": ("eqx1_delayed", 1e-3), "lean": (f"eqx{n}_keep", 0.0),
-                    "cur": ("eqx1_cur", 1e-3), "ga2": ("eqx1_delayed", 1e-3)}[v]
+                    "cur": ("eqx1_cur", 1e-3), "ga2": ("eqx1_delayed", 1e-3),
+                    "plain": ("eqx1_delayed", 1e-3), "uncached": (f"eqx{n}_plain", 0.0)}[v]
     d = diff(rows(against), rows(tag))
     gather = [round(r.get("weight_gather_ms", -1), 2) for r in rows(tag)][1:4]
     ok = d <= tol
