@@ -121,6 +121,15 @@ struct HostFp8 {
          << " (0x" << FloatBits(want) << ")";
 }
 
+// The GPU cast's scale_inv, amax and saturation count against the CPU's.
+void ExpectSameTelemetry(DeviceFp8& got, const HostFp8& want,
+                         DeviceBuffer<unsigned long long>& d_sat, uint64_t want_sat) {
+  const std::vector<float> scalars = got.scalars.Download();
+  EXPECT_TRUE(SameBits(scalars[1], want.scale_inv, "scale_inv"));
+  EXPECT_TRUE(SameBits(scalars[2], want.amax, "amax"));
+  EXPECT_EQ(d_sat.Download()[0], want_sat) << "saturated";
+}
+
 class QuantizeGpu : public test::GpuTest, public ::testing::WithParamInterface<Case> {
  protected:
   template <typename T>
@@ -143,11 +152,8 @@ class QuantizeGpu : public test::GpuTest, public ::testing::WithParamInterface<C
 
     EXPECT_TRUE(SameCodes(got.data.Download(), want.data, "data"));
     if (c.transpose) EXPECT_TRUE(SameCodes(got.data_t.Download(), want.data_t, "data_t"));
-    const std::vector<float> scalars = got.scalars.Download();
-    EXPECT_TRUE(SameBits(scalars[0], scale, "scale (unchanged)"));
-    EXPECT_TRUE(SameBits(scalars[1], want.scale_inv, "scale_inv"));
-    EXPECT_TRUE(SameBits(scalars[2], want.amax, "amax"));
-    EXPECT_EQ(d_sat.Download()[0], want_sat) << "saturated";
+    EXPECT_TRUE(SameBits(got.scalars.Download()[0], scale, "scale (unchanged)"));
+    ExpectSameTelemetry(got, want, d_sat, want_sat);
 
     // Dequantize the reference codes on both sides.
     std::vector<T> want_x(n), got_x;
@@ -184,10 +190,7 @@ class QuantizeGpu : public test::GpuTest, public ::testing::WithParamInterface<C
     ASSERT_TRUE(cuda::Quantize(d_in.get(), got.t, d_sat.get(), nullptr).ok());
     EXPECT_TRUE(SameCodes(got.data_t.Download(), want.data_t, "data_t"));
     EXPECT_TRUE(SameCodes(got.data.Download(), poison, "data (not written)"));
-    const std::vector<float> scalars = got.scalars.Download();
-    EXPECT_TRUE(SameBits(scalars[1], want.scale_inv, "scale_inv"));
-    EXPECT_TRUE(SameBits(scalars[2], want.amax, "amax"));
-    EXPECT_EQ(d_sat.Download()[0], want_sat) << "saturated";
+    ExpectSameTelemetry(got, want, d_sat, want_sat);
   }
 
   template <typename T>

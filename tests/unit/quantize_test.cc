@@ -87,6 +87,22 @@ TEST(QuantizeCpu, WithoutTransposeLeavesNoCopyAndSameCodes) {
   EXPECT_EQ(with.amax, without.amax);
 }
 
+// Casts a into qa and b into qb: the same transposed codes (and row-major ones when
+// compare_data), amax and saturation count, which is not zero.
+template <typename A, typename B>
+void ExpectSameCasts(const A* a, HostFp8* qa, const B* b, HostFp8* qb, bool compare_data) {
+  uint64_t sa = 0, sb = 0;
+  ASSERT_TRUE(cpu::Quantize(a, qa->t, &sa).ok());
+  ASSERT_TRUE(cpu::Quantize(b, qb->t, &sb).ok());
+  if (compare_data) {
+    EXPECT_EQ(qa->data, qb->data);
+  }
+  EXPECT_EQ(qa->data_t, qb->data_t);
+  EXPECT_EQ(qa->amax, qb->amax);
+  EXPECT_EQ(sa, sb);
+  EXPECT_GT(sa, 0u);
+}
+
 // data null, data_t given: the transposed copy alone, the same codes, amax and saturation.
 TEST(QuantizeCpu, TransposedOnlyCastWritesTheSameTransposedCodes) {
   const int64_t rows = 37, cols = 53;
@@ -94,14 +110,8 @@ TEST(QuantizeCpu, TransposedOnlyCastWritesTheSameTransposedCodes) {
   in[5] = 1e6f;  // saturates
   HostFp8 full(rows, cols, Fp8Format::kE4M3, 40.f), only(rows, cols, Fp8Format::kE4M3, 40.f);
   only.t.data = nullptr;
-  uint64_t sat_full = 0, sat_only = 0;
-  ASSERT_TRUE(cpu::Quantize(in.data(), full.t, &sat_full).ok());
-  ASSERT_TRUE(cpu::Quantize(in.data(), only.t, &sat_only).ok());
-  EXPECT_EQ(only.data_t, full.data_t);
-  EXPECT_EQ(only.amax, full.amax);
+  ExpectSameCasts(in.data(), &full, in.data(), &only, /*compare_data=*/false);
   EXPECT_EQ(only.scale_inv, full.scale_inv);
-  EXPECT_EQ(sat_only, sat_full);
-  EXPECT_GT(sat_only, 0u);
   only.t.data_t = nullptr;  // neither: refused, naming both
   const Status s = cpu::Quantize(in.data(), only.t);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
@@ -145,14 +155,8 @@ TEST(QuantizeCpu, Bf16InputMatchesFloatInputOfTheSameValues) {
   const std::vector<bf16> b = test::CastVector<bf16>(f);
   const std::vector<float> fb = test::ToFloatVector(b);
   HostFp8 qb(12, 8, Fp8Format::kE4M3, 40.f), qf(12, 8, Fp8Format::kE4M3, 40.f);
-  uint64_t sb = 0, sf = 0;
-  ASSERT_TRUE(cpu::Quantize(b.data(), qb.t, &sb).ok());
-  ASSERT_TRUE(cpu::Quantize(fb.data(), qf.t, &sf).ok());
-  EXPECT_EQ(qb.data, qf.data);
-  EXPECT_EQ(qb.data_t, qf.data_t);
-  EXPECT_EQ(qb.amax, qf.amax);
-  EXPECT_EQ(sb, sf);
-  EXPECT_GT(sb, 0u);  // 40 * N(0, 10) exceeds 448 for about a quarter of the values
+  // (40 * N(0, 10) exceeds 448 for about a quarter of the values: both saturate)
+  ExpectSameCasts(b.data(), &qb, fb.data(), &qf, /*compare_data=*/true);
 }
 
 // Round trip: with the scale from the amax, every value in the normal range comes back within
