@@ -40,7 +40,9 @@ namespace fp8rt {
 // QuantizeDbiasGeluGrad: QuantizeDbias of in[i] = GeluBackward's din[i] = T(dout[i] *
 //   GELU'(pre[i])) (kernels/gelu.h), computed in the same pass: the GELU backward fused into the
 //   cast of the gradient it produces. The CUDA version's codes equal those of cuda::GeluBackward
-//   followed by cuda::QuantizeDbias.
+//   followed by cuda::QuantizeDbias. With pre_e4m3, pre[i] = Fp8Decode(pre_e4m3[i], E4M3) (scale
+//   1: a GELU input saved in FP8, fp8.gelu_input_fp8), whose values T holds exactly: the result
+//   is the T version's for those values, bit for bit.
 // Preconditions (InvalidArgument otherwise): rows, cols >= 0; data (Quantize: data or data_t),
 // scale, scale_inv non-null;
 // scale_inv distinct from scale; data_t, when given, distinct from data; margin in 0..32.
@@ -59,6 +61,9 @@ Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias,
 template <typename T>
 Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, float* dbias,
                              uint64_t* saturated = nullptr);
+template <typename T>
+Status QuantizeDbiasGeluGrad(const T* dout, const uint8_t* pre_e4m3, const Fp8Tensor& out,
+                             float* dbias, uint64_t* saturated = nullptr);
 template <typename T>
 Status Dequantize(const Fp8Tensor& in, T* out);
 template <typename T>
@@ -96,6 +101,10 @@ template <typename T>
 Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, float* dbias,
                              unsigned long long* saturated, void* scratch, size_t scratch_bytes,
                              cudaStream_t stream);
+template <typename T>
+Status QuantizeDbiasGeluGrad(const T* dout, const uint8_t* pre_e4m3, const Fp8Tensor& out,
+                             float* dbias, unsigned long long* saturated, void* scratch,
+                             size_t scratch_bytes, cudaStream_t stream);
 template <typename T>
 Status Dequantize(const Fp8Tensor& in, T* out, cudaStream_t stream);
 template <typename T>

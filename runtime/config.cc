@@ -225,6 +225,7 @@ Result<RunConfig> ParseRunConfig(const std::string& yaml_text) {
                                   {"first_step_current", Bool(&f.first_step_current)},
                                   {"keep_weight_transpose", Bool(&f.keep_weight_transpose)},
                                   {"cache_weights", Bool(&f.cache_weights)},
+                                  {"gelu_input_fp8", Bool(&f.gelu_input_fp8)},
                                   {"layers", fields({{"qkv", Bool(&f.qkv)},
                                                      {"attn_proj", Bool(&f.attn_proj)},
                                                      {"fc", Bool(&f.fc)},

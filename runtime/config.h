@@ -91,6 +91,14 @@ struct Fp8Config {
   // rank holds a shard of the master: the FP8 weights are what it gathers) or fp8.scaling:
   // block. Default: true
   bool cache_weights = true;
+  // gpt2: save each layer's GELU input (the FC output, which the GELU backward reads) in FP8,
+  // E4M3 at scale 1, instead of in BF16: half its memory (1.5 GiB at gpt-1.3b). Lossy: the
+  // backward's GELU'(x) reads x with 3 mantissa bits (an error of at most 1/16 of x; values
+  // above 448 read as 448, where GELU' is 1). The forward is unchanged. The GELU backward fused
+  // into the FC gradient's cast reads the codes directly; elsewhere (the calibrating first step,
+  // current and block scaling, BF16 FC2) they are dequantized first. Not with llama (SwiGLU).
+  // Default: false
+  bool gelu_input_fp8 = false;
   // Per layer kind: true runs its GEMMs in FP8. Defaults: linears in FP8, LM head in BF16.
   bool qkv = true;                 // Default: true
   bool attn_proj = true;           // Default: true

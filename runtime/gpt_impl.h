@@ -193,9 +193,10 @@ class Gpt final : public GptModel {
   // by GELU'(dgelu_aux) from the dgrad GEMM's epilogue where cuBLASLt can (*dgelu_done set).
   // With dy_gelu_pre, this layer's output gradient is GELU'(dy_gelu_pre) * dy, applied by the
   // FP8 cast of dy (QuantizeDbiasGeluGrad): only where FusesGeluIntoDyCast(kind).
+  // dy_gelu_pre8: the same from the E4M3 codes of fp8.gelu_input_fp8.
   Status LinearBackward(int l, int kind, T* dx, float* dw, float* db, const T* dy, const T* x,
                         const T* dgelu_aux = nullptr, bool* dgelu_done = nullptr,
-                        const T* dy_gelu_pre = nullptr);
+                        const T* dy_gelu_pre = nullptr, const uint8_t* dy_gelu_pre8 = nullptr);
   // The FP8 weights' casts from the FP32 master. CastWeight: (l, kind)'s for the forward GEMM
   // (with its kept transposed copy), counting saturation when `count` (the step's first cast);
   // CastWeightT: the transposed copy alone, for the dgrad, of a weight not kept between the
@@ -308,6 +309,19 @@ class Gpt final : public GptModel {
   // Activations, per layer where the backward needs them.
   T* encoded_ = nullptr;  // (B, T, C)
   std::vector<T*> ln1_, qkv_, atty_, res2_, ln2_, fch_, fch_gelu_, res3_;
+  // fp8.gelu_input_fp8: each layer's FC output saved as E4M3 codes at scale 1 (fch_ is then one
+  // buffer for every layer); pre_scale_: that scale and its inverse, [1, 1].
+  std::vector<uint8_t*> fch8_;
+  float* pre_scale_ = nullptr;
+  bool GeluInputFp8() const { return o_.precision == Precision::kFp8 && o_.fp8.gelu_input_fp8; }
+  Fp8Tensor GeluInputTensor(int l) const {
+    int64_t N, K;
+    LinearShape(kFc, &N, &K);
+    Fp8Tensor t;
+    t.data = fch8_[l], t.rows = M_, t.cols = N, t.format = Fp8Format::kE4M3;
+    t.scale = pre_scale_, t.scale_inv = pre_scale_ + 1;
+    return t;
+  }
   // The attention's input per layer: qkv_ itself, or (grouped-query attention) qkv_ with its
   // key/value heads expanded (M, 3 * NH/tp * HS); qkv_ is then one buffer for every layer.
   std::vector<T*> attq_;

@@ -153,8 +153,9 @@ Status Gpt<Ops, T>::LaunchWeightCasts(int l, bool backward, bool count) {
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db, const T* dy,
                                    const T* x, const T* dgelu_aux, bool* dgelu_done,
-                                   const T* dy_gelu_pre) {
-  if (dy_gelu_pre != nullptr && (db == nullptr || !FusesGeluIntoDyCast(kind))) {
+                                   const T* dy_gelu_pre, const uint8_t* dy_gelu_pre8) {
+  if ((dy_gelu_pre != nullptr || dy_gelu_pre8 != nullptr) &&
+      (db == nullptr || !FusesGeluIntoDyCast(kind))) {
     return Status::Internal(StrCat("LinearBackward: layer kind ", kind,
                                    " cannot apply the GELU backward in its dy cast"));
   }
@@ -208,7 +209,10 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
     FP8RT_RETURN_IF_ERROR(CurrentScale(l, kind, kRoleDy, dy, M_ * N,
                                        SplitOverTp(kind, kRoleDy) ? o_.tp : nullptr));
   }
-  if (dy_gelu_pre != nullptr) {  // never while calibrating (FusesGeluIntoDyCast)
+  if (dy_gelu_pre8 != nullptr) {  // (the same, the GELU input's FP8 codes read directly)
+    ops_->Mark("fp8 cast dy (+T, +dbias, +gelu bwd)");
+    FP8RT_RETURN_IF_ERROR(ops_->QuantizeDbiasGeluGrad(dy, dy_gelu_pre8, dyq, db, dy_saturated));
+  } else if (dy_gelu_pre != nullptr) {  // never while calibrating (FusesGeluIntoDyCast)
     ops_->Mark("fp8 cast dy (+T, +dbias, +gelu bwd)");
     FP8RT_RETURN_IF_ERROR(ops_->QuantizeDbiasGeluGrad(dy, dy_gelu_pre, dyq, db, dy_saturated));
   } else if (db != nullptr) {

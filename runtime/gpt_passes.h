@@ -78,6 +78,10 @@ Status Gpt<Ops, T>::GptBlockForward(int l, const T* res, bool cast_weights) {
     ops_->Mark("gelu fwd");
     FP8RT_RETURN_IF_ERROR(ops_->Gelu(fch_gelu_[l], fch_[l], M_ * PerLayer(kFcB)));
   }
+  if (GeluInputFp8()) {  // (fch_ is every layer's buffer: the backward reads these codes)
+    ops_->Mark("fp8 save gelu input");
+    FP8RT_RETURN_IF_ERROR(ops_->Quantize(fch_[l], GeluInputTensor(l), nullptr));
+  }
   FP8RT_RETURN_IF_ERROR(LinearForward(l, kFcProj, res3_[l], fch_gelu_[l],
                                       lead ? Wl(kFcProjB, l) : nullptr, cast_weights, nullptr,
                                       nullptr, /*residual=*/lead ? res2_[l] : nullptr));
@@ -141,6 +145,13 @@ template <typename Ops, typename T>
 Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
   const int64_t C = o_.model.n_embd;
   bool dgelu_done = false;
+  // fp8.gelu_input_fp8: the FC output's codes go to the GELU backward fused into FC's dY cast as
+  // they are; any other reader gets them dequantized into fch_ first.
+  const bool pre8_in_cast = GeluInputFp8() && Fp8On(kFcProj) && FusesGeluIntoDyCast(kFc);
+  if (GeluInputFp8() && !pre8_in_cast) {
+    ops_->Mark("fp8 dequantize gelu input");
+    FP8RT_RETURN_IF_ERROR(ops_->Dequantize(GeluInputTensor(l), fch_[l]));
+  }
   if (Recomputes(kFcProj)) {
     ops_->Mark("gelu recompute");
     FP8RT_RETURN_IF_ERROR(ops_->Gelu(fch_gelu_[l], fch_[l], M_ * PerLayer(kFcB)));
@@ -159,8 +170,9 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln2_[l], ln2_mean_[l], ln2_rstd_[l], res2_[l],
                                                  Wl(kLn2W, l), Wl(kLn2B, l), M_, C));
   }
-  FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFc, dc1_, Gl(kFcW, l), Gl(kFcB, l), d4c_, ln2_[l],
-                                       nullptr, nullptr, gelu_in_cast ? fch_[l] : nullptr));
+  FP8RT_RETURN_IF_ERROR(LinearBackward(
+      l, kFc, dc1_, Gl(kFcW, l), Gl(kFcB, l), d4c_, ln2_[l], nullptr, nullptr,
+      gelu_in_cast && !pre8_in_cast ? fch_[l] : nullptr, pre8_in_cast ? fch8_[l] : nullptr));
   FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "FC input-gradient all-reduce (TP)"));
   ops_->Mark("layernorm bwd");
   FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, Gl(kLn2W, l), Gl(kLn2B, l), dc1_, res2_[l],

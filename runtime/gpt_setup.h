@@ -64,6 +64,11 @@ Status Gpt<Ops, T>::Setup() {
         "its rows of a weight and the 128x128 blocks' scales would need all-gathering with the "
         "bytes; use plain data parallelism (parallel.zero: false) or fp8.scaling: delayed");
   }
+  if (GeluInputFp8() && Llama()) {
+    return Status::InvalidArgument(
+        "fp8.gelu_input_fp8 saves gpt2's GELU input in FP8; llama's SwiGLU keeps its inputs in "
+        "BF16: remove it or use model.arch: gpt2");
+  }
   if (fp8 && !o_.fp8.cache_weights && (Zero() || o_.fp8.mode == ScalingMode::kBlock)) {
     return Status::InvalidArgument(StrCat(
         "fp8.cache_weights: false does not run with ",
@@ -157,12 +162,22 @@ Status Gpt<Ops, T>::Setup() {
       {&atty_, Ct, Fp8On(kAttProj) && !ops_->AttentionReadsOutput(as, kT)},
       {&res2_, C, false},
       {&ln2_, C, Fp8On(kFc) || Recomputes(kFc)},
-      {&fch_, Nfc, false},
+      {&fch_, Nfc, GeluInputFp8()},
       {&fch_gelu_, Kfc2, Fp8On(kFcProj) || Recomputes(kFcProj)},
       {&res3_, C, false},
   };
   for (const auto& a : activations)
     FP8RT_RETURN_IF_ERROR(per_layer(a.v, M_ * a.per_token, a.shared));
+  if (GeluInputFp8()) {  // (placed like the other saved buffers)
+    mem_category_ = kMemFp8Saved;
+    fch8_.assign(L, nullptr);
+    for (int64_t l = 0; l < L; ++l) FP8RT_RETURN_IF_ERROR(AllocLayer(&fch8_[l], M_ * Nfc, l));
+    mem_category_ = kMemOther;
+    FP8RT_RETURN_IF_ERROR(Alloc(&pre_scale_, 2));
+    const float one[2] = {1.0f, 1.0f};
+    FP8RT_RETURN_IF_ERROR(ops_->Upload(pre_scale_, one, sizeof one));
+    mem_category_ = kMemActivations;
+  }
   if (Gqa()) {
     FP8RT_RETURN_IF_ERROR(per_layer(&attq_, M_ * 3 * Ct, false));
   } else {

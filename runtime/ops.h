@@ -207,6 +207,16 @@ class CpuOps {
                                Counter* saturated) {
     return cpu::QuantizeDbiasGeluGrad(dout, pre, out, dbias, saturated);
   }
+  // pre as E4M3 codes at scale 1 (fp8.gelu_input_fp8).
+  template <typename T>
+  Status QuantizeDbiasGeluGrad(const T* dout, const uint8_t* pre, const Fp8Tensor& out,
+                               float* dbias, Counter* saturated) {
+    return cpu::QuantizeDbiasGeluGrad(dout, pre, out, dbias, saturated);
+  }
+  template <typename T>
+  Status Dequantize(const Fp8Tensor& in, T* out) {
+    return cpu::Dequantize(in, out);
+  }
   Status UpdateScaling(const ScalingState& s, const DelayedScalingConfig& c) {
     return cpu::UpdateDelayedScaling(s, c);
   }

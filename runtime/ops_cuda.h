@@ -407,6 +407,17 @@ class CudaOps {
     return cuda::QuantizeDbiasGeluGrad(dout, pre, out, dbias, saturated, scratch_, scratch_bytes_,
                                        stream_);
   }
+  // pre as E4M3 codes at scale 1 (fp8.gelu_input_fp8).
+  template <typename T>
+  Status QuantizeDbiasGeluGrad(const T* dout, const uint8_t* pre, const Fp8Tensor& out,
+                               float* dbias, Counter* saturated) {
+    return cuda::QuantizeDbiasGeluGrad(dout, pre, out, dbias, saturated, scratch_, scratch_bytes_,
+                                       stream_);
+  }
+  template <typename T>
+  Status Dequantize(const Fp8Tensor& in, T* out) {
+    return cuda::Dequantize(in, out, stream_);
+  }
   Status UpdateScaling(const ScalingState& s, const DelayedScalingConfig& c) {
     return cuda::UpdateDelayedScaling(s, c, stream_);
   }

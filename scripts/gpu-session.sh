@@ -110,9 +110,13 @@ if [[ $parts == *memory* ]]; then
     > configs/_lean.yaml
   sed 's/amax_algo: max}/amax_algo: max, cache_weights: false}/' configs/gpt-1.3b.yaml \
     > configs/_uncached.yaml
+  sed 's/amax_algo: max}/amax_algo: max, gelu_input_fp8: true}/' configs/gpt-1.3b.yaml \
+    > configs/_gelu8.yaml
+  sed 's/amax_algo: max}/amax_algo: max, cache_weights: false, gelu_input_fp8: true}/' \
+    configs/gpt-1.3b.yaml > configs/_uncached_gelu8.yaml
   # MEM_VARIANTS: precision:variant pairs (variants: base, new, saved = train.recompute: false,
   # recompute = train.recompute: true, keep_t, lean = without kept FP8 weight transposes,
-  # uncached = fp8.cache_weights: false).
+  # uncached = fp8.cache_weights: false, gelu8 = fp8.gelu_input_fp8: true, uncachedgelu8 = both).
   for r in $(seq "$REPS"); do
     for pv in ${MEM_VARIANTS:-bf16:base bf16:new bf16:recompute fp8:base fp8:new fp8:lean}; do
       p=${pv%:*}; v=${pv#*:}; bin=$B/fp8train; cfg=configs/gpt-1.3b.yaml
@@ -122,6 +126,8 @@ if [[ $parts == *memory* ]]; then
       [ $v = keep_t ] && cfg=configs/_keep_t.yaml
       [ $v = lean ] && cfg=configs/_lean.yaml
       [ $v = uncached ] && cfg=configs/_uncached.yaml
+      [ $v = gelu8 ] && cfg=configs/_gelu8.yaml
+      [ $v = uncachedgelu8 ] && cfg=configs/_uncached_gelu8.yaml
       timeout 240 "$bin" --config $cfg --device cuda:0 --precision $p --steps "$STEPS_13B" \
         --memory-report --metrics "$OUT/mem_${v}_${p}_$r.jsonl" > "$OUT/mem_${v}_${p}_$r.log" 2>&1
       echo "$v $p run $r exit $?"

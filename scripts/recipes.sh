@@ -5,7 +5,9 @@
 # and the plot. From the repository root with bundle/ and data/ carried.
 # Usage: scripts/recipes.sh. Environment: RECIPES (default "bf16 delayed current": bf16, or an
 # fp8.scaling mode), SEEDS (default "1337"), STEPS (default: the config's 2000), CONFIG, OUT,
-# FP8RT_BIN (default bundle/bin), RUN_TIMEOUT (seconds a run, default 400).
+# FP8RT_BIN (default bundle/bin), RUN_TIMEOUT (seconds a run, default 400), FP8_EXTRA (more
+# fp8 fields for the fp8 recipes, e.g. ", gelu_input_fp8: true") with TAG_SUFFIX (added to
+# those runs' recipe names, e.g. "-gelu8", so that they sit beside the plain runs in one OUT).
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 B=${FP8RT_BIN:-bundle/bin}
@@ -20,11 +22,13 @@ rc=0
 for seed in ${SEEDS:-1337}; do
   for r in ${RECIPES:-bf16 delayed current}; do
     tag=${r}_s$seed
+    [ "$r" = bf16 ] || tag=${r}${TAG_SUFFIX:-}_s$seed
     sed -e "s|\.\./data/|$PWD/data/|g" "$CONFIG" > "$OUT/$tag.yaml"
     if [ "$r" = bf16 ]; then
       sed -i "s/^precision:.*/precision: bf16/" "$OUT/$tag.yaml"
     else
       sed -i "s/^precision:.*/precision: fp8/; s/^fp8: {/fp8: {scaling: $r, /" "$OUT/$tag.yaml"
+      [ -n "${FP8_EXTRA:-}" ] && sed -i "s/^\(fp8: {.*\)}/\1${FP8_EXTRA}}/" "$OUT/$tag.yaml"
     fi
     sed -i "s/^name:.*/name: $tag/; s/weight_decay: 0.1,/weight_decay: 0.1, seed: $seed,/" "$OUT/$tag.yaml"
     timeout "${RUN_TIMEOUT:-400}" $B/fp8train --config "$OUT/$tag.yaml" ${STEPS:+--steps $STEPS} \

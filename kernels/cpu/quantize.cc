@@ -161,8 +161,21 @@ Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, 
   return QuantizeDbias(in.data(), out, dbias, saturated);
 }
 
+template <typename T>
+Status QuantizeDbiasGeluGrad(const T* dout, const uint8_t* pre_e4m3, const Fp8Tensor& out,
+                             float* dbias, uint64_t* saturated) {
+  const int64_t n = out.numel();
+  if (n > 0 && pre_e4m3 == nullptr) {
+    return Status::InvalidArgument("QuantizeDbiasGeluGrad: dout and pre must be non-null");
+  }
+  std::vector<T> pre(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  for (int64_t i = 0; i < n; ++i) pre[i] = T(Fp8Decode(pre_e4m3[i], Fp8Format::kE4M3));
+  return QuantizeDbiasGeluGrad(dout, pre.data(), out, dbias, saturated);
+}
+
 #define FP8RT_INSTANTIATE(T)                                          \
   template Status Quantize<T>(const T*, const Fp8Tensor&, uint64_t*); \
+  template Status QuantizeDbiasGeluGrad<T>(const T*, const uint8_t*, const Fp8Tensor&, float*, uint64_t*); \
   template Status QuantizeDbiasGeluGrad<T>(const T*, const T*, const Fp8Tensor&, float*, uint64_t*); \
   template Status QuantizeDbias<T>(const T*, const Fp8Tensor&, float*, uint64_t*); \
   template Status Dequantize<T>(const Fp8Tensor&, T*);                \

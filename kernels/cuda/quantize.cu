@@ -93,6 +93,19 @@ __device__ __forceinline__ void LoadVec(const T* __restrict__ p, float (&x)[kN])
   }
 }
 
+// 4 E4M3 codes at scale 1 (a GELU input saved in FP8, fp8.gelu_input_fp8), aligned to 4 bytes.
+template <int kN>
+__device__ __forceinline__ void LoadVec(const uint8_t* __restrict__ p, float (&x)[kN]) {
+  static_assert(kN == 4);
+  const uint32_t w = *reinterpret_cast<const uint32_t*>(p);
+  const float2 a = Decode2<Fp8Format::kE4M3>(static_cast<uint16_t>(w & 0xffffu));
+  const float2 b = Decode2<Fp8Format::kE4M3>(static_cast<uint16_t>(w >> 16));
+  x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
+}
+__device__ __forceinline__ float LoadF(const uint8_t* p) {
+  return cuda_detail::Decode<Fp8Format::kE4M3>(*p);
+}
+
 // Stores 4 * kWords codes (one 4-, 8- or 16-byte store) at p, aligned to that size.
 template <int kWords>
 __device__ __forceinline__ void StoreCodes(uint8_t* p, const uint32_t (&w)[kWords]) {
@@ -158,10 +171,11 @@ constexpr int kCtSmemPieces = kSubC * kWarpSize * kPitch;
 // One tile. kFull: the tile lies inside the tensor and every pointer/stride allows vector
 // access; otherwise every element is bounds-checked (edge tiles and odd shapes).
 // kGelu: the input is GELU'(pre) * in, rounded to T as GeluBackward would store it (the GELU
-// backward fused into the cast of its output).
-template <typename T, Fp8Format F, bool kFull, bool kGelu>
+// backward fused into the cast of its output). P: pre's type, T or uint8_t (E4M3 codes at
+// scale 1, whose values T holds exactly).
+template <typename T, typename P, Fp8Format F, bool kFull, bool kGelu>
 __device__ __forceinline__ void CastTransposeTile(const T* __restrict__ in,
-                                                  const T* __restrict__ pre,
+                                                  const P* __restrict__ pre,
                                                   uint8_t* __restrict__ data,
                                                   uint8_t* __restrict__ data_t, int64_t rows,
                                                   int64_t cols, float scale, int64_t tile_r,
@@ -277,9 +291,9 @@ __device__ __forceinline__ void CastTransposeTile(const T* __restrict__ in,
 // the right band (columns full_c..) of the rows above; full_r = full_c = 0 makes that every
 // tile. Two kernels rather than one branch, so the guarded code does not cost the fast path
 // registers.
-template <typename T, Fp8Format F, bool kFull, bool kGelu>
+template <typename T, typename P, Fp8Format F, bool kFull, bool kGelu>
 __global__ void __launch_bounds__(kCtThreads)
-    CastTransposeKernel(const T* __restrict__ in, const T* __restrict__ pre,
+    CastTransposeKernel(const T* __restrict__ in, const P* __restrict__ pre,
                         uint8_t* __restrict__ data,
                         uint8_t* __restrict__ data_t, int64_t rows, int64_t cols,
                         const float* __restrict__ scale_ptr, float* __restrict__ scale_inv,
@@ -304,7 +318,7 @@ __global__ void __launch_bounds__(kCtThreads)
     }
   }
   Telemetry tel;
-  CastTransposeTile<T, F, kFull, kGelu>(in, pre, data, data_t, rows, cols, scale, tr * kTileR,
+  CastTransposeTile<T, P, F, kFull, kGelu>(in, pre, data, data_t, rows, cols, scale, tr * kTileR,
                                         tc * kTileC, smem, tel, colsum, partials);
   CommitTelemetry<kCtThreads>(tel, amax, saturated);
   if (write_scale_inv && blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = ScaleInv(scale);
@@ -489,14 +503,14 @@ unsigned FlatGrid(int64_t n) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > (1 << 20) ? (1 << 20) : blocks));
 }
 
-template <typename T, Fp8Format F, bool kFull>
-cudaError_t LaunchCastTransposeKernel(int64_t blocks, const T* in, const T* pre,
+template <typename T, typename P, Fp8Format F, bool kFull>
+cudaError_t LaunchCastTransposeKernel(int64_t blocks, const T* in, const P* pre,
                                       const Fp8Tensor& out, unsigned long long* saturated,
                                       int64_t full_r, int64_t full_c, int64_t tiles_c,
                                       bool write_scale_inv, float* partials, cudaStream_t stream) {
   if (blocks == 0) return cudaSuccess;
-  auto* kernel = pre != nullptr ? CastTransposeKernel<T, F, kFull, true>
-                                : CastTransposeKernel<T, F, kFull, false>;
+  auto* kernel = pre != nullptr ? CastTransposeKernel<T, P, F, kFull, true>
+                                : CastTransposeKernel<T, P, F, kFull, false>;
   kernel<<<static_cast<unsigned>(blocks), kCtThreads, 0, stream>>>(
       in, pre, out.data, out.data_t, out.rows, out.cols, out.scale, out.scale_inv, out.amax, saturated,
       full_r, full_c, tiles_c, write_scale_inv, partials);
@@ -525,15 +539,15 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-template <typename T>
+template <typename T, typename P = T>
 Status LaunchCastTranspose(const T* in, const Fp8Tensor& out, unsigned long long* saturated,
                            cudaStream_t stream, float* partials = nullptr,
-                           const T* pre = nullptr) {
+                           const P* pre = nullptr) {
   const int64_t rows = out.rows, cols = out.cols;
   // The fast kernel needs vector access everywhere: input rows aligned for kSubC-element loads,
   // data rows for 4-byte stores, and 8-row pieces of data_t for 8-byte stores.
   const bool vector_ok = cols % kSubC == 0 && rows % kSubR == 0 && Aligned(in, kSubC * sizeof(T)) &&
-                         (pre == nullptr || Aligned(pre, kSubC * sizeof(T))) &&
+                         (pre == nullptr || Aligned(pre, kSubC * sizeof(P))) &&
                          Aligned(out.data, kSubC) && Aligned(out.data_t, kSubR);
   const int64_t tiles_r = (rows + kTileR - 1) / kTileR;
   const int64_t tiles_c = (cols + kTileC - 1) / kTileC;
@@ -548,11 +562,11 @@ Status LaunchCastTranspose(const T* in, const Fp8Tensor& out, unsigned long long
   }
   cudaError_t err = cudaSuccess;
   cuda_detail::DispatchFp8(out.format, [&]<Fp8Format F>() {
-    err = LaunchCastTransposeKernel<T, F, true>(interior, in, pre, out, saturated, full_r, full_c,
-                                                tiles_c, true, partials, stream);
+    err = LaunchCastTransposeKernel<T, P, F, true>(interior, in, pre, out, saturated, full_r,
+                                                   full_c, tiles_c, true, partials, stream);
     if (err != cudaSuccess) return;
-    err = LaunchCastTransposeKernel<T, F, false>(edge, in, pre, out, saturated, full_r, full_c,
-                                                 tiles_c, interior == 0, partials, stream);
+    err = LaunchCastTransposeKernel<T, P, F, false>(edge, in, pre, out, saturated, full_r, full_c,
+                                                    tiles_c, interior == 0, partials, stream);
   });
   if (err != cudaSuccess) {
     return Status::Internal(
@@ -591,8 +605,8 @@ size_t QuantizeDbiasScratchBytes(int64_t rows, int64_t cols) {
 }
 
 namespace {
-template <typename T>
-Status QuantizeDbiasImpl(const char* op, const T* in, const T* pre, const Fp8Tensor& out,
+template <typename T, typename P>
+Status QuantizeDbiasImpl(const char* op, const T* in, const P* pre, const Fp8Tensor& out,
                          float* dbias, unsigned long long* saturated, void* scratch,
                          size_t scratch_bytes, cudaStream_t stream) {
   FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor(op, out));
@@ -623,8 +637,8 @@ template <typename T>
 Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias,
                      unsigned long long* saturated, void* scratch, size_t scratch_bytes,
                      cudaStream_t stream) {
-  return QuantizeDbiasImpl<T>("QuantizeDbias", in, nullptr, out, dbias, saturated, scratch,
-                              scratch_bytes, stream);
+  return QuantizeDbiasImpl<T, T>("QuantizeDbias", in, nullptr, out, dbias, saturated, scratch,
+                                 scratch_bytes, stream);
 }
 
 template <typename T>
@@ -634,8 +648,19 @@ Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, 
   if (out.numel() > 0 && pre == nullptr) {
     return Status::InvalidArgument("QuantizeDbiasGeluGrad: pre is null");
   }
-  return QuantizeDbiasImpl<T>("QuantizeDbiasGeluGrad", dout, pre, out, dbias, saturated, scratch,
-                              scratch_bytes, stream);
+  return QuantizeDbiasImpl<T, T>("QuantizeDbiasGeluGrad", dout, pre, out, dbias, saturated,
+                                 scratch, scratch_bytes, stream);
+}
+
+template <typename T>
+Status QuantizeDbiasGeluGrad(const T* dout, const uint8_t* pre_e4m3, const Fp8Tensor& out,
+                             float* dbias, unsigned long long* saturated, void* scratch,
+                             size_t scratch_bytes, cudaStream_t stream) {
+  if (out.numel() > 0 && pre_e4m3 == nullptr) {
+    return Status::InvalidArgument("QuantizeDbiasGeluGrad: pre is null");
+  }
+  return QuantizeDbiasImpl<T, uint8_t>("QuantizeDbiasGeluGrad", dout, pre_e4m3, out, dbias,
+                                       saturated, scratch, scratch_bytes, stream);
 }
 
 template <typename T>
@@ -709,6 +734,8 @@ Status QuantizeCurrentScaling(const T* in, const Fp8Tensor& out, int margin,
   template Status QuantizeDbias<T>(const T*, const Fp8Tensor&, float*, unsigned long long*,       \
                                    void*, size_t, cudaStream_t);                                  \
   template Status QuantizeDbiasGeluGrad<T>(const T*, const T*, const Fp8Tensor&, float*,          \
+                                           unsigned long long*, void*, size_t, cudaStream_t);    \
+  template Status QuantizeDbiasGeluGrad<T>(const T*, const uint8_t*, const Fp8Tensor&, float*,    \
                                            unsigned long long*, void*, size_t, cudaStream_t);
 FP8RT_INSTANTIATE(float)
 FP8RT_INSTANTIATE(bf16)

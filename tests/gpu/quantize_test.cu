@@ -299,6 +299,53 @@ class QuantizeGpu : public test::GpuTest, public ::testing::WithParamInterface<C
     EXPECT_TRUE(test::AllClose(got_db, want_db, tol, "dbias vs CPU"));
   }
 
+  // The GELU input as E4M3 codes at scale 1 (fp8.gelu_input_fp8): bit for bit the T version
+  // given the codes' values (which T holds exactly), on the GPU; and the CPU's codes version
+  // within the GELU's float tolerance.
+  template <typename T>
+  void RunDbiasGeluGradE4m3() {
+    const Case& c = GetParam();
+    const int64_t rows = c.shape.rows, cols = c.shape.cols, n = rows * cols;
+    const std::vector<T> dout = test::CastVector<T>(Inputs(n, 61 + n));
+    const std::vector<float> x = test::RandomUniform(n, 63 + n, -6.f, 6.f);
+    std::vector<uint8_t> codes(n);
+    std::vector<T> decoded(n);
+    for (int64_t i = 0; i < n; ++i) {
+      codes[i] = Fp8Encode(i % 97 == 5 ? 1e4f : x[i], Fp8Format::kE4M3);
+      decoded[i] = T(Fp8Decode(codes[i], Fp8Format::kE4M3));
+    }
+    const float scale = SaturatingScale(c.format);
+    const std::vector<float> db0 = test::RandomNormal(cols, 65);
+    DeviceBuffer<T> d_dout(dout), d_dec(decoded);
+    DeviceBuffer<uint8_t> d_codes(codes);
+    DeviceBuffer<uint8_t> scratch(cuda::QuantizeDbiasScratchBytes(rows, cols));
+    DeviceFp8 from_codes(rows, cols, c.format, true, scale, 0.125f);
+    DeviceFp8 from_values(rows, cols, c.format, true, scale, 0.125f);
+    DeviceBuffer<float> db_codes(db0), db_values(db0);
+    DeviceBuffer<unsigned long long> sat_codes(std::vector<unsigned long long>{0});
+    DeviceBuffer<unsigned long long> sat_values(std::vector<unsigned long long>{0});
+    Status st = cuda::QuantizeDbiasGeluGrad(d_dout.get(), d_codes.get(), from_codes.t,
+                                            db_codes.get(), sat_codes.get(), scratch.get(),
+                                            scratch.size(), nullptr);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    st = cuda::QuantizeDbiasGeluGrad(d_dout.get(), d_dec.get(), from_values.t, db_values.get(),
+                                     sat_values.get(), scratch.get(), scratch.size(), nullptr);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_TRUE(SameCodes(from_codes.data.Download(), from_values.data.Download(), "data"));
+    EXPECT_TRUE(SameCodes(from_codes.data_t.Download(), from_values.data_t.Download(), "data_t"));
+    EXPECT_TRUE(SameBits(from_codes.scalars.Download()[2], from_values.scalars.Download()[2], "amax"));
+    EXPECT_EQ(sat_codes.Download()[0], sat_values.Download()[0]) << "saturated";
+    const std::vector<float> got_db = db_codes.Download(), values_db = db_values.Download();
+    for (int64_t i = 0; i < cols; ++i) {
+      ASSERT_TRUE(SameBits(got_db[i], values_db[i], "dbias")) << "column " << i;
+    }
+    HostFp8 want(rows, cols, c.format, true, scale, 0.125f);
+    std::vector<float> want_db = db0;
+    ASSERT_TRUE(cpu::QuantizeDbiasGeluGrad(dout.data(), codes.data(), want.t, want_db.data()).ok());
+    const test::Tolerance tol{1e-2 * static_cast<double>(rows) + 1e-3, 1e-2, 0};
+    EXPECT_TRUE(test::AllClose(got_db, want_db, tol, "dbias vs CPU"));
+  }
+
   template <typename T>
   void RunAmax() {
     const Case& c = GetParam();
@@ -369,6 +416,14 @@ TEST_P(QuantizeDbiasGpu, TransposedOnlyCastMatchesReference) {
     RunTransposedOnly<float>();
   } else {
     RunTransposedOnly<bf16>();
+  }
+}
+
+TEST_P(QuantizeDbiasGpu, GeluGradFromE4m3CodesMatchesTheDecodedValues) {
+  if (GetParam().dtype == DType::kFloat32) {
+    RunDbiasGeluGradE4m3<float>();
+  } else {
+    RunDbiasGeluGradE4m3<bf16>();
   }
 }
 

@@ -314,6 +314,69 @@ TEST(MemoryReport, UncachedFp8WeightsChangeNoNumberAndSaveTheirMemory) {
       << refused.status().message();
 }
 
+// fp8.gelu_input_fp8: gpt2's FC outputs saved as E4M3 codes instead of T. The forward (and so the
+// first loss) is unchanged; the gradients move by the GELU derivative's rounding, a little; the
+// saved activations shrink by L x B x T x 4C values and the FP8 saved inputs grow by as many
+// bytes. The GELU backward fused into FC's dY cast (delayed scaling after the first step) and the
+// dequantized path (the calibrating first step, current scaling) both train. llama: refused.
+TEST(MemoryReport, Fp8GeluInputSavesItsMemoryAndStaysClose) {
+  for (const ScalingMode mode : {ScalingMode::kDelayed, ScalingMode::kCurrent}) {
+    ModelOptions bf = Small(false, Precision::kFp8, 3, 128, 2, 64);
+    bf.share_grad_memory = false;  // (exact accounting)
+    bf.fp8.mode = mode;
+    ModelOptions e4 = bf;
+    e4.fp8.gelu_input_fp8 = true;
+    const std::string what = ScalingModeName(mode);
+    auto a = CreateCpuGpt(bf);
+    auto b = CreateCpuGpt(e4);
+    ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+    auto ra = Report(**a), rb = Report(**b);
+    const size_t values = size_t{3} * 128 * 4 * 128;  // L x (B x T) x 4C
+    EXPECT_EQ(ra.at("saved activations") - rb.at("saved activations"), values * sizeof(float))
+        << what;
+    EXPECT_EQ(rb.at("fp8 saved inputs") - ra.at("fp8 saved inputs"), values) << what;
+    EXPECT_LT((*b)->allocated_bytes(), (*a)->allocated_bytes()) << what;
+    std::vector<int32_t> x(128), y(128);
+    for (int i = 0; i < 128; ++i) x[i] = (i * 37 + 11) % 256, y[i] = (i * 53 + 7) % 256;
+    ModelOptions f32 = bf;
+    f32.precision = Precision::kFp32;
+    auto ref = CreateCpuGpt(f32);
+    ASSERT_TRUE(ref.ok());
+    for (auto* m : {a->get(), b->get(), ref->get()}) ASSERT_TRUE(m->InitRandom(5).ok());
+    std::vector<float> ga, gb, gr;
+    float la = 0, lb = 0, lr = 0;
+    ASSERT_TRUE((*a)->Gradients(x.data(), y.data(), &la, &ga).ok());
+    ASSERT_TRUE((*b)->Gradients(x.data(), y.data(), &lb, &gb).ok());
+    ASSERT_TRUE((*ref)->Gradients(x.data(), y.data(), &lr, &gr).ok());
+    EXPECT_EQ(la, lb) << what << ": the forward must not change";
+    auto rel = [](const std::vector<float>& p, const std::vector<float>& q) {
+      double d2 = 0, n2 = 0;
+      for (size_t i = 0; i < p.size(); ++i) {
+        d2 += (double{p[i]} - q[i]) * (double{p[i]} - q[i]), n2 += double{q[i]} * q[i];
+      }
+      return std::sqrt(d2 / n2);
+    };
+    // (FP8's own error against FP32 is about 0.11 here; the codes add nothing visible to it)
+    std::cout << what << ": gradients' relative L2 to FP32: fp8 " << rel(ga, gr)
+              << ", with the GELU input in E4M3 " << rel(gb, gr) << "; between them "
+              << rel(gb, ga) << "\n";
+    EXPECT_GT(rel(gb, ga), 0.0) << what << ": the codes must be what the backward reads";
+    EXPECT_LT(rel(gb, gr), 1.1 * rel(ga, gr)) << what;
+    for (int step = 1; step <= 4; ++step) {  // (step 1 calibrates: the dequantized path)
+      StepStats sa, sb;
+      ASSERT_TRUE((*a)->Step(step, 1e-3f, x.data(), y.data(), &sa).ok());
+      ASSERT_TRUE((*b)->Step(step, 1e-3f, x.data(), y.data(), &sb).ok());
+      EXPECT_NEAR(sb.loss, sa.loss, 0.01 * sa.loss) << what << " step " << step;
+    }
+  }
+  ModelOptions llama = Small(true, Precision::kFp8, 2, 128, 2, 64);
+  llama.fp8.gelu_input_fp8 = true;
+  auto refused = CreateCpuGpt(llama);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("fp8.gelu_input_fp8"), std::string::npos)
+      << refused.status().message();
+}
+
 TEST(MemoryReport, TheTrainerWritesItToTheMetricsAfterTheFirstStep) {
   test::TempDir dir("fp8rt_memreport");
   const std::string corpus = test::EnglishCorpus(dir.str() + "/corpus.txt");

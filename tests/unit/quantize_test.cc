@@ -259,9 +259,40 @@ TEST(QuantizeCpu, DbiasGeluGradIsGeluBackwardThenDbias) {
   EXPECT_EQ(t1, t2);
   EXPECT_EQ(a1, a2);
   EXPECT_EQ(db1, db2);
-  const Status st = cpu::QuantizeDbiasGeluGrad<float>(dout.data(), nullptr, q2, db2.data());
+  const Status st =
+      cpu::QuantizeDbiasGeluGrad<float>(dout.data(), static_cast<const float*>(nullptr), q2,
+                                        db2.data());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("pre"), std::string::npos) << st.ToString();
+}
+
+// The GELU input as E4M3 codes at scale 1 (fp8.gelu_input_fp8): the same result as the T
+// version given the codes' values, which T holds exactly; saturated codes read as +-448.
+TEST(QuantizeCpu, DbiasGeluGradFromE4m3CodesIsTheDecodedValuesVersion) {
+  const int64_t rows = 7, cols = 9, n = rows * cols;
+  std::vector<bf16> dout(n);
+  std::vector<uint8_t> codes(n);
+  std::vector<bf16> decoded(n);
+  for (int64_t i = 0; i < n; ++i) {
+    dout[i] = bf16(0.3f * static_cast<float>(i % 7) - 0.9f);
+    codes[i] = Fp8Encode(0.41f * static_cast<float>(i) - 9.0f, Fp8Format::kE4M3);
+  }
+  codes[3] = Fp8Encode(1e5f, Fp8Format::kE4M3);  // satfinite: 448
+  for (int64_t i = 0; i < n; ++i) decoded[i] = bf16(Fp8Decode(codes[i], Fp8Format::kE4M3));
+  EXPECT_EQ(ToFloat(decoded[3]), 448.f);
+  HostFp8 a(rows, cols, Fp8Format::kE5M2, 4.f), b(rows, cols, Fp8Format::kE5M2, 4.f);
+  std::vector<float> dba(cols, 1.f), dbb(cols, 1.f);
+  uint64_t sa = 0, sb = 0;
+  ASSERT_TRUE(cpu::QuantizeDbiasGeluGrad(dout.data(), decoded.data(), a.t, dba.data(), &sa).ok());
+  ASSERT_TRUE(cpu::QuantizeDbiasGeluGrad(dout.data(), codes.data(), b.t, dbb.data(), &sb).ok());
+  EXPECT_EQ(a.data, b.data);
+  EXPECT_EQ(a.data_t, b.data_t);
+  EXPECT_EQ(a.amax, b.amax);
+  EXPECT_EQ(dba, dbb);
+  EXPECT_EQ(sa, sb);
+  const Status st = cpu::QuantizeDbiasGeluGrad(dout.data(), static_cast<const uint8_t*>(nullptr),
+                                               b.t, dbb.data());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
 }
 
 TEST(QuantizeCpu, CurrentScalingUsesThisTensorsAmax) {
