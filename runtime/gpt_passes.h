@@ -35,6 +35,9 @@ Status Gpt<Ops, T>::ForwardPass(const int32_t* x_host, const int32_t* y_host, bo
     res = res3_[l];
   }
   casts_ahead_ = false;
+  if (GeluInputFp8()) {  // (the last layer's GELU input codes, before anything reads them)
+    FP8RT_RETURN_IF_ERROR(ops_->WaitCast(static_cast<int>(2 * m.n_layer - 1)));
+  }
   if (Llama()) {
     ops_->Mark("rmsnorm fwd");
     FP8RT_RETURN_IF_ERROR(ops_->RmsNormForward(lnf_, lnf_rstd_, res, W(kLnfW), M_, C));
@@ -72,15 +75,23 @@ Status Gpt<Ops, T>::GptBlockForward(int l, const T* res, bool cast_weights) {
   FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln2_[l], ln2_mean_[l], ln2_rstd_[l], res2_[l],
                                                Wl(kLn2W, l), Wl(kLn2B, l), M_, C));
   bool gelu_done = false;
+  if (GeluInputFp8() && l > 0) {  // (layer l - 1's codes are cast from fch_: done before FC)
+    ops_->Mark("wait for the gelu input's cast");
+    FP8RT_RETURN_IF_ERROR(ops_->WaitCast(static_cast<int>(o_.model.n_layer) + l - 1));
+  }
   FP8RT_RETURN_IF_ERROR(LinearForward(l, kFc, fch_[l], ln2_[l], Wl(kFcB, l), cast_weights,
                                       fch_gelu_[l], &gelu_done));
   if (!gelu_done) {
     ops_->Mark("gelu fwd");
     FP8RT_RETURN_IF_ERROR(ops_->Gelu(fch_gelu_[l], fch_[l], M_ * PerLayer(kFcB)));
   }
-  if (GeluInputFp8()) {  // (fch_ is every layer's buffer: the backward reads these codes)
-    ops_->Mark("fp8 save gelu input");
-    FP8RT_RETURN_IF_ERROR(ops_->Quantize(fch_[l], GeluInputTensor(l), nullptr));
+  if (GeluInputFp8()) {
+    // The codes the backward reads, cast on the cast stream beside FC2 and the next layer's start;
+    // fch_ is every layer's buffer, so the next layer's FC waits for mark L + l before writing it.
+    void* on = ops_->ForkCast();
+    if (Ops::kDevice && on == nullptr) return Status::Internal("could not fork the cast stream");
+    FP8RT_RETURN_IF_ERROR(ops_->Quantize(fch_[l], GeluInputTensor(l), nullptr, on));
+    FP8RT_RETURN_IF_ERROR(ops_->MarkCast(static_cast<int>(o_.model.n_layer) + l));
   }
   FP8RT_RETURN_IF_ERROR(LinearForward(l, kFcProj, res3_[l], fch_gelu_[l],
                                       lead ? Wl(kFcProjB, l) : nullptr, cast_weights, nullptr,

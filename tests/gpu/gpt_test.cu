@@ -188,5 +188,37 @@ TEST_F(GptGpu, UncachedFp8WeightsGiveTheCachedNumbers) {
   }
 }
 
+// fp8.gelu_input_fp8: the GPU model (the codes cast on the cast stream, read by the fused GELU
+// backward; dequantized in the calibrating first step and under current scaling) follows the CPU
+// emulation of the same option, and its first loss (the forward is unchanged) is the plain
+// model's.
+TEST_F(GptGpu, Fp8GeluInputTracksTheCpuEmulation) {
+  if (test::ComputeCapability() < 89) GTEST_SKIP() << "FP8 needs compute capability 8.9";
+  for (const ScalingMode mode : {ScalingMode::kDelayed, ScalingMode::kCurrent}) {
+    SCOPED_TRACE(ScalingModeName(mode));
+    ModelOptions o = Small(Precision::kFp8);
+    o.fp8.mode = mode;
+    o.fp8.gelu_input_fp8 = true;
+    ModelOptions plain = o;
+    plain.fp8.gelu_input_fp8 = false;
+    auto cpu = CreateCpuGpt(o);
+    auto gpu = CreateCudaGpt(o, 0);
+    auto ref = CreateCudaGpt(plain, 0);
+    ASSERT_TRUE(cpu.ok() && gpu.ok() && ref.ok()) << gpu.status().ToString();
+    for (GptModel* m : {cpu->get(), gpu->get(), ref->get()}) ASSERT_TRUE(m->InitRandom(3).ok());
+    std::vector<int32_t> x, y;
+    for (int step = 1; step <= 12; ++step) {
+      Batch(&x, &y, 128, step % 4);
+      StepStats sc, sg, sr;
+      ASSERT_TRUE((*cpu)->Step(step, 3e-3f, x.data(), y.data(), &sc).ok());
+      ASSERT_TRUE((*gpu)->Step(step, 3e-3f, x.data(), y.data(), &sg).ok());
+      ASSERT_TRUE((*ref)->Step(step, 3e-3f, x.data(), y.data(), &sr).ok());
+      ASSERT_TRUE(std::isfinite(sg.loss));
+      if (step == 1) EXPECT_EQ(sg.loss, sr.loss) << "the forward must not change";
+      EXPECT_NEAR(sg.loss, sc.loss, 0.03 * sc.loss) << "step " << step;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fp8rt
