@@ -45,6 +45,10 @@ class CudnnAttention {
   // Device workspace Forward and Backward need for `s` (the larger of the two; 0 before Prepare).
   // Nothing in it survives from Forward to Backward.
   size_t WorkspaceBytes(const AttentionShape& s) const;
+  // Each pass's own (0 before Prepare): Forward's and Backward's workspaces may lie in different
+  // memory (the model puts them in buffers dead during that pass).
+  size_t ForwardWorkspaceBytes(const AttentionShape& s) const;
+  size_t BackwardWorkspaceBytes(const AttentionShape& s) const;
 
   // No host synchronisation; Prepare(s) must have succeeded. Pointers 16-byte aligned (cudaMalloc
   // gives 256). out (B, T, C) and stats (B, NH, T) are overwritten.

@@ -71,13 +71,14 @@ enum MemCategory {
   kMemActivations,   // activations saved for the backward (T), attention statistics
   kMemLogits,        // the LM head's logits (T), reused in place for their gradient; the same
                      // memory holds the buffers dead while they live (shared activations, most
-                     // of the backward's scratch)
+                     // of the backward's scratch, cuDNN attention's workspaces)
   kMemActGrads,      // the backward's activation gradients (T)
   kMemFp8Weights,    // FP8 weights, cast once per step, and their transposed copies
   kMemFp8Saved,      // FP8 (transposed) copies of the linear layers' inputs, saved for wgrad
   kMemFp8Scratch,    // the shared FP8 casts of the current input and output gradient
   kMemScaling,       // FP8 scale state: amaxes, histories, scales, saturation counters
-  kMemWorkspace,     // op scratch (attention, embedding and LayerNorm backward, norms)
+  kMemWorkspace,     // op scratch (embedding and LayerNorm backward, norms; attention's where
+                     // cuDNN does not run it)
   kMemOther,         // token ids, per-step scalars, gather buffers
   kNumMemCategories
 };

@@ -212,34 +212,44 @@ Status Gpt<Ops, T>::Setup() {
   transient.emplace_back(&d4c_, M_ * std::max(Nfc, Kfc2));
   if (Llama()) transient.emplace_back(&dffn_, M_ * Kfc2);
   {
-    // One allocation: the logits from its start, and over them the transient buffers one after
-    // another (256-byte aligned).
+    // One allocation: the logits from its start, and over them the backward's transient buffers,
+    // then the per-layer shared ones (256-byte aligned). cuDNN attention's workspaces lie over what
+    // is dead while each pass's attention runs: the backward's over the shared buffers (every
+    // reader of which in a layer's backward is done before, or starts after, its attention), the
+    // forward's over the backward's transients (after the shared buffers where they do not fit).
     auto aligned = [](int64_t n) { return (n * static_cast<int64_t>(sizeof(T)) + 255) / 256 * 256; };
-    int64_t bytes = 0, dres_at = 0;
-    for (const auto& [v, n] : transient_layers) bytes += aligned(n);
-    for (const auto& [p, n] : transient) {
-      if (p == &dres_) dres_at = bytes;
-      bytes += aligned(n);
-    }
+    auto up = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+    int64_t a = 0, b = 0;
+    for (const auto& [p, n] : transient) a += aligned(n);
+    for (const auto& [v, n] : transient_layers) b += aligned(n);
+    size_t fwd_ws = 0, bwd_ws = 0;
+    ops_->AttentionWorkspaceBytes(Att(), kT, &fwd_ws, &bwd_ws);
+    const int64_t bwd_at = a;
+    const int64_t fwd_at = static_cast<int64_t>(fwd_ws) <= a ? 0 : a + b;
     // The sparse embedding gradient's gathered rows and tokens (every DP rank's): read after the
-    // backward, written from the end of the embedding backward, when only dres_ (their source)
-    // is live here. Before dres_ where they fit, else after the transient buffers.
+    // backward, written from the end of the embedding backward, when only dres_ (their source,
+    // the arena's first buffer) is live here: right after it.
     const int64_t D = Dp() ? o_.dp->size() : 1;
     const int64_t emb_bytes = emb_plan_.sparse ? aligned(D * M_ * C) + D * M_ * 4 : 0;
-    const int64_t emb_at = emb_bytes <= dres_at ? 0 : bytes;
+    const int64_t emb_at = aligned(M_ * C);
     mem_category_ = kMemLogits;
     uint8_t* arena = nullptr;
-    FP8RT_RETURN_IF_ERROR(Alloc(&arena, std::max(emb_at + emb_bytes,
-                                                 std::max(bytes, M_ * Vp * static_cast<int64_t>(sizeof(T))))));
+    FP8RT_RETURN_IF_ERROR(Alloc(
+        &arena, std::max({emb_at + emb_bytes, a + b, bwd_at + up(static_cast<int64_t>(bwd_ws)),
+                          fwd_at + up(static_cast<int64_t>(fwd_ws)),
+                          M_ * Vp * static_cast<int64_t>(sizeof(T))})));
     logits_ = reinterpret_cast<T*>(arena);
     int64_t at = 0;
+    for (const auto& [p, n] : transient) {
+      *p = reinterpret_cast<T*>(arena + at);
+      at += aligned(n);
+    }
     for (const auto& [v, n] : transient_layers) {
       v->assign(L, reinterpret_cast<T*>(arena + at));
       at += aligned(n);
     }
-    for (const auto& [p, n] : transient) {
-      *p = reinterpret_cast<T*>(arena + at);
-      at += aligned(n);
+    if (fwd_ws + bwd_ws > 0) {
+      ops_->SetAttentionWorkspaces(arena + fwd_at, fwd_ws, arena + bwd_at, bwd_ws);
     }
     if (emb_plan_.sparse) {
       emb_rows_ = reinterpret_cast<T*>(arena + emb_at);

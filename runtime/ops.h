@@ -240,6 +240,11 @@ class CpuOps {
   Status JoinComm() { return Status::Ok(); }
   Status MarkComm(int, void*) { return Status::Ok(); }
   Status WaitComm(int) { return Status::Ok(); }
+  // cuDNN attention's workspaces (ops_cuda.h): none on the CPU.
+  void AttentionWorkspaceBytes(const AttentionShape&, DType, size_t* fwd, size_t* bwd) {
+    *fwd = *bwd = 0;
+  }
+  void SetAttentionWorkspaces(void*, size_t, void*, size_t) {}
   // The weight-cast stream (ops_cuda.h): on the CPU every cast runs when called.
   void* ForkCast() { return nullptr; }
   Status MarkCast(int) { return Status::Ok(); }

@@ -150,7 +150,9 @@ class CudaOps {
           StrCat("--attention cannot run B=", s.B, " T=", s.T, " NH=", s.NH, " HS=", s.HS, ": ",
                  attention_mode_ == AttentionMode::kCudnn ? cudnn_refusal_ : flash_refusal_));
     }
-    size_t need = path == AttentionMode::kCudnn   ? cudnn_->WorkspaceBytes(s)
+    // (cuDNN's workspaces where the model gave them their own memory: SetAttentionWorkspaces)
+    size_t need = path == AttentionMode::kCudnn
+                      ? (attn_ws_set_ ? 0 : cudnn_->WorkspaceBytes(s))
                   : path == AttentionMode::kFlash ? cuda::FlashAttentionScratchBytes(s)
                                                   : AttentionScratchBytes(s, t);
     auto emb = cuda::EmbeddingBackwardScratchBytes(std::max(M, gathered_rows), 1, V, C);
@@ -164,6 +166,22 @@ class CudaOps {
     return ReserveScratch(need);
   }
   cudaStream_t stream() const { return stream_; }
+  // cuDNN attention's forward and backward workspaces for shape s (0 and 0 on the other paths,
+  // whose scratch is small and stays in the op scratch). May build cuDNN's plans.
+  void AttentionWorkspaceBytes(const AttentionShape& s, DType t, size_t* fwd, size_t* bwd) {
+    *fwd = *bwd = 0;
+    if (PathFor(s, t) != AttentionMode::kCudnn) return;
+    *fwd = cudnn_->ForwardWorkspaceBytes(s);
+    *bwd = cudnn_->BackwardWorkspaceBytes(s);
+  }
+  // The memory cuDNN attention's forward and backward use from now on instead of the op scratch
+  // (the model's buffers that are dead during each pass's attention); before ReserveScratchFor,
+  // which then leaves them out.
+  void SetAttentionWorkspaces(void* fwd, size_t fwd_bytes, void* bwd, size_t bwd_bytes) {
+    attn_fwd_ws_ = fwd, attn_fwd_bytes_ = fwd_bytes;
+    attn_bwd_ws_ = bwd, attn_bwd_bytes_ = bwd_bytes;
+    attn_ws_set_ = true;
+  }
 
   // --profile-ops: Mark(op) before each op of a step, EndProfileStep() after the step's sync.
   void EnableProfile(bool on) { prof_.Enable(on, stream_); }
@@ -323,8 +341,10 @@ class CudaOps {
     if constexpr (std::is_same_v<T, bf16>) {
       switch (PathFor(s, DType::kBFloat16)) {
         case AttentionMode::kCudnn:
-          return cudnn_->Forward(out, static_cast<float*>(saved), qkv, s, scratch_, scratch_bytes_,
-                                 stream_);
+          return attn_ws_set_ ? cudnn_->Forward(out, static_cast<float*>(saved), qkv, s,
+                                                attn_fwd_ws_, attn_fwd_bytes_, stream_)
+                              : cudnn_->Forward(out, static_cast<float*>(saved), qkv, s, scratch_,
+                                                scratch_bytes_, stream_);
         case AttentionMode::kFlash:
           return cuda::FlashAttentionForward(out, static_cast<float*>(saved), qkv, s, stream_);
         default:
@@ -341,7 +361,8 @@ class CudaOps {
       switch (PathFor(s, DType::kBFloat16)) {
         case AttentionMode::kCudnn:
           return cudnn_->Backward(dqkv, dout, qkv, out, static_cast<const float*>(saved), s,
-                                  scratch_, scratch_bytes_, stream_);
+                                  attn_ws_set_ ? attn_bwd_ws_ : scratch_,
+                                  attn_ws_set_ ? attn_bwd_bytes_ : scratch_bytes_, stream_);
         case AttentionMode::kFlash:
           return cuda::FlashAttentionBackward(dqkv, dout, qkv, out,
                                               static_cast<const float*>(saved), scratch_,
@@ -641,6 +662,9 @@ class CudaOps {
   std::vector<std::pair<AttentionShape, AttentionMode>> paths_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  bool attn_ws_set_ = false;
+  void *attn_fwd_ws_ = nullptr, *attn_bwd_ws_ = nullptr;
+  size_t attn_fwd_bytes_ = 0, attn_bwd_bytes_ = 0;
   DeviceOpProfiler prof_;
 };
 

@@ -809,9 +809,15 @@ Status CudnnAttention::Prepare(const AttentionShape& s) {
 }
 
 size_t CudnnAttention::WorkspaceBytes(const AttentionShape& s) const {
+  return std::max(ForwardWorkspaceBytes(s), BackwardWorkspaceBytes(s));
+}
+size_t CudnnAttention::ForwardWorkspaceBytes(const AttentionShape& s) const {
   auto it = impl_->plans.find(KeyOf(s));
-  if (it == impl_->plans.end()) return 0;
-  return std::max(it->second->fwd->workspace_bytes(), it->second->bwd_total);
+  return it == impl_->plans.end() ? 0 : it->second->fwd->workspace_bytes();
+}
+size_t CudnnAttention::BackwardWorkspaceBytes(const AttentionShape& s) const {
+  auto it = impl_->plans.find(KeyOf(s));
+  return it == impl_->plans.end() ? 0 : it->second->bwd_total;
 }
 
 namespace {
@@ -910,6 +916,8 @@ Status CudnnAttention::Prepare(const AttentionShape&) {
   return Status::Unavailable("cuDNN attention: built without the cuDNN headers");
 }
 size_t CudnnAttention::WorkspaceBytes(const AttentionShape&) const { return 0; }
+size_t CudnnAttention::ForwardWorkspaceBytes(const AttentionShape&) const { return 0; }
+size_t CudnnAttention::BackwardWorkspaceBytes(const AttentionShape&) const { return 0; }
 Status CudnnAttention::Forward(bf16*, float*, const bf16*, const AttentionShape&, void*, size_t,
                                cudaStream_t) {
   return Status::Unavailable("cuDNN attention: built without the cuDNN headers");
