@@ -94,8 +94,10 @@ struct Fp8Config {
   // gpt2: save each layer's GELU input (the FC output, which the GELU backward reads) in FP8,
   // E4M3 at scale 1, instead of in BF16: half its memory (1.5 GiB at gpt-1.3b). Lossy: the
   // backward's GELU'(x) reads x with 3 mantissa bits (an error of at most 1/16 of x; values
-  // above 448 read as 448, where GELU' is 1). The forward is unchanged. The GELU backward fused
-  // into the FC gradient's cast reads the codes directly; elsewhere (the calibrating first step,
+  // above 448 read as 448, where GELU' is 1). The forward is unchanged. With a BF16 FC2 and
+  // train.recompute the GELU output that FC2's weight gradient reads is recomputed from the codes
+  // too (lossy there as well). No effect outside precision: fp8. The GELU backward fused into
+  // the FC gradient's cast reads the codes directly; elsewhere (the calibrating first step,
   // current and block scaling, BF16 FC2) they are dequantized first. Not with llama (SwiGLU).
   // Default: false
   bool gelu_input_fp8 = false;

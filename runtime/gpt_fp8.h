@@ -69,7 +69,7 @@ class Fp8State {
     }
     w8.assign(slots, nullptr), w8t.assign(slots, nullptr), x8t.assign(slots, nullptr);
     ws.assign(slots, nullptr), wst.assign(slots, nullptr), xst.assign(slots, nullptr);
-    int64_t max_n = 0, max_k = 0, max_w = 0, max_xs = 0, max_dys = 0, max_dyst = 0;
+    int64_t max_n = 0, max_k = 0, max_xs = 0, max_dys = 0, max_dyst = 0;
     for (int s = 0; s < slots; ++s) {
       const int kind = s == slots - 1 ? kLmHead : s % kNumLinear;
       if (!On(kind)) continue;
@@ -82,7 +82,6 @@ class Fp8State {
           FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8t[s]), N * K, kMemFp8Weights));
         }
       }
-      max_w = std::max(max_w, N * K);
       // (a layer's saved input: `alloc` may place it in the gradient memory of the layers below)
       FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x8t[s]), M_ * K, kMemFp8Saved,
                                   kind == kLmHead ? -1 : s / kNumLinear));

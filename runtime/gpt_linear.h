@@ -115,7 +115,8 @@ Status Gpt<Ops, T>::CastWeight(int l, int kind, bool count, void* on) {
 
 // The transposed copy alone, cast again from the FP32 master weights with the scale the forward's
 // cast used (the step's, which nothing changes before the scaling update): the forward's codes,
-// transposed. The amax and saturation were the forward's to count.
+// transposed. The amax and saturation were the forward's to count. (master_ is what the forward
+// cast from: cast_src_ differs only under ZeRO-1, which fp8.cache_weights: false refuses.)
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::CastWeightT(int l, int kind, void* on) {
   int64_t N, K;

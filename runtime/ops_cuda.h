@@ -497,7 +497,7 @@ class CudaOps {
     return Status::Ok();
   }
   // The FP8 weights' casts run on a stream of their own, a layer ahead of the computation that
-  // reads them (runtime/gpt_linear.h, PrefetchWeightCasts): ForkCast makes that stream wait for
+  // reads them (runtime/gpt_linear.h, LaunchWeightCasts), and fp8.gelu_input_fp8's casts: ForkCast makes that stream wait for
   // the work enqueued on the compute stream so far and returns it, MarkCast(i) records mark i on
   // it after what is enqueued there, WaitCast(i) makes the compute stream wait for mark i.
   void* ForkCast() {
