@@ -204,6 +204,9 @@ class Gpt final : public GptModel {
   // stream.
   Status CastWeight(int l, int kind, bool count, void* on);
   Status CastWeightT(int l, int kind, void* on);
+  // The dgrad's transposed weight of (l, kind) where it is not kept (CastWeightT, or the cached
+  // weight's TransposeFp8); nothing where it is.
+  Status MakeDgradWeight(int l, int kind, void* on);
   // Under delayed scaling a pass's layer weight casts run a layer ahead on the cast stream, beside
   // the computation (their scales are known before the pass): LaunchWeightCasts(l, ...) casts
   // layer l's FP8 weights there (forward: CastWeight; backward, transposed copies not kept:

@@ -137,18 +137,23 @@ Status Gpt<Ops, T>::LaunchWeightCasts(int l, bool backward, bool count) {
   }
   for (int kind = 0; kind < kNumLinear; ++kind) {
     if (!Fp8On(kind)) continue;
-    if (!backward) {
-      FP8RT_RETURN_IF_ERROR(CastWeight(l, kind, count, on));
-    } else if (!fp8_.CachesWeights()) {
-      FP8RT_RETURN_IF_ERROR(CastWeightT(l, kind, on));
-    } else {  // (the cached weight's transposed copy, not kept)
-      int64_t N, K;
-      LinearShape(kind, &N, &K);
-      const int slot = fp8_.Slot(l, kind);
-      FP8RT_RETURN_IF_ERROR(ops_->TransposeFp8(fp8_.w8t[slot], fp8_.w8[slot], N, K, on));
-    }
+    FP8RT_RETURN_IF_ERROR(backward ? MakeDgradWeight(l, kind, on)
+                                   : CastWeight(l, kind, count, on));
   }
   return ops_->MarkCast(l);
+}
+
+// The dgrad's transposed weight where it is not kept: cast again from the master (uncached
+// weights) or transposed from the cached FP8 weight; nothing where it is kept.
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::MakeDgradWeight(int l, int kind, void* on) {
+  if (!fp8_.CachesWeights()) return CastWeightT(l, kind, on);
+  if (fp8_.KeepsTranspose()) return Status::Ok();
+  int64_t N, K;
+  LinearShape(kind, &N, &K);
+  const int slot = fp8_.Slot(l, kind);
+  if (on == nullptr) ops_->Mark("fp8 transpose w");
+  return ops_->TransposeFp8(fp8_.w8t[slot], fp8_.w8[slot], N, K, on);
 }
 
 template <typename Ops, typename T>
@@ -230,12 +235,8 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
   }
   const Fp8Tensor wq = fp8_.Of(l, kind, kRoleW, fp8_.w8[slot], fp8_.w8t[slot], N, K);
   const Fp8Tensor xq = fp8_.Of(l, kind, kRoleX, nullptr, fp8_.x8t[slot], M_, K);
-  if (!fp8_.CachesWeights()) {  // (a layer's from LaunchWeightCasts when casts_ahead_)
-    if (!(casts_ahead_ && kind != kLmHead)) FP8RT_RETURN_IF_ERROR(CastWeightT(l, kind, nullptr));
-  } else if (!fp8_.KeepsTranspose() && !(casts_ahead_ && kind != kLmHead)) {
-    ops_->Mark("fp8 transpose w");  // the transposed copy, from the cached weight
-    FP8RT_RETURN_IF_ERROR(ops_->TransposeFp8(fp8_.w8t[slot], fp8_.w8[slot], N, K));
-  }
+  // (a layer's from LaunchWeightCasts when casts_ahead_)
+  if (!(casts_ahead_ && kind != kLmHead)) FP8RT_RETURN_IF_ERROR(MakeDgradWeight(l, kind, nullptr));
   FP8RT_ASSIGN_OR_RETURN(GemmArgs gd, Fp8Dgrad(dyq, wq, dx, kT));
   ops_->Mark(kDgradNames[kind]);
   FP8RT_RETURN_IF_ERROR(run_dgrad(gd));
