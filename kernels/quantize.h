@@ -1,5 +1,6 @@
 // Casts between high precision (float, bf16) and FP8: quantize with fused amax, saturation count
-// and transposed copy; dequantize; amax alone; and current scaling (amax -> scale -> quantize).
+// and transposed copy (and with the bias gradient, GELU backward or GELU forward fused in);
+// dequantize; amax alone; and current scaling (amax -> scale -> quantize).
 #pragma once
 
 #include <cstdint>
@@ -43,9 +44,16 @@ namespace fp8rt {
 //   followed by cuda::QuantizeDbias. With pre_e4m3, pre[i] = Fp8Decode(pre_e4m3[i], E4M3) (scale
 //   1: a GELU input saved in FP8, fp8.gelu_input_fp8), whose values T holds exactly: the result
 //   is the T version's for those values, bit for bit.
-// Preconditions (InvalidArgument otherwise): rows, cols >= 0; data (Quantize: data or data_t),
-// scale, scale_inv non-null;
-// scale_inv distinct from scale; data_t, when given, distinct from data; margin in 0..32.
+// QuantizeGelu: Quantize of in[i] = T(GELU(pre[i])) (GeluForward's output, kernels/gelu.h),
+//   computed in the same pass: FC2's FP8 transposed input recomputed from the saved
+//   pre-activation in the backward. out.data_t is required; out.data may be null (a
+//   transposed-only cast). Codes, amax (of the GELU output, when out.amax is set), saturation and
+//   scale_inv are Quantize's of that input. The CUDA version's codes equal those of
+//   cuda::GeluForward followed by cuda::Quantize, the CPU's those of cpu::GeluForward followed by
+//   cpu::Quantize, bit for bit.
+// Preconditions (InvalidArgument otherwise): rows, cols >= 0; data (Quantize, QuantizeGelu: data
+// or data_t), scale, scale_inv non-null; scale_inv distinct from scale; data_t, when given,
+// distinct from data; margin in 0..32.
 // Empty tensors only write scale_inv.
 
 // The tensor preconditions above; op prefixes the message. transposed_only_ok: data may be null
@@ -64,6 +72,8 @@ Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, 
 template <typename T>
 Status QuantizeDbiasGeluGrad(const T* dout, const uint8_t* pre_e4m3, const Fp8Tensor& out,
                              float* dbias, uint64_t* saturated = nullptr);
+template <typename T>
+Status QuantizeGelu(const T* pre, const Fp8Tensor& out, uint64_t* saturated = nullptr);
 template <typename T>
 Status Dequantize(const Fp8Tensor& in, T* out);
 template <typename T>
@@ -105,6 +115,10 @@ template <typename T>
 Status QuantizeDbiasGeluGrad(const T* dout, const uint8_t* pre_e4m3, const Fp8Tensor& out,
                              float* dbias, unsigned long long* saturated, void* scratch,
                              size_t scratch_bytes, cudaStream_t stream);
+// As Quantize with data_t: one or two launches, no scratch.
+template <typename T>
+Status QuantizeGelu(const T* pre, const Fp8Tensor& out, unsigned long long* saturated,
+                    cudaStream_t stream);
 template <typename T>
 Status Dequantize(const Fp8Tensor& in, T* out, cudaStream_t stream);
 template <typename T>

@@ -173,13 +173,31 @@ Status QuantizeDbiasGeluGrad(const T* dout, const uint8_t* pre_e4m3, const Fp8Te
   return QuantizeDbiasGeluGrad(dout, pre.data(), out, dbias, saturated);
 }
 
-#define FP8RT_INSTANTIATE(T)                                          \
-  template Status Quantize<T>(const T*, const Fp8Tensor&, uint64_t*); \
-  template Status QuantizeDbiasGeluGrad<T>(const T*, const uint8_t*, const Fp8Tensor&, float*, uint64_t*); \
-  template Status QuantizeDbiasGeluGrad<T>(const T*, const T*, const Fp8Tensor&, float*, uint64_t*); \
-  template Status QuantizeDbias<T>(const T*, const Fp8Tensor&, float*, uint64_t*); \
-  template Status Dequantize<T>(const Fp8Tensor&, T*);                \
-  template Status ComputeAmax<T>(const T*, int64_t, float*);          \
+template <typename T>
+Status QuantizeGelu(const T* pre, const Fp8Tensor& out, uint64_t* saturated) {
+  FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor("QuantizeGelu", out, /*transposed_only_ok=*/true));
+  if (out.data_t == nullptr) {
+    return Status::InvalidArgument(
+        "QuantizeGelu: out.data_t is null; the GELU rides on the cast+transpose pass "
+        "(GeluForward then Quantize for data alone)");
+  }
+  const int64_t n = out.numel();
+  if (n > 0 && pre == nullptr) return Status::InvalidArgument("QuantizeGelu: pre is null");
+  std::vector<T> in(static_cast<size_t>(n));
+  if (n > 0) FP8RT_RETURN_IF_ERROR(GeluForward(in.data(), pre, n));
+  return Quantize(in.data(), out, saturated);
+}
+
+#define FP8RT_INSTANTIATE(T)                                                                   \
+  template Status Quantize<T>(const T*, const Fp8Tensor&, uint64_t*);                          \
+  template Status QuantizeDbiasGeluGrad<T>(const T*, const uint8_t*, const Fp8Tensor&, float*, \
+                                           uint64_t*);                                         \
+  template Status QuantizeDbiasGeluGrad<T>(const T*, const T*, const Fp8Tensor&, float*,       \
+                                           uint64_t*);                                         \
+  template Status QuantizeDbias<T>(const T*, const Fp8Tensor&, float*, uint64_t*);             \
+  template Status QuantizeGelu<T>(const T*, const Fp8Tensor&, uint64_t*);                      \
+  template Status Dequantize<T>(const Fp8Tensor&, T*);                                         \
+  template Status ComputeAmax<T>(const T*, int64_t, float*);                                   \
   template Status QuantizeCurrentScaling<T>(const T*, const Fp8Tensor&, int, uint64_t*);
 FP8RT_INSTANTIATE(float)
 FP8RT_INSTANTIATE(bf16)

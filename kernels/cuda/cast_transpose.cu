@@ -1,7 +1,7 @@
 // FP8 cast + transpose on the GPU: one pass over a (rows, cols) input writes both orientations
 // (data and data_t) with amax and saturation fused in; the bias-gradient casts (QuantizeDbias,
-// QuantizeDbiasGeluGrad) ride on the same tiles. cuda::Quantize (quantize.cu) calls in here when
-// it writes data_t.
+// QuantizeDbiasGeluGrad) and the GELU forward (QuantizeGelu) ride on the same tiles.
+// cuda::Quantize (quantize.cu) calls in here when it writes data_t.
 #include <cstdint>
 
 #include "common/cuda_check.h"
@@ -19,10 +19,12 @@ using cuda_detail::Aligned;
 using cuda_detail::CommitTelemetry;
 using cuda_detail::Decode2;
 using cuda_detail::Encode4;
+using cuda_detail::GeluF;
 using cuda_detail::GeluGradFor;
 using cuda_detail::kWarpSize;
 using cuda_detail::LoadF;
 using cuda_detail::LoadVec;
+using cuda_detail::Round;
 using cuda_detail::Telemetry;
 
 // 4 E4M3 codes at scale 1 (a GELU input saved in FP8, fp8.gelu_input_fp8), aligned to 4 bytes.
@@ -80,12 +82,19 @@ constexpr int kRowsPerStore = kWarpSize / kPiecesPerRow;  // data_t rows per war
 constexpr int kPitch = kPiecesPerRow + 1;
 constexpr int kCtSmemPieces = kSubC * kWarpSize * kPitch;
 
+// What the tile casts: the input as loaded, or an element-wise function of it computed in the
+// same pass and rounded to T as the unfused op would store it (the same bits).
+enum class InputOp {
+  kNone,
+  kGeluGrad,  // GELU'(pre) * in, as GeluBackward (the GELU backward fused into its output's cast)
+  kGelu,      // GELU(in), as GeluForward (FC2's transposed input recomputed from pre)
+};
+
 // One tile. kFull: the tile lies inside the tensor and every pointer/stride allows vector
 // access; otherwise every element is bounds-checked (edge tiles and odd shapes).
-// kGelu: the input is GELU'(pre) * in, rounded to T as GeluBackward would store it (the GELU
-// backward fused into the cast of its output). P: pre's type, T or uint8_t (E4M3 codes at
-// scale 1, whose values T holds exactly).
-template <typename T, typename P, Fp8Format F, bool kFull, bool kGelu>
+// kOp: see InputOp; only kGeluGrad reads pre. P: pre's type, T or uint8_t (E4M3 codes at scale
+// 1, whose values T holds exactly).
+template <typename T, typename P, Fp8Format F, bool kFull, InputOp kOp>
 __device__ __forceinline__ void CastTransposeTile(const T* __restrict__ in,
                                                   const P* __restrict__ pre,
                                                   uint8_t* __restrict__ data,
@@ -98,31 +107,42 @@ __device__ __forceinline__ void CastTransposeTile(const T* __restrict__ in,
   const int64_t r0 = tile_r + warp * kSubR;
   const int64_t c0 = tile_c + lane * kSubC;
 
-  // Load the sub-tile: all 8 rows first (and, with kGelu, their pre-activations), so every load
-  // is in flight together.
+  // Load the sub-tile: all 8 rows first (and, with kGeluGrad, their pre-activations), so every
+  // load is in flight together.
+  constexpr bool kPre = kOp == InputOp::kGeluGrad;
   float x[kSubR][kSubC];
-  float pre_x[kGelu ? kSubR : 1][kSubC];
+  float pre_x[kPre ? kSubR : 1][kSubC];
 #pragma unroll
   for (int i = 0; i < kSubR; ++i) {
     const int64_t r = r0 + i;
     if constexpr (kFull) {
       LoadVec<kSubC>(in + r * cols + c0, x[i]);
-      if constexpr (kGelu) LoadVec<kSubC>(pre + r * cols + c0, pre_x[i]);
+      if constexpr (kPre) LoadVec<kSubC>(pre + r * cols + c0, pre_x[i]);
     } else {
 #pragma unroll
       for (int j = 0; j < kSubC; ++j) {
         const bool ok = r < rows && c0 + j < cols;
         x[i][j] = ok ? LoadF(in + r * cols + c0 + j) : 0.0f;
-        if constexpr (kGelu) pre_x[i][j] = ok ? LoadF(pre + r * cols + c0 + j) : 0.0f;
+        if constexpr (kPre) pre_x[i][j] = ok ? LoadF(pre + r * cols + c0 + j) : 0.0f;
       }
     }
   }
-  if constexpr (kGelu) {
+  if constexpr (kOp == InputOp::kGeluGrad) {
 #pragma unroll
     for (int i = 0; i < kSubR; ++i) {
 #pragma unroll
       for (int j = 0; j < kSubC; ++j) {
-        const T g = cuda_detail::Round<T>(x[i][j] * GeluGradFor<T>(pre_x[i][j]));
+        const T g = Round<T>(x[i][j] * GeluGradFor<T>(pre_x[i][j]));
+        x[i][j] = LoadF(&g);
+      }
+    }
+  } else if constexpr (kOp == InputOp::kGelu) {
+    // Out-of-bounds elements load as 0 and GELU(0) = 0: they add nothing to the telemetry.
+#pragma unroll
+    for (int i = 0; i < kSubR; ++i) {
+#pragma unroll
+      for (int j = 0; j < kSubC; ++j) {
+        const T g = Round<T>(GeluF(x[i][j]));
         x[i][j] = LoadF(&g);
       }
     }
@@ -203,7 +223,7 @@ __device__ __forceinline__ void CastTransposeTile(const T* __restrict__ in,
 // the right band (columns full_c..) of the rows above; full_r = full_c = 0 makes that every
 // tile. Two kernels rather than one branch, so the guarded code does not cost the fast path
 // registers.
-template <typename T, typename P, Fp8Format F, bool kFull, bool kGelu>
+template <typename T, typename P, Fp8Format F, bool kFull, InputOp kOp>
 __global__ void __launch_bounds__(kCtThreads)
     CastTransposeKernel(const T* __restrict__ in, const P* __restrict__ pre,
                         uint8_t* __restrict__ data,
@@ -230,20 +250,19 @@ __global__ void __launch_bounds__(kCtThreads)
     }
   }
   Telemetry tel;
-  CastTransposeTile<T, P, F, kFull, kGelu>(in, pre, data, data_t, rows, cols, scale, tr * kTileR,
-                                        tc * kTileC, smem, tel, colsum, partials);
+  CastTransposeTile<T, P, F, kFull, kOp>(in, pre, data, data_t, rows, cols, scale, tr * kTileR,
+                                         tc * kTileC, smem, tel, colsum, partials);
   CommitTelemetry<kCtThreads>(tel, amax, saturated);
   if (write_scale_inv && blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = ScaleInv(scale);
 }
 
-template <typename T, typename P, Fp8Format F, bool kFull>
+template <InputOp kOp, typename T, typename P, Fp8Format F, bool kFull>
 cudaError_t LaunchCastTransposeKernel(int64_t blocks, const T* in, const P* pre,
                                       const Fp8Tensor& out, unsigned long long* saturated,
                                       int64_t full_r, int64_t full_c, int64_t tiles_c,
                                       bool write_scale_inv, float* partials, cudaStream_t stream) {
   if (blocks == 0) return cudaSuccess;
-  auto* kernel = pre != nullptr ? CastTransposeKernel<T, P, F, kFull, true>
-                                : CastTransposeKernel<T, P, F, kFull, false>;
+  auto* kernel = CastTransposeKernel<T, P, F, kFull, kOp>;
   kernel<<<static_cast<unsigned>(blocks), kCtThreads, 0, stream>>>(
       in, pre, out.data, out.data_t, out.rows, out.cols, out.scale, out.scale_inv, out.amax, saturated,
       full_r, full_c, tiles_c, write_scale_inv, partials);
@@ -272,7 +291,8 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-template <typename T, typename P = T>
+// pre: kGeluGrad's second input (null otherwise).
+template <InputOp kOp, typename T, typename P = T>
 Status LaunchCastTranspose(const T* in, const Fp8Tensor& out, unsigned long long* saturated,
                            cudaStream_t stream, float* partials = nullptr,
                            const P* pre = nullptr) {
@@ -295,11 +315,11 @@ Status LaunchCastTranspose(const T* in, const Fp8Tensor& out, unsigned long long
   }
   cudaError_t err = cudaSuccess;
   cuda_detail::DispatchFp8(out.format, [&]<Fp8Format F>() {
-    err = LaunchCastTransposeKernel<T, P, F, true>(interior, in, pre, out, saturated, full_r,
-                                                   full_c, tiles_c, true, partials, stream);
+    err = LaunchCastTransposeKernel<kOp, T, P, F, true>(interior, in, pre, out, saturated, full_r,
+                                                        full_c, tiles_c, true, partials, stream);
     if (err != cudaSuccess) return;
-    err = LaunchCastTransposeKernel<T, P, F, false>(edge, in, pre, out, saturated, full_r, full_c,
-                                                    tiles_c, interior == 0, partials, stream);
+    err = LaunchCastTransposeKernel<kOp, T, P, F, false>(
+        edge, in, pre, out, saturated, full_r, full_c, tiles_c, interior == 0, partials, stream);
   });
   if (err != cudaSuccess) {
     return Status::Internal(
@@ -315,7 +335,7 @@ namespace cuda_detail {
 template <typename T>
 Status CastTranspose(const T* in, const Fp8Tensor& out, unsigned long long* saturated,
                      cudaStream_t stream) {
-  return LaunchCastTranspose(in, out, saturated, stream);
+  return LaunchCastTranspose<InputOp::kNone>(in, out, saturated, stream);
 }
 
 template Status CastTranspose<float>(const float*, const Fp8Tensor&, unsigned long long*,
@@ -333,7 +353,7 @@ size_t QuantizeDbiasScratchBytes(int64_t rows, int64_t cols) {
 }
 
 namespace {
-template <typename T, typename P>
+template <InputOp kOp, typename T, typename P>
 Status QuantizeDbiasImpl(const char* op, const T* in, const P* pre, const Fp8Tensor& out,
                          float* dbias, unsigned long long* saturated, void* scratch,
                          size_t scratch_bytes, cudaStream_t stream) {
@@ -352,7 +372,7 @@ Status QuantizeDbiasImpl(const char* op, const T* in, const P* pre, const Fp8Ten
                                           " (QuantizeDbiasScratchBytes)"));
   }
   float* partials = static_cast<float*>(scratch);
-  FP8RT_RETURN_IF_ERROR(LaunchCastTranspose(in, out, saturated, stream, partials, pre));
+  FP8RT_RETURN_IF_ERROR(LaunchCastTranspose<kOp>(in, out, saturated, stream, partials, pre));
   const int64_t tiles_r = (out.rows + kTileR - 1) / kTileR;
   AddColumnPartialsKernel<<<static_cast<unsigned>((out.cols + 31) / 32), dim3(32, 32), 0,
                             stream>>>(dbias, partials, tiles_r, out.cols);
@@ -365,8 +385,8 @@ template <typename T>
 Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias,
                      unsigned long long* saturated, void* scratch, size_t scratch_bytes,
                      cudaStream_t stream) {
-  return QuantizeDbiasImpl<T, T>("QuantizeDbias", in, nullptr, out, dbias, saturated, scratch,
-                                 scratch_bytes, stream);
+  return QuantizeDbiasImpl<InputOp::kNone, T, T>("QuantizeDbias", in, nullptr, out, dbias,
+                                                 saturated, scratch, scratch_bytes, stream);
 }
 
 template <typename T>
@@ -376,8 +396,9 @@ Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, 
   if (out.numel() > 0 && pre == nullptr) {
     return Status::InvalidArgument("QuantizeDbiasGeluGrad: pre is null");
   }
-  return QuantizeDbiasImpl<T, T>("QuantizeDbiasGeluGrad", dout, pre, out, dbias, saturated,
-                                 scratch, scratch_bytes, stream);
+  return QuantizeDbiasImpl<InputOp::kGeluGrad, T, T>("QuantizeDbiasGeluGrad", dout, pre, out,
+                                                     dbias, saturated, scratch, scratch_bytes,
+                                                     stream);
 }
 
 template <typename T>
@@ -387,8 +408,24 @@ Status QuantizeDbiasGeluGrad(const T* dout, const uint8_t* pre_e4m3, const Fp8Te
   if (out.numel() > 0 && pre_e4m3 == nullptr) {
     return Status::InvalidArgument("QuantizeDbiasGeluGrad: pre is null");
   }
-  return QuantizeDbiasImpl<T, uint8_t>("QuantizeDbiasGeluGrad", dout, pre_e4m3, out, dbias,
-                                       saturated, scratch, scratch_bytes, stream);
+  return QuantizeDbiasImpl<InputOp::kGeluGrad, T, uint8_t>("QuantizeDbiasGeluGrad", dout,
+                                                           pre_e4m3, out, dbias, saturated,
+                                                           scratch, scratch_bytes, stream);
+}
+
+template <typename T>
+Status QuantizeGelu(const T* pre, const Fp8Tensor& out, unsigned long long* saturated,
+                    cudaStream_t stream) {
+  FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor("QuantizeGelu", out, /*transposed_only_ok=*/true));
+  if (out.data_t == nullptr) {
+    return Status::InvalidArgument(
+        "QuantizeGelu: out.data_t is null; the GELU rides on the cast+transpose pass "
+        "(GeluForward then Quantize for data alone)");
+  }
+  const int64_t n = out.numel();
+  if (n == 0) return Quantize(pre, out, saturated, stream);  // scale_inv only
+  if (pre == nullptr) return Status::InvalidArgument("QuantizeGelu: pre is null");
+  return LaunchCastTranspose<InputOp::kGelu>(pre, out, saturated, stream);
 }
 
 #define FP8RT_INSTANTIATE(T)                                                                       \
@@ -397,7 +434,8 @@ Status QuantizeDbiasGeluGrad(const T* dout, const uint8_t* pre_e4m3, const Fp8Te
   template Status QuantizeDbiasGeluGrad<T>(const T*, const T*, const Fp8Tensor&, float*,           \
                                            unsigned long long*, void*, size_t, cudaStream_t);      \
   template Status QuantizeDbiasGeluGrad<T>(const T*, const uint8_t*, const Fp8Tensor&, float*,     \
-                                           unsigned long long*, void*, size_t, cudaStream_t);
+                                           unsigned long long*, void*, size_t, cudaStream_t);      \
+  template Status QuantizeGelu<T>(const T*, const Fp8Tensor&, unsigned long long*, cudaStream_t);
 FP8RT_INSTANTIATE(float)
 FP8RT_INSTANTIATE(bf16)
 #undef FP8RT_INSTANTIATE

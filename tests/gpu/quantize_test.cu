@@ -2,11 +2,13 @@
 // orientations), amax, saturation counts and scale_inv must match exactly.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/gelu.h"
@@ -112,6 +114,24 @@ struct HostFp8 {
   return ::testing::AssertionFailure()
          << what << ": " << bad << " of " << got.size() << " codes differ; first at [" << first
          << "]: gpu 0x" << std::hex << int(got[first]) << ", cpu 0x" << int(want[first]);
+}
+
+// Codes equal or one step apart (same sign, magnitudes adjacent): two casts of values that may
+// differ by a rounding of T.
+::testing::AssertionResult SameOrNeighbourCodes(const std::vector<uint8_t>& got,
+                                                const std::vector<uint8_t>& want,
+                                                const std::string& what) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure()
+           << what << ": size " << got.size() << " vs " << want.size();
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    const int a = got[i], b = want[i];
+    if ((a & 0x80) == (b & 0x80) && std::abs((a & 0x7f) - (b & 0x7f)) <= 1) continue;
+    return ::testing::AssertionFailure() << what << ": codes at [" << i << "] differ by more than "
+                                         << "one step: gpu 0x" << std::hex << a << ", cpu 0x" << b;
+  }
+  return ::testing::AssertionSuccess();
 }
 
 ::testing::AssertionResult SameBits(float got, float want, const std::string& what) {
@@ -346,6 +366,69 @@ class QuantizeGpu : public test::GpuTest, public ::testing::WithParamInterface<C
     EXPECT_TRUE(test::AllClose(got_db, want_db, tol, "dbias vs CPU"));
   }
 
+  // QuantizeGelu: the same bits as cuda::GeluForward followed by cuda::Quantize (codes in both
+  // orientations, then the transposed-only cast; amax, saturations, scale_inv); the CPU's
+  // Quantize of the GPU's GELU output gives them too; and the CPU composite (tanh-GELU in double)
+  // gives the same codes or neighbours, its GELU moving a rounding of T at most.
+  template <typename T>
+  void RunGelu() {
+    const Case& c = GetParam();
+    const int64_t rows = c.shape.rows, cols = c.shape.cols, n = rows * cols;
+    std::vector<float> x = test::RandomNormal(n, 71 + n, 0.f, 3.f);
+    if (n > 1) x[n - 1] = -12.5f;  // GELU underflows to -0
+    if (n > 2) x[n / 2] = -40.f;
+    if (n > 3) x[n / 3] = 0.f;
+    x[0] = 1e4f;  // saturates
+    const std::vector<T> pre = test::CastVector<T>(x);
+    const float scale = SaturatingScale(c.format);
+    DeviceBuffer<T> d_pre(pre);
+    DeviceBuffer<T> d_gelu{std::vector<T>(static_cast<size_t>(n))};
+    ASSERT_TRUE(cuda::GeluForward(d_gelu.get(), d_pre.get(), n, nullptr).ok());
+    const std::vector<T> gelu = d_gelu.Download();
+    std::vector<T> cpu_gelu(n);
+    ASSERT_TRUE(cpu::GeluForward(cpu_gelu.data(), pre.data(), n).ok());
+    for (const bool transposed_only : {false, true}) {
+      SCOPED_TRACE(transposed_only ? "transposed only" : "data and data_t");
+      DeviceFp8 fused(rows, cols, c.format, true, scale, 0.125f);
+      DeviceFp8 split(rows, cols, c.format, true, scale, 0.125f);
+      const std::vector<uint8_t> poison = fused.data.Download();
+      if (transposed_only) fused.t.data = split.t.data = nullptr;
+      DeviceBuffer<unsigned long long> sat_fused(std::vector<unsigned long long>{5});
+      DeviceBuffer<unsigned long long> sat_split(std::vector<unsigned long long>{5});
+      Status st = cuda::QuantizeGelu(d_pre.get(), fused.t, sat_fused.get(), nullptr);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      st = cuda::Quantize(d_gelu.get(), split.t, sat_split.get(), nullptr);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      const std::vector<uint8_t> data = fused.data.Download(), data_t = fused.data_t.Download();
+      EXPECT_TRUE(SameCodes(data, transposed_only ? poison : split.data.Download(), "data"));
+      EXPECT_TRUE(SameCodes(data_t, split.data_t.Download(), "data_t"));
+      const std::vector<float> a = fused.scalars.Download(), b = split.scalars.Download();
+      EXPECT_TRUE(SameBits(a[1], b[1], "scale_inv"));
+      EXPECT_TRUE(SameBits(a[2], b[2], "amax"));
+      EXPECT_EQ(sat_fused.Download()[0], sat_split.Download()[0]) << "saturated";
+
+      // The CPU's cast of the GPU's GELU output: the same bits.
+      HostFp8 want(rows, cols, c.format, true, scale, 0.125f);
+      if (transposed_only) want.t.data = nullptr;
+      uint64_t want_sat = 5;
+      ASSERT_TRUE(cpu::Quantize(gelu.data(), want.t, &want_sat).ok());
+      ASSERT_GT(want_sat, 5u) << "the inputs must saturate somewhere";
+      if (!transposed_only) EXPECT_TRUE(SameCodes(data, want.data, "data vs CPU"));
+      EXPECT_TRUE(SameCodes(data_t, want.data_t, "data_t vs CPU"));
+      ExpectSameTelemetry(fused, want, sat_fused, want_sat);
+
+      // The CPU composite.
+      HostFp8 ref(rows, cols, c.format, true, scale, 0.125f);
+      if (transposed_only) ref.t.data = nullptr;
+      ASSERT_TRUE(cpu::QuantizeGelu(pre.data(), ref.t).ok());
+      if (!transposed_only) EXPECT_TRUE(SameOrNeighbourCodes(data, ref.data, "data vs CPU GELU"));
+      EXPECT_TRUE(SameOrNeighbourCodes(data_t, ref.data_t, "data_t vs CPU GELU"));
+      EXPECT_TRUE(test::AllClose({a[2]}, {ref.amax},
+                                 test::ToleranceFor(test::OpKind::kElementwise, DTypeOf<T>()),
+                                 "amax vs CPU GELU"));
+    }
+  }
+
   template <typename T>
   void RunAmax() {
     const Case& c = GetParam();
@@ -432,6 +515,14 @@ TEST_P(QuantizeDbiasGpu, GeluGradFusedMatchesGeluBackwardThenQuantizeDbias) {
     RunDbiasGeluGrad<float>();
   } else {
     RunDbiasGeluGrad<bf16>();
+  }
+}
+
+TEST_P(QuantizeDbiasGpu, GeluCastMatchesGeluForwardThenQuantize) {
+  if (GetParam().dtype == DType::kFloat32) {
+    RunGelu<float>();
+  } else {
+    RunGelu<bf16>();
   }
 }
 
@@ -549,6 +640,44 @@ TEST_F(QuantizeGpuMisc, PreconditionsAreCheckedBeforeLaunching) {
   EXPECT_NE(s2.message().find("margin=-1"), std::string::npos) << s2.message();
   const Status s3 = cuda::ComputeAmax(d_in.get(), 16, nullptr, nullptr);
   EXPECT_NE(s3.message().find("amax"), std::string::npos) << s3.message();
+}
+
+// QuantizeGelu on NaN and +-inf inputs (GELU(-inf) is NaN), on the fast path (one full fp32
+// tile) and the guarded one (7x13): the split cast's bits, NaN amax included. Then its
+// preconditions, which name the op.
+TEST_F(QuantizeGpuMisc, GeluCastNanAndInfMatchTheSplitCast) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{64, 128}, {7, 13}}) {
+    const int64_t n = rows * cols;
+    std::vector<float> pre = test::RandomNormal(n, 9, 0.f, 3.f);
+    pre[3] = std::numeric_limits<float>::quiet_NaN();
+    pre[n - 2] = INFINITY;
+    pre[n / 2] = -INFINITY;
+    DeviceBuffer<float> d_pre(pre), d_gelu(n);
+    ASSERT_TRUE(cuda::GeluForward(d_gelu.get(), d_pre.get(), n, nullptr).ok());
+    DeviceFp8 fused(rows, cols, Fp8Format::kE4M3, true, 64.f, 0.f);
+    DeviceFp8 split(rows, cols, Fp8Format::kE4M3, true, 64.f, 0.f);
+    DeviceBuffer<unsigned long long> sat_fused(std::vector<unsigned long long>{0});
+    DeviceBuffer<unsigned long long> sat_split(std::vector<unsigned long long>{0});
+    ASSERT_TRUE(cuda::QuantizeGelu(d_pre.get(), fused.t, sat_fused.get(), nullptr).ok());
+    ASSERT_TRUE(cuda::Quantize(d_gelu.get(), split.t, sat_split.get(), nullptr).ok());
+    EXPECT_TRUE(SameCodes(fused.data.Download(), split.data.Download(), "data"));
+    EXPECT_TRUE(SameCodes(fused.data_t.Download(), split.data_t.Download(), "data_t"));
+    const std::vector<float> a = fused.scalars.Download(), b = split.scalars.Download();
+    EXPECT_TRUE(std::isnan(a[2])) << "amax " << a[2];
+    EXPECT_TRUE(SameBits(a[2], b[2], "amax (NaN)"));
+    EXPECT_EQ(sat_fused.Download()[0], sat_split.Download()[0]) << "saturated";
+  }
+
+  DeviceFp8 t(4, 4, Fp8Format::kE4M3, true, 1.f, 0.f);
+  DeviceBuffer<float> d_pre(16);
+  Fp8Tensor no_t = t.t;
+  no_t.data_t = nullptr;
+  Status s = cuda::QuantizeGelu(d_pre.get(), no_t, nullptr, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("QuantizeGelu: out.data_t is null"), std::string::npos) << s.message();
+  s = cuda::QuantizeGelu<float>(nullptr, t.t, nullptr, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("QuantizeGelu: pre is null"), std::string::npos) << s.message();
 }
 
 // The FP8 byte transpose (the dgrad's weight operand) against the CPU reference on shapes that

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/gelu.h"
@@ -293,6 +295,82 @@ TEST(QuantizeCpu, DbiasGeluGradFromE4m3CodesIsTheDecodedValuesVersion) {
   const Status st = cpu::QuantizeDbiasGeluGrad(dout.data(), static_cast<const uint8_t*>(nullptr),
                                                b.t, dbb.data());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+}
+
+// QuantizeGelu is Quantize of GeluForward's output: one case's codes (both orientations, then
+// the transposed-only cast), amax and saturation count against the two steps. GELU inputs far
+// below -10 (the output underflows to -0), large positives (saturating at scale 16) and, with
+// with_nan, a NaN (the amax comes out NaN).
+template <typename T>
+void ExpectGeluCastEqualsGeluThenCast(int64_t rows, int64_t cols, bool with_nan) {
+  SCOPED_TRACE(::testing::Message() << rows << "x" << cols << (with_nan ? " with NaN" : ""));
+  const int64_t n = rows * cols;
+  std::vector<float> x = test::RandomUniform(n, 31 + n, -6.f, 6.f);
+  if (n > 2) x[n / 2] = -40.f;
+  if (n > 3) x[n / 3] = 300.f;
+  if (n > 5) x[n / 5] = -12.5f;
+  if (with_nan) x[n / 4] = std::numeric_limits<float>::quiet_NaN();
+  x[0] = 1e4f;
+  const std::vector<T> pre = test::CastVector<T>(x);
+  std::vector<T> gelu(n);
+  ASSERT_TRUE(cpu::GeluForward(gelu.data(), pre.data(), n).ok());
+  for (const bool transposed_only : {false, true}) {
+    HostFp8 want(rows, cols, Fp8Format::kE4M3, 16.f), got(rows, cols, Fp8Format::kE4M3, 16.f);
+    want.amax = got.amax = 0.125f;  // accumulated into
+    if (transposed_only) want.t.data = got.t.data = nullptr;
+    uint64_t want_sat = 3, got_sat = 3;
+    ASSERT_TRUE(cpu::Quantize(gelu.data(), want.t, &want_sat).ok());
+    const Status st = cpu::QuantizeGelu(pre.data(), got.t, &got_sat);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(got.data, want.data);
+    if (transposed_only) {
+      EXPECT_EQ(got.data, std::vector<uint8_t>(n, 0xAA)) << "data written";
+    }
+    EXPECT_EQ(got.data_t, want.data_t);
+    EXPECT_EQ(FloatBits(got.amax), FloatBits(want.amax));
+    EXPECT_EQ(std::isnan(got.amax), with_nan);
+    EXPECT_EQ(got_sat, want_sat);
+    EXPECT_GT(got_sat, 3u) << "the inputs must saturate";
+    EXPECT_EQ(got.scale_inv, 1.f / 16.f);
+  }
+}
+
+TEST(QuantizeCpu, GeluCastEqualsGeluThenCast) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {7, 13}, {33, 130}}) {
+    ExpectGeluCastEqualsGeluThenCast<float>(rows, cols, /*with_nan=*/false);
+    ExpectGeluCastEqualsGeluThenCast<bf16>(rows, cols, /*with_nan=*/false);
+    if (rows * cols > 1) {
+      ExpectGeluCastEqualsGeluThenCast<float>(rows, cols, /*with_nan=*/true);
+      ExpectGeluCastEqualsGeluThenCast<bf16>(rows, cols, /*with_nan=*/true);
+    }
+  }
+}
+
+TEST(QuantizeCpu, GeluCastPreconditionsNameTheOp) {
+  const std::vector<float> pre(4, 1.f);
+  HostFp8 q(2, 2, Fp8Format::kE4M3, 1.f);
+  Fp8Tensor bad = q.t;
+  bad.data_t = nullptr;  // the GELU rides on the cast+transpose pass
+  Status s = cpu::QuantizeGelu(pre.data(), bad);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("QuantizeGelu: out.data_t is null"), std::string::npos) << s.message();
+  bad.data = nullptr;
+  s = cpu::QuantizeGelu(pre.data(), bad);
+  EXPECT_NE(s.message().find("QuantizeGelu: data is null"), std::string::npos) << s.message();
+  s = cpu::QuantizeGelu<float>(nullptr, q.t);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("QuantizeGelu: pre is null"), std::string::npos) << s.message();
+
+  // Empty: only scale_inv is written (pre may be null).
+  HostFp8 empty(0, 16, Fp8Format::kE4M3, 4.f);
+  uint8_t unused[2] = {};
+  empty.t.data = &unused[0];
+  empty.t.data_t = &unused[1];
+  uint64_t saturated = 0;
+  ASSERT_TRUE(cpu::QuantizeGelu<bf16>(nullptr, empty.t, &saturated).ok());
+  EXPECT_EQ(empty.scale_inv, 0.25f);
+  EXPECT_EQ(empty.amax, 0.f);
+  EXPECT_EQ(saturated, 0u);
 }
 
 TEST(QuantizeCpu, CurrentScalingUsesThisTensorsAmax) {
