@@ -142,9 +142,11 @@ struct TrainConfig {
   // sample exports the weights from the device). 0: never. Default: 0
   int sample_every = 0;
   int sample_tokens = 64;  // Default: 64
-  // Layers that do not run in FP8 recompute their LayerNorm (RMSNorm) and GELU (SwiGLU) outputs
-  // in the backward instead of keeping them per layer (FP8 layers keep an FP8 copy of those
-  // inputs instead). Default: false (at gpt-1.3b in BF16: 4.4 GiB less for 2.2% of the step)
+  // The linear layers' inputs are recomputed in the backward instead of kept per layer: a layer
+  // that does not run in FP8 recomputes its LayerNorm (RMSNorm) or GELU (SwiGLU) output; an FP8
+  // block linear (per-tensor scaling) keeps no FP8 transposed copy of its input but casts it
+  // again, from the recomputed norm or activation (GELU fused into the cast) or the saved
+  // attention output. Default: false (at gpt-1.3b in BF16: 4.4 GiB less for 2.2% of the step)
   bool recompute = false;
   // With grad_accum 1 and without parallel.zero: layer l's saved activations (those that fit) lie
   // in the weight-gradient memory of layers 0..l-1, which the backward writes only after layer l's

@@ -31,8 +31,9 @@ struct ModelOptions {
   // CUDA only: the attention kernels, "auto" (cuDNN's fused flash attention where it loads and
   // takes the shape, else fp8rt's flash kernels, else GEMMs), "cudnn", "flash" or "gemm".
   std::string attention = "auto";
-  // train.recompute: non-FP8 layers recompute their normalised and activated inputs in the
-  // backward (from the saved block input, statistics and FC output) instead of saving them.
+  // train.recompute: the linear layers' normalised and activated inputs are recomputed in the
+  // backward (from the saved block input, statistics and FC output) instead of saved: T copies
+  // in non-FP8 layers, FP8 transposed copies (cast again) in FP8 ones.
   bool recompute = false;
   // train.share_gradient_memory (used with grad_accum 1 and without ZeRO-1 only).
   bool share_grad_memory = true;

@@ -82,9 +82,12 @@ class Fp8State {
           FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8t[s]), N * K, kMemFp8Weights));
         }
       }
-      // (a layer's saved input: `alloc` may place it in the gradient memory of the layers below)
-      FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x8t[s]), M_ * K, kMemFp8Saved,
-                                  kind == kLmHead ? -1 : s / kNumLinear));
+      // (a layer's saved input: `alloc` may place it in the gradient memory of the layers below;
+      // none where the backward casts it again, recast[kind]: the model points it at its scratch)
+      if (kind == kLmHead || !recast[kind]) {
+        FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x8t[s]), M_ * K, kMemFp8Saved,
+                                    kind == kLmHead ? -1 : s / kNumLinear));
+      }
       ++num_weights;
       if (!block) continue;
       // Block scales: the weight's 128x128 grid and its transpose's, the saved input's columns'.
@@ -264,6 +267,9 @@ class Fp8State {
   // the layer's w8 is the same place, which each pass's cast fills: the forward's from the
   // master weights, the backward's transposed only, also from them (CachesWeights false).
   std::vector<uint8_t*> w8, w8t, x8t;
+  // Set before Setup: the block linears whose FP8 transposed input is not saved but cast again
+  // in the backward (train.recompute); their x8t is the model's one scratch buffer.
+  bool recast[kNumLinear] = {};
   bool CachesWeights() const { return o_.fp8.cache_weights; }
   bool KeepsTranspose() const { return o_.fp8.keep_weight_transpose && CachesWeights(); }
   uint8_t* x8 = nullptr;  // the forward's row-major input cast, shared: only x8t is saved

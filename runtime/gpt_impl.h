@@ -148,6 +148,20 @@ class Gpt final : public GptModel {
   // train.recompute: the layer's input (a norm's or the activation's output) is recomputed in the
   // backward, not saved per layer (an FP8 layer saves its FP8 copy instead).
   bool Recomputes(int kind) const { return o_.recompute && !Fp8On(kind); }
+  // train.recompute in an FP8 block linear (per-tensor scaling): the FP8 transposed copy of its
+  // input is not saved per layer; the backward casts it again (RecastInput), with the forward's
+  // scale, into one scratch buffer (x8r_), from the input recomputed as a non-FP8 layer's is
+  // (the norm's output; the GELU fused into the cast) or, for the attention projection, from the
+  // saved attention output (where attention keeps it, as cuDNN's does).
+  bool RecastsInput(int kind) const {
+    if (!o_.recompute || kind >= kNumLinear || !Fp8On(kind) ||
+        o_.fp8.mode == ScalingMode::kBlock) {
+      return false;
+    }
+    return kind != kAttProj || ops_->AttentionReadsOutput(Att(), kT);
+  }
+  // x8t of (l, kind) cast again from x, or with gelu_pre from GELU(gelu_pre) in the same pass.
+  Status RecastInput(int l, int kind, const T* x, const T* gelu_pre = nullptr);
   void LinearShape(int kind, int64_t* N, int64_t* K) const {
     gpt_detail::LinearShape(o_.model, kind, N, K, o_.tp_size());
   }
@@ -316,6 +330,9 @@ class Gpt final : public GptModel {
   // buffer for every layer); pre_scale_: that scale and its inverse, [1, 1].
   std::vector<uint8_t*> fch8_;
   float* pre_scale_ = nullptr;
+  // train.recompute's FP8 transposed inputs, cast again in the backward (RecastsInput): one
+  // buffer for every layer, in the logits' arena.
+  uint8_t* x8r_ = nullptr;
   bool GeluInputFp8() const { return o_.precision == Precision::kFp8 && o_.fp8.gelu_input_fp8; }
   Fp8Tensor GeluInputTensor(int l) const {
     int64_t N, K;

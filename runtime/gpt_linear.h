@@ -71,7 +71,9 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
   }
   if (fp8_.block) return BlockLinearForward(l, kind, y, x, b, cast_w, residual);
   const int slot = fp8_.Slot(l, kind);
-  const Fp8Tensor xq = fp8_.Of(l, kind, kRoleX, fp8_.x8, fp8_.x8t[slot], M_, K);
+  // (no transposed copy where the backward casts it again: RecastsInput)
+  const bool recast = kind < kNumLinear && fp8_.recast[kind];
+  const Fp8Tensor xq = fp8_.Of(l, kind, kRoleX, fp8_.x8, recast ? nullptr : fp8_.x8t[slot], M_, K);
   comm::Communicator* const tp = o_.tp;
   if (fp8_.current) {
     FP8RT_RETURN_IF_ERROR(
@@ -111,6 +113,24 @@ Status Gpt<Ops, T>::CastWeight(int l, int kind, bool count, void* on) {
   }
   ++weight_casts_;
   return fp8_.Cast(w, wq, count ? fp8_.SaturatedOf(l, kind, kRoleW) : nullptr, on);
+}
+
+// train.recompute's FP8 input, transposed only, into the shared x8r_ (RecastsInput): the forward's
+// codes, since the forward cast the same values (x recomputed, or kept) with the same scale,
+// which nothing changes before the step's scaling update. With gelu_pre, x = GELU(gelu_pre) in
+// the same pass. The amax and saturation were the forward's to count.
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::RecastInput(int l, int kind, const T* x, const T* gelu_pre) {
+  int64_t N, K;
+  LinearShape(kind, &N, &K);
+  Fp8Tensor t = fp8_.Of(l, kind, kRoleX, nullptr, fp8_.x8t[fp8_.Slot(l, kind)], M_, K);
+  t.amax = nullptr;
+  if (gelu_pre != nullptr) {
+    ops_->Mark("fp8 recast x (T only, +gelu)");
+    return ops_->QuantizeGelu(gelu_pre, t, nullptr);
+  }
+  ops_->Mark("fp8 recast x (T only)");
+  return ops_->Quantize(x, t, nullptr);
 }
 
 // The transposed copy alone, cast again from the FP32 master weights with the scale the forward's

@@ -159,7 +159,8 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
   // fp8.gelu_input_fp8: the FC output's codes go to the GELU backward fused into FC's dY cast as
   // they are; any other reader gets them dequantized into fch_ first.
   const bool pre8_in_cast = GeluInputFp8() && Fp8On(kFcProj) && FusesGeluIntoDyCast(kFc);
-  if (GeluInputFp8() && !pre8_in_cast) {
+  const bool* recast = fp8_.recast;  // train.recompute's FP8 inputs, cast again (RecastsInput)
+  if (GeluInputFp8() && (!pre8_in_cast || recast[kFcProj])) {
     ops_->Mark("fp8 dequantize gelu input");
     FP8RT_RETURN_IF_ERROR(ops_->Dequantize(GeluInputTensor(l), fch_[l]));
   }
@@ -167,6 +168,7 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
     ops_->Mark("gelu recompute");
     FP8RT_RETURN_IF_ERROR(ops_->Gelu(fch_gelu_[l], fch_[l], M_ * PerLayer(kFcB)));
   }
+  if (recast[kFcProj]) FP8RT_RETURN_IF_ERROR(RecastInput(l, kFcProj, nullptr, fch_[l]));
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFcProj, d4c_, Gl(kFcProjW, l), Gl(kFcProjB, l), dres_,
                                        fch_gelu_[l], fch_[l], &dgelu_done));
   // The GELU backward: in fc_proj's dgrad epilogue (BF16), else in fc's FP8 cast of its output
@@ -176,11 +178,12 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
     ops_->Mark("gelu bwd");
     FP8RT_RETURN_IF_ERROR(ops_->GeluBackward(d4c_, fch_[l], d4c_, M_ * PerLayer(kFcB)));
   }
-  if (Recomputes(kFc)) {
+  if (Recomputes(kFc) || recast[kFc]) {
     ops_->Mark("layernorm recompute");
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln2_[l], ln2_mean_[l], ln2_rstd_[l], res2_[l],
                                                  Wl(kLn2W, l), Wl(kLn2B, l), M_, C));
   }
+  if (recast[kFc]) FP8RT_RETURN_IF_ERROR(RecastInput(l, kFc, ln2_[l]));
   FP8RT_RETURN_IF_ERROR(LinearBackward(
       l, kFc, dc1_, Gl(kFcW, l), Gl(kFcB, l), d4c_, ln2_[l], nullptr, nullptr,
       gelu_in_cast && !pre8_in_cast ? fch_[l] : nullptr, pre8_in_cast ? fch8_[l] : nullptr));
@@ -190,15 +193,17 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
                                                 Wl(kLn2W, l), ln2_mean_[l], ln2_rstd_[l], M_, C,
                                                 true));
   // dres_ is now the gradient of res2.
+  if (recast[kAttProj]) FP8RT_RETURN_IF_ERROR(RecastInput(l, kAttProj, atty_[l]));
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kAttProj, dc2_, Gl(kAttProjW, l), Gl(kAttProjB, l),
                                        dres_, atty_[l]));
   ops_->Mark("attention bwd");
   FP8RT_RETURN_IF_ERROR(ops_->AttentionBackward(dqkv_, dc2_, qkv_[l], atty_[l], att_[l], Att()));
-  if (Recomputes(kQkv)) {
+  if (Recomputes(kQkv) || recast[kQkv]) {
     ops_->Mark("layernorm recompute");
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln1_[l], ln1_mean_[l], ln1_rstd_[l], res_in,
                                                  Wl(kLn1W, l), Wl(kLn1B, l), M_, C));
   }
+  if (recast[kQkv]) FP8RT_RETURN_IF_ERROR(RecastInput(l, kQkv, ln1_[l]));
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kQkv, dc1_, Gl(kQkvW, l), Gl(kQkvB, l), dqkv_, ln1_[l]));
   FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "QKV input-gradient all-reduce (TP)"));
   ops_->Mark("layernorm bwd");

@@ -222,6 +222,17 @@ Status Gpt<Ops, T>::Setup() {
     int64_t a = 0, b = 0;
     for (const auto& [p, n] : transient) a += aligned(n);
     for (const auto& [v, n] : transient_layers) b += aligned(n);
+    // train.recompute's FP8 transposed inputs, cast again in the backward: one shared buffer
+    // (written and read within one linear layer's backward), the widest such input's.
+    int64_t x8r_bytes = 0;
+    for (int kind = 0; kind < kNumLinear; ++kind) {
+      fp8_.recast[kind] = RecastsInput(kind);
+      if (!fp8_.recast[kind]) continue;
+      int64_t N, K;
+      LinearShape(kind, &N, &K);
+      x8r_bytes = std::max(x8r_bytes, up(M_ * K));
+    }
+    b += x8r_bytes;
     size_t fwd_ws = 0, bwd_ws = 0;
     ops_->AttentionWorkspaceBytes(Att(), kT, &fwd_ws, &bwd_ws);
     const int64_t bwd_at = a;
@@ -248,6 +259,7 @@ Status Gpt<Ops, T>::Setup() {
       v->assign(L, reinterpret_cast<T*>(arena + at));
       at += aligned(n);
     }
+    if (x8r_bytes > 0) x8r_ = arena + at;
     if (fwd_ws + bwd_ws > 0) {
       ops_->SetAttentionWorkspaces(arena + fwd_at, fwd_ws, arena + bwd_at, bwd_ws);
     }
@@ -293,6 +305,9 @@ Status Gpt<Ops, T>::Setup() {
       }));
   FP8RT_RETURN_IF_ERROR(PlaceLayerRequests());
   if (!Gqa()) attq_ = qkv_;  // (the placed pointers)
+  for (int s = 0; s < L * kNumLinear; ++s) {
+    if (fp8_.recast[s % kNumLinear]) fp8_.x8t[s] = x8r_;
+  }
 
   {
     size_t scratch = 0;

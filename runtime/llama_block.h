@@ -44,25 +44,29 @@ Status Gpt<Ops, T>::LlamaBlockBackward(int l, const T* res_in) {
   const int64_t C = m.n_embd, HS = m.head_size(), tp = o_.tp_size();
   const int64_t NH = m.n_head / tp, KV = m.kv_heads() / tp, ld = (NH + 2 * KV) * HS;
   const int64_t F = m.ffn() / tp;
-  if (Recomputes(kFcProj)) {
+  const bool* recast = fp8_.recast;  // train.recompute's FP8 inputs, cast again (RecastsInput)
+  if (Recomputes(kFcProj) || recast[kFcProj]) {
     ops_->Mark("swiglu recompute");
     FP8RT_RETURN_IF_ERROR(ops_->SwiGlu(fch_gelu_[l], fch_[l], M_, F));
   }
+  if (recast[kFcProj]) FP8RT_RETURN_IF_ERROR(RecastInput(l, kFcProj, fch_gelu_[l]));
   FP8RT_RETURN_IF_ERROR(
       LinearBackward(l, kFcProj, dffn_, Gl(kFcProjW, l), nullptr, dres_, fch_gelu_[l]));
   ops_->Mark("swiglu bwd");
   FP8RT_RETURN_IF_ERROR(ops_->SwiGluBackward(d4c_, fch_[l], dffn_, M_, F));
-  if (Recomputes(kFc)) {
+  if (Recomputes(kFc) || recast[kFc]) {
     ops_->Mark("rmsnorm recompute");
     FP8RT_RETURN_IF_ERROR(
         ops_->RmsNormForward(ln2_[l], ln2_rstd_[l], res2_[l], Wl(kLn2W, l), M_, C));
   }
+  if (recast[kFc]) FP8RT_RETURN_IF_ERROR(RecastInput(l, kFc, ln2_[l]));
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFc, dc1_, Gl(kFcW, l), nullptr, d4c_, ln2_[l]));
   FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "FC input-gradient all-reduce (TP)"));
   ops_->Mark("rmsnorm bwd");
   FP8RT_RETURN_IF_ERROR(ops_->RmsNormBackward(dres_, Gl(kLn2W, l), dc1_, res2_[l], Wl(kLn2W, l),
                                               ln2_rstd_[l], M_, C, true));
   // dres_ is now the gradient of res2.
+  if (recast[kAttProj]) FP8RT_RETURN_IF_ERROR(RecastInput(l, kAttProj, atty_[l]));
   FP8RT_RETURN_IF_ERROR(
       LinearBackward(l, kAttProj, dc2_, Gl(kAttProjW, l), nullptr, dres_, atty_[l]));
   ops_->Mark("attention bwd");
@@ -75,10 +79,11 @@ Status Gpt<Ops, T>::LlamaBlockBackward(int l, const T* res_in) {
   }
   ops_->Mark("rope bwd");
   FP8RT_RETURN_IF_ERROR(ops_->RopeBackward(dq, o_.B, o_.T, NH + KV, HS, ld, m.rope_theta));
-  if (Recomputes(kQkv)) {
+  if (Recomputes(kQkv) || recast[kQkv]) {
     ops_->Mark("rmsnorm recompute");
     FP8RT_RETURN_IF_ERROR(ops_->RmsNormForward(ln1_[l], ln1_rstd_[l], res_in, Wl(kLn1W, l), M_, C));
   }
+  if (recast[kQkv]) FP8RT_RETURN_IF_ERROR(RecastInput(l, kQkv, ln1_[l]));
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kQkv, dc1_, Gl(kQkvW, l), nullptr, dq, ln1_[l]));
   FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "QKV input-gradient all-reduce (TP)"));
   ops_->Mark("rmsnorm bwd");

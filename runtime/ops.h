@@ -213,6 +213,11 @@ class CpuOps {
                                float* dbias, Counter* saturated) {
     return cpu::QuantizeDbiasGeluGrad(dout, pre, out, dbias, saturated);
   }
+  // The GELU forward fused into the cast (train.recompute's FP8 FC2 input, transposed only).
+  template <typename T>
+  Status QuantizeGelu(const T* pre, const Fp8Tensor& out, Counter* saturated) {
+    return cpu::QuantizeGelu(pre, out, saturated);
+  }
   template <typename T>
   Status Dequantize(const Fp8Tensor& in, T* out) {
     return cpu::Dequantize(in, out);

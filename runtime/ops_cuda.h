@@ -436,6 +436,10 @@ class CudaOps {
                                        stream_);
   }
   template <typename T>
+  Status QuantizeGelu(const T* pre, const Fp8Tensor& out, Counter* saturated) {
+    return cuda::QuantizeGelu(pre, out, saturated, stream_);
+  }
+  template <typename T>
   Status Dequantize(const Fp8Tensor& in, T* out) {
     return cuda::Dequantize(in, out, stream_);
   }

@@ -188,6 +188,70 @@ TEST_F(GptGpu, UncachedFp8WeightsGiveTheCachedNumbers) {
   }
 }
 
+// train.recompute in FP8 (no FP8 transposed input kept per layer; the backward casts it again
+// from the recomputed norm, from GELU fused into the cast, or from the saved attention output):
+// the gradients of the model that keeps them, bit for bit, on the GPU's kernels, but for one
+// rounding by design: gpt2's FC GEMM computes GELU in its epilogue from the unrounded sum, the
+// recast from FC's stored BF16 output, so FC2's weight gradient moves a little. llama (SwiGLU
+// from the stored output both ways) is bit-identical, steps and evaluations too.
+TEST_F(GptGpu, RecomputedFp8InputsGiveTheSavedNumbers) {
+  if (test::ComputeCapability() < 89) GTEST_SKIP() << "FP8 needs compute capability 8.9";
+  for (const Arch arch : {Arch::kGpt2, Arch::kLlama})
+  for (const ScalingMode mode : {ScalingMode::kDelayed, ScalingMode::kCurrent})
+  for (const int accum : {1, 2}) {
+    SCOPED_TRACE(std::string(ScalingModeName(mode)) + " " + ArchName(arch) + " grad_accum " +
+                 std::to_string(accum));
+    ModelOptions saved = Small(Precision::kFp8, arch);
+    saved.fp8.mode = mode;
+    saved.grad_accum = accum;
+    saved.share_grad_memory = false;  // (so the saved copies are allocations of their own)
+    ModelOptions recomputed = saved;
+    recomputed.recompute = true;
+    auto a = CreateCudaGpt(saved, 0);
+    auto b = CreateCudaGpt(recomputed, 0);
+    ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+    EXPECT_LT((*b)->allocated_bytes(), (*a)->allocated_bytes());
+    ASSERT_TRUE((*a)->InitRandom(7).ok());
+    ASSERT_TRUE((*b)->InitRandom(7).ok());
+    const bool gpt2 = arch == Arch::kGpt2;
+    std::vector<int32_t> x, y;
+    Batch(&x, &y, 128, 2);
+    std::vector<float> ga, gb;
+    float la = 0, lb = 0;
+    ASSERT_TRUE((*a)->Gradients(x.data(), y.data(), &la, &ga).ok());
+    ASSERT_TRUE((*b)->Gradients(x.data(), y.data(), &lb, &gb).ok());
+    EXPECT_EQ(la, lb);
+    int64_t off = 0;
+    for (const auto& [name, size] : (*a)->ParamTensors()) {
+      const std::vector<float> pa(ga.begin() + off, ga.begin() + off + size);
+      const std::vector<float> pb(gb.begin() + off, gb.begin() + off + size);
+      off += size;
+      if (gpt2 && name == "fc_proj.weight") {
+        EXPECT_LT(test::RelL2(pb, pa), 1e-2) << name;
+        continue;
+      }
+      EXPECT_TRUE(pa == pb) << name << " differs, relative L2 " << test::RelL2(pb, pa);
+    }
+    for (int step = 1; step <= 6; ++step) {
+      Batch(&x, &y, 128 * accum, step % 3);
+      StepStats sa, sb;
+      ASSERT_TRUE((*a)->Step(step, 3e-3f, x.data(), y.data(), &sa).ok());
+      ASSERT_TRUE((*b)->Step(step, 3e-3f, x.data(), y.data(), &sb).ok());
+      if (gpt2) {
+        EXPECT_NEAR(sb.loss, sa.loss, 2e-3 * sa.loss) << "step " << step;
+      } else {
+        EXPECT_EQ(sa.loss, sb.loss) << "step " << step;
+      }
+      float ea = 0, eb = 0;
+      ASSERT_TRUE((*a)->Forward(y.data(), x.data(), &ea, nullptr).ok());
+      ASSERT_TRUE((*b)->Forward(y.data(), x.data(), &eb, nullptr).ok());
+      if (!gpt2) {
+        EXPECT_EQ(ea, eb) << "evaluation after step " << step;
+      }
+    }
+  }
+}
+
 // fp8.gelu_input_fp8: the GPU model (the codes cast on the cast stream, read by the fused GELU
 // backward; dequantized in the calibrating first step and under current scaling) follows the CPU
 // emulation of the same option, and its first loss (the forward is unchanged) is the plain

@@ -142,7 +142,9 @@ TEST(MemoryReport, TheLeversSaveWhatTheyShouldAndChangeNoGradient) {
       // transposes are made a layer ahead); llama: (Q + 2KV) x C + C x C + 2F x C + C x F.
       const int64_t kv = 2 * 16;
       const int64_t weights = llama ? (C + 2 * kv) * C + C * C + 3 * ffn_in * C : 12 * C * C;
-      const int64_t want = p == Precision::kFp8 ? (L - 2) * weights
+      // (fp8 also keeps no FP8 transposed input of the norms and of FC2, cast again in the
+      // backward; the CPU's attention keeps no output, so the projection's copy stays)
+      const int64_t want = p == Precision::kFp8 ? (L - 2) * weights + L * M * (2 * C + ffn_in)
                                                 : L * M * (2 * C + ffn_in) * act;
       // (The shared copies lie in the logits' buffer, which at this vocabulary they outgrow:
       // compared without it.)
@@ -312,6 +314,76 @@ TEST(MemoryReport, UncachedFp8WeightsChangeNoNumberAndSaveTheirMemory) {
                                             "fp8.scaling: block"),
             std::string::npos)
       << refused.status().message();
+}
+
+// train.recompute in FP8: the block linears keep no FP8 transposed input per layer; the backward
+// casts it again, with the forward's scale, from the norm's output recomputed (LayerNorm,
+// RMSNorm), from GELU fused into the cast, or from SwiGLU recomputed. The same gradients, losses,
+// evaluations, weights and scale histories bit for bit (gpt2 and llama, delayed and current
+// scaling, one and two micro-batches, cached and uncached weights), and L x B x T x (C + C +
+// FC2's input width) bytes fewer (the CPU's attention keeps no output: the attention
+// projection's copy stays). A recast skipped, or into the wrong place, changes the gradients.
+// Block scaling keeps its copies; with fp8.gelu_input_fp8 the GELU is recast from the codes.
+TEST(MemoryReport, RecomputedFp8InputsChangeNoNumberAndSaveTheirMemory) {
+  for (const bool llama : {false, true}) {
+    for (const ScalingMode mode : {ScalingMode::kDelayed, ScalingMode::kCurrent}) {
+      for (const int accum : {1, 2}) {
+        ModelOptions saved = Small(llama, Precision::kFp8, 3, 128, 2, 64);
+        saved.share_grad_memory = false;  // (exact accounting)
+        saved.fp8.mode = mode;
+        saved.grad_accum = accum;
+        ModelOptions recomputed = saved;
+        recomputed.recompute = true;
+        const std::string what = StrCat(llama ? "llama " : "gpt2 ", ScalingModeName(mode),
+                                        " grad_accum ", accum);
+        ExpectSameNumbersInLessMemory(saved, recomputed, what);
+        auto a = CreateCpuGpt(saved);
+        auto b = CreateCpuGpt(recomputed);
+        ASSERT_TRUE(a.ok() && b.ok());
+        const int64_t M = 128, C = 128, L = 3;
+        const int64_t ffn_in = llama ? saved.model.ffn() : 4 * C;
+        EXPECT_EQ(Report(**a).at("fp8 saved inputs") - Report(**b).at("fp8 saved inputs"),
+                  static_cast<size_t>(L * M * (2 * C + ffn_in)))
+            << what;
+        if (mode == ScalingMode::kDelayed && accum == 1) {
+          ModelOptions uncached = saved, both = recomputed;
+          uncached.fp8.cache_weights = false, both.fp8.cache_weights = false;
+          ExpectSameNumbersInLessMemory(uncached, both, what + " uncached");
+        }
+      }
+    }
+  }
+  // Block scaling: nothing recast, the same bytes and numbers.
+  ModelOptions block = Small(false, Precision::kFp8, 2, 128, 2, 64);
+  block.fp8.mode = ScalingMode::kBlock;
+  ModelOptions block_re = block;
+  block_re.recompute = true;
+  auto a = CreateCpuGpt(block);
+  auto b = CreateCpuGpt(block_re);
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  EXPECT_EQ(Report(**a).at("fp8 saved inputs"), Report(**b).at("fp8 saved inputs"));
+  // With the GELU input in E4M3, FC2's input is recast from the dequantized codes: close to the
+  // model that keeps it (whose copy came from the exact GELU), and training.
+  ModelOptions e4 = Small(false, Precision::kFp8, 3, 128, 2, 64);
+  e4.fp8.gelu_input_fp8 = true;
+  ModelOptions e4_re = e4;
+  e4_re.recompute = true;
+  auto c = CreateCpuGpt(e4);
+  auto d = CreateCpuGpt(e4_re);
+  ASSERT_TRUE(c.ok() && d.ok()) << d.status().ToString();
+  EXPECT_LT((*d)->allocated_bytes(), (*c)->allocated_bytes());
+  for (auto* m : {c->get(), d->get()}) ASSERT_TRUE(m->InitRandom(5).ok());
+  std::vector<int32_t> x(128), y(128);
+  for (int i = 0; i < 128; ++i) x[i] = (i * 37 + 11) % 256, y[i] = (i * 53 + 7) % 256;
+  for (int step = 1; step <= 4; ++step) {
+    StepStats sc, sd;
+    ASSERT_TRUE((*c)->Step(step, 1e-3f, x.data(), y.data(), &sc).ok());
+    ASSERT_TRUE((*d)->Step(step, 1e-3f, x.data(), y.data(), &sd).ok());
+    if (step == 1) {
+      EXPECT_EQ(sc.loss, sd.loss) << "the forward must not change";
+    }
+    EXPECT_NEAR(sd.loss, sc.loss, 0.01 * sc.loss) << "gelu_input_fp8 step " << step;
+  }
 }
 
 // fp8.gelu_input_fp8: gpt2's FC outputs saved as E4M3 codes instead of T. The forward (and so the
