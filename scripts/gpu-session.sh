@@ -114,9 +114,13 @@ if [[ $parts == *memory* ]]; then
     > configs/_gelu8.yaml
   sed 's/amax_algo: max}/amax_algo: max, cache_weights: false, gelu_input_fp8: true}/' \
     configs/gpt-1.3b.yaml > configs/_uncached_gelu8.yaml
+  sed 's/log_every: 1}/log_every: 1, recompute: true}/; s/amax_algo: max}/amax_algo: max, cache_weights: false}/' \
+    configs/gpt-1.3b.yaml > configs/_uncached_recompute.yaml
   # MEM_VARIANTS: precision:variant pairs (variants: base, new, saved = train.recompute: false,
   # recompute = train.recompute: true, keep_t, lean = without kept FP8 weight transposes,
-  # uncached = fp8.cache_weights: false, gelu8 = fp8.gelu_input_fp8: true, uncachedgelu8 = both).
+  # uncached = fp8.cache_weights: false, gelu8 = fp8.gelu_input_fp8: true, uncachedgelu8 = both,
+  # uncachedrecompute = fp8.cache_weights: false and train.recompute: true; start = this build's
+  # config on bundle/bin/fp8train.start, the binary of an older commit, e.g. an issue's start).
   for r in $(seq "$REPS"); do
     for pv in ${MEM_VARIANTS:-bf16:base bf16:new bf16:recompute fp8:base fp8:new fp8:lean}; do
       p=${pv%:*}; v=${pv#*:}; bin=$B/fp8train; cfg=configs/gpt-1.3b.yaml
@@ -128,6 +132,8 @@ if [[ $parts == *memory* ]]; then
       [ $v = uncached ] && cfg=configs/_uncached.yaml
       [ $v = gelu8 ] && cfg=configs/_gelu8.yaml
       [ $v = uncachedgelu8 ] && cfg=configs/_uncached_gelu8.yaml
+      [ $v = uncachedrecompute ] && cfg=configs/_uncached_recompute.yaml
+      [ $v = start ] && bin=$B/fp8train.start
       timeout 240 "$bin" --config $cfg --device cuda:0 --precision $p --steps "$STEPS_13B" \
         --memory-report --metrics "$OUT/mem_${v}_${p}_$r.jsonl" > "$OUT/mem_${v}_${p}_$r.log" 2>&1
       echo "$v $p run $r exit $?"
