@@ -45,10 +45,11 @@ namespace fp8rt {
 //   1: a GELU input saved in FP8, fp8.gelu_input_fp8), whose values T holds exactly: the result
 //   is the T version's for those values, bit for bit.
 // QuantizeGelu: Quantize of in[i] = T(GELU(pre[i])) (GeluForward's output, kernels/gelu.h),
-//   computed in the same pass: FC2's FP8 transposed input recomputed from the saved
-//   pre-activation in the backward. out.data_t is required; out.data may be null (a
-//   transposed-only cast). Codes, amax (of the GELU output, when out.amax is set), saturation and
-//   scale_inv are Quantize's of that input. The CUDA version's codes equal those of
+//   computed in the same pass: FC2's FP8 input cast straight from FC's output in the forward
+//   (out.data alone, the GEMM operand), or its transposed input recomputed from the saved
+//   pre-activation in the backward (out.data_t alone). out.data or out.data_t, at least one.
+//   Codes, amax (of the GELU output, when out.amax is set), saturation and scale_inv are
+//   Quantize's of that input. The CUDA version's codes equal those of
 //   cuda::GeluForward followed by cuda::Quantize, the CPU's those of cpu::GeluForward followed by
 //   cpu::Quantize, bit for bit.
 // Preconditions (InvalidArgument otherwise): rows, cols >= 0; data (Quantize, QuantizeGelu: data
@@ -115,7 +116,7 @@ template <typename T>
 Status QuantizeDbiasGeluGrad(const T* dout, const uint8_t* pre_e4m3, const Fp8Tensor& out,
                              float* dbias, unsigned long long* saturated, void* scratch,
                              size_t scratch_bytes, cudaStream_t stream);
-// As Quantize with data_t: one or two launches, no scratch.
+// The cast+transpose kernel's one or two launches (with or without data_t), no scratch.
 template <typename T>
 Status QuantizeGelu(const T* pre, const Fp8Tensor& out, unsigned long long* saturated,
                     cudaStream_t stream);

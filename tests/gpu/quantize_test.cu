@@ -116,6 +116,21 @@ struct HostFp8 {
          << "]: gpu 0x" << std::hex << int(got[first]) << ", cpu 0x" << int(want[first]);
 }
 
+// Which orientations a cast writes: both, data_t alone (a transposed-only cast) or data alone.
+enum class Outputs { kBoth, kTransposedOnly, kDataOnly };
+constexpr Outputs kAllOutputs[] = {Outputs::kBoth, Outputs::kTransposedOnly, Outputs::kDataOnly};
+
+const char* OutputsName(Outputs o) {
+  return o == Outputs::kBoth ? "data and data_t"
+                             : (o == Outputs::kTransposedOnly ? "data_t only" : "data only");
+}
+
+// Drops the orientation o leaves out from t (its buffer stays as it was).
+void Select(Outputs o, Fp8Tensor& t) {
+  if (o == Outputs::kTransposedOnly) t.data = nullptr;
+  if (o == Outputs::kDataOnly) t.data_t = nullptr;
+}
+
 // Codes equal or one step apart (same sign, magnitudes adjacent): two casts of values that may
 // differ by a rounding of T.
 ::testing::AssertionResult SameOrNeighbourCodes(const std::vector<uint8_t>& got,
@@ -367,9 +382,9 @@ class QuantizeGpu : public test::GpuTest, public ::testing::WithParamInterface<C
   }
 
   // QuantizeGelu: the same bits as cuda::GeluForward followed by cuda::Quantize (codes in both
-  // orientations, then the transposed-only cast; amax, saturations, scale_inv); the CPU's
-  // Quantize of the GPU's GELU output gives them too; and the CPU composite (tanh-GELU in double)
-  // gives the same codes or neighbours, its GELU moving a rounding of T at most.
+  // orientations, then each alone, the other left poisoned; amax, saturations, scale_inv); the
+  // CPU's Quantize of the GPU's GELU output gives them too; and the CPU composite (tanh-GELU in
+  // double) gives the same codes or neighbours, its GELU moving a rounding of T at most.
   template <typename T>
   void RunGelu() {
     const Case& c = GetParam();
@@ -385,23 +400,23 @@ class QuantizeGpu : public test::GpuTest, public ::testing::WithParamInterface<C
     DeviceBuffer<T> d_gelu{std::vector<T>(static_cast<size_t>(n))};
     ASSERT_TRUE(cuda::GeluForward(d_gelu.get(), d_pre.get(), n, nullptr).ok());
     const std::vector<T> gelu = d_gelu.Download();
-    std::vector<T> cpu_gelu(n);
-    ASSERT_TRUE(cpu::GeluForward(cpu_gelu.data(), pre.data(), n).ok());
-    for (const bool transposed_only : {false, true}) {
-      SCOPED_TRACE(transposed_only ? "transposed only" : "data and data_t");
+    for (const Outputs o : kAllOutputs) {
+      SCOPED_TRACE(OutputsName(o));
       DeviceFp8 fused(rows, cols, c.format, true, scale, 0.125f);
       DeviceFp8 split(rows, cols, c.format, true, scale, 0.125f);
       const std::vector<uint8_t> poison = fused.data.Download();
-      if (transposed_only) fused.t.data = split.t.data = nullptr;
+      Select(o, fused.t);
+      Select(o, split.t);
       DeviceBuffer<unsigned long long> sat_fused(std::vector<unsigned long long>{5});
       DeviceBuffer<unsigned long long> sat_split(std::vector<unsigned long long>{5});
       Status st = cuda::QuantizeGelu(d_pre.get(), fused.t, sat_fused.get(), nullptr);
       ASSERT_TRUE(st.ok()) << st.ToString();
       st = cuda::Quantize(d_gelu.get(), split.t, sat_split.get(), nullptr);
       ASSERT_TRUE(st.ok()) << st.ToString();
+      const bool has_data = o != Outputs::kTransposedOnly, has_t = o != Outputs::kDataOnly;
       const std::vector<uint8_t> data = fused.data.Download(), data_t = fused.data_t.Download();
-      EXPECT_TRUE(SameCodes(data, transposed_only ? poison : split.data.Download(), "data"));
-      EXPECT_TRUE(SameCodes(data_t, split.data_t.Download(), "data_t"));
+      EXPECT_TRUE(SameCodes(data, has_data ? split.data.Download() : poison, "data"));
+      EXPECT_TRUE(SameCodes(data_t, has_t ? split.data_t.Download() : poison, "data_t"));
       const std::vector<float> a = fused.scalars.Download(), b = split.scalars.Download();
       EXPECT_TRUE(SameBits(a[1], b[1], "scale_inv"));
       EXPECT_TRUE(SameBits(a[2], b[2], "amax"));
@@ -409,20 +424,20 @@ class QuantizeGpu : public test::GpuTest, public ::testing::WithParamInterface<C
 
       // The CPU's cast of the GPU's GELU output: the same bits.
       HostFp8 want(rows, cols, c.format, true, scale, 0.125f);
-      if (transposed_only) want.t.data = nullptr;
+      Select(o, want.t);
       uint64_t want_sat = 5;
       ASSERT_TRUE(cpu::Quantize(gelu.data(), want.t, &want_sat).ok());
       ASSERT_GT(want_sat, 5u) << "the inputs must saturate somewhere";
-      if (!transposed_only) EXPECT_TRUE(SameCodes(data, want.data, "data vs CPU"));
-      EXPECT_TRUE(SameCodes(data_t, want.data_t, "data_t vs CPU"));
+      if (has_data) EXPECT_TRUE(SameCodes(data, want.data, "data vs CPU"));
+      if (has_t) EXPECT_TRUE(SameCodes(data_t, want.data_t, "data_t vs CPU"));
       ExpectSameTelemetry(fused, want, sat_fused, want_sat);
 
       // The CPU composite.
       HostFp8 ref(rows, cols, c.format, true, scale, 0.125f);
-      if (transposed_only) ref.t.data = nullptr;
+      Select(o, ref.t);
       ASSERT_TRUE(cpu::QuantizeGelu(pre.data(), ref.t).ok());
-      if (!transposed_only) EXPECT_TRUE(SameOrNeighbourCodes(data, ref.data, "data vs CPU GELU"));
-      EXPECT_TRUE(SameOrNeighbourCodes(data_t, ref.data_t, "data_t vs CPU GELU"));
+      if (has_data) EXPECT_TRUE(SameOrNeighbourCodes(data, ref.data, "data vs CPU GELU"));
+      if (has_t) EXPECT_TRUE(SameOrNeighbourCodes(data_t, ref.data_t, "data_t vs CPU GELU"));
       EXPECT_TRUE(test::AllClose({a[2]}, {ref.amax},
                                  test::ToleranceFor(test::OpKind::kElementwise, DTypeOf<T>()),
                                  "amax vs CPU GELU"));
@@ -670,11 +685,13 @@ TEST_F(QuantizeGpuMisc, GeluCastNanAndInfMatchTheSplitCast) {
 
   DeviceFp8 t(4, 4, Fp8Format::kE4M3, true, 1.f, 0.f);
   DeviceBuffer<float> d_pre(16);
-  Fp8Tensor no_t = t.t;
-  no_t.data_t = nullptr;
-  Status s = cuda::QuantizeGelu(d_pre.get(), no_t, nullptr, nullptr);
+  Fp8Tensor neither = t.t;
+  neither.data = neither.data_t = nullptr;
+  Status s = cuda::QuantizeGelu(d_pre.get(), neither, nullptr, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("QuantizeGelu: out.data_t is null"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("QuantizeGelu: data is null for a (4, 4) tensor (and so is data_t)"),
+            std::string::npos)
+      << s.message();
   s = cuda::QuantizeGelu<float>(nullptr, t.t, nullptr, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("QuantizeGelu: pre is null"), std::string::npos) << s.message();

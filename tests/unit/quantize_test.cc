@@ -297,10 +297,38 @@ TEST(QuantizeCpu, DbiasGeluGradFromE4m3CodesIsTheDecodedValuesVersion) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
 }
 
+// Which orientations a cast writes: both, data_t alone (a transposed-only cast) or data alone.
+enum class Outputs { kBoth, kTransposedOnly, kDataOnly };
+constexpr Outputs kAllOutputs[] = {Outputs::kBoth, Outputs::kTransposedOnly, Outputs::kDataOnly};
+
+const char* OutputsName(Outputs o) {
+  return o == Outputs::kBoth ? "data and data_t"
+                             : (o == Outputs::kTransposedOnly ? "data_t only" : "data only");
+}
+
+// Drops the orientation o leaves out from q's tensor (its buffer stays poisoned).
+void Select(Outputs o, HostFp8& q) {
+  if (o == Outputs::kTransposedOnly) q.t.data = nullptr;
+  if (o == Outputs::kDataOnly) q.t.data_t = nullptr;
+}
+
+// A fused cast against the two steps' cast (want): the same codes in the orientations it
+// writes, the others left poisoned, and the same amax (bits), saturation count and scale_inv.
+void ExpectSameCast(Outputs o, const HostFp8& got, uint64_t got_sat, const HostFp8& want,
+                    uint64_t want_sat) {
+  SCOPED_TRACE(OutputsName(o));
+  const std::vector<uint8_t> poison(got.data.size(), 0xAA);
+  EXPECT_EQ(got.data, o == Outputs::kTransposedOnly ? poison : want.data) << "data";
+  EXPECT_EQ(got.data_t, o == Outputs::kDataOnly ? poison : want.data_t) << "data_t";
+  EXPECT_EQ(FloatBits(got.amax), FloatBits(want.amax)) << got.amax << " vs " << want.amax;
+  EXPECT_EQ(got_sat, want_sat);
+  EXPECT_EQ(FloatBits(got.scale_inv), FloatBits(want.scale_inv));
+}
+
 // QuantizeGelu is Quantize of GeluForward's output: one case's codes (both orientations, then
-// the transposed-only cast), amax and saturation count against the two steps. GELU inputs far
-// below -10 (the output underflows to -0), large positives (saturating at scale 16) and, with
-// with_nan, a NaN (the amax comes out NaN).
+// each alone), amax and saturation count against the two steps. GELU inputs far below -10 (the
+// output underflows to -0), large positives (saturating at scale 16) and, with with_nan, a NaN
+// (the amax comes out NaN).
 template <typename T>
 void ExpectGeluCastEqualsGeluThenCast(int64_t rows, int64_t cols, bool with_nan) {
   SCOPED_TRACE(::testing::Message() << rows << "x" << cols << (with_nan ? " with NaN" : ""));
@@ -314,24 +342,21 @@ void ExpectGeluCastEqualsGeluThenCast(int64_t rows, int64_t cols, bool with_nan)
   const std::vector<T> pre = test::CastVector<T>(x);
   std::vector<T> gelu(n);
   ASSERT_TRUE(cpu::GeluForward(gelu.data(), pre.data(), n).ok());
-  for (const bool transposed_only : {false, true}) {
-    HostFp8 want(rows, cols, Fp8Format::kE4M3, 16.f), got(rows, cols, Fp8Format::kE4M3, 16.f);
-    want.amax = got.amax = 0.125f;  // accumulated into
-    if (transposed_only) want.t.data = got.t.data = nullptr;
-    uint64_t want_sat = 3, got_sat = 3;
-    ASSERT_TRUE(cpu::Quantize(gelu.data(), want.t, &want_sat).ok());
+  HostFp8 want(rows, cols, Fp8Format::kE4M3, 16.f);
+  want.amax = 0.125f;  // accumulated into
+  uint64_t want_sat = 3;
+  ASSERT_TRUE(cpu::Quantize(gelu.data(), want.t, &want_sat).ok());
+  EXPECT_EQ(std::isnan(want.amax), with_nan);
+  EXPECT_GT(want_sat, 3u) << "the inputs must saturate";
+  EXPECT_EQ(want.scale_inv, 1.f / 16.f);
+  for (const Outputs o : kAllOutputs) {
+    HostFp8 got(rows, cols, Fp8Format::kE4M3, 16.f);
+    got.amax = 0.125f;
+    Select(o, got);
+    uint64_t got_sat = 3;
     const Status st = cpu::QuantizeGelu(pre.data(), got.t, &got_sat);
     ASSERT_TRUE(st.ok()) << st.ToString();
-    EXPECT_EQ(got.data, want.data);
-    if (transposed_only) {
-      EXPECT_EQ(got.data, std::vector<uint8_t>(n, 0xAA)) << "data written";
-    }
-    EXPECT_EQ(got.data_t, want.data_t);
-    EXPECT_EQ(FloatBits(got.amax), FloatBits(want.amax));
-    EXPECT_EQ(std::isnan(got.amax), with_nan);
-    EXPECT_EQ(got_sat, want_sat);
-    EXPECT_GT(got_sat, 3u) << "the inputs must saturate";
-    EXPECT_EQ(got.scale_inv, 1.f / 16.f);
+    ExpectSameCast(o, got, got_sat, want, want_sat);
   }
 }
 
@@ -350,13 +375,12 @@ TEST(QuantizeCpu, GeluCastPreconditionsNameTheOp) {
   const std::vector<float> pre(4, 1.f);
   HostFp8 q(2, 2, Fp8Format::kE4M3, 1.f);
   Fp8Tensor bad = q.t;
-  bad.data_t = nullptr;  // the GELU rides on the cast+transpose pass
+  bad.data = bad.data_t = nullptr;
   Status s = cpu::QuantizeGelu(pre.data(), bad);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("QuantizeGelu: out.data_t is null"), std::string::npos) << s.message();
-  bad.data = nullptr;
-  s = cpu::QuantizeGelu(pre.data(), bad);
-  EXPECT_NE(s.message().find("QuantizeGelu: data is null"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("QuantizeGelu: data is null for a (2, 2) tensor (and so is data_t)"),
+            std::string::npos)
+      << s.message();
   s = cpu::QuantizeGelu<float>(nullptr, q.t);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("QuantizeGelu: pre is null"), std::string::npos) << s.message();
