@@ -22,8 +22,10 @@ namespace fp8rt {
 // mean and rstd may both be null in the forward (inference); the backward needs them.
 // din must not alias dout or in.
 //
-// CUDA: the forward takes any C; the backward takes C <= 16384. dweight/dbias are reduced with
-// per-block partial sums (in scratch) added in a fixed order: bit-identical run to run.
+// CUDA: the forward takes any C; the backward takes C <= 16384. Every forward kernel computes
+// out = T(fmaf((x - mean) * rstd, weight, bias)) in fp32 from the mean and rstd it saves, which
+// cuda::QuantizeLayerNorm (kernels/quantize.h) recomputes bit for bit. dweight/dbias are reduced
+// with per-block partial sums (in scratch) added in a fixed order: bit-identical run to run.
 
 namespace cpu {
 // Instantiated for T in {float, bf16, double}.

@@ -1,6 +1,6 @@
 // Casts between high precision (float, bf16) and FP8: quantize with fused amax, saturation count
-// and transposed copy (and with the bias gradient, GELU backward or GELU forward fused in);
-// dequantize; amax alone; and current scaling (amax -> scale -> quantize).
+// and transposed copy (and with the bias gradient, GELU backward, GELU forward or a norm's output
+// fused in); dequantize; amax alone; and current scaling (amax -> scale -> quantize).
 #pragma once
 
 #include <cstdint>
@@ -52,14 +52,29 @@ namespace fp8rt {
 //   Quantize's of that input. The CUDA version's codes equal those of
 //   cuda::GeluForward followed by cuda::Quantize, the CPU's those of cpu::GeluForward followed by
 //   cpu::Quantize, bit for bit.
-// Preconditions (InvalidArgument otherwise): rows, cols >= 0; data (Quantize, QuantizeGelu: data
-// or data_t), scale, scale_inv non-null; scale_inv distinct from scale; data_t, when given,
-// distinct from data; margin in 0..32.
+// QuantizeLayerNorm: Quantize of y, a norm's output recomputed from its input x = in (N rows of
+//   C: out.rows x out.cols) and the forward's saved fp32 per-row statistics, in the same pass: an
+//   FP8 layer's transposed input rebuilt in the backward from the saved residual stream, without
+//   a T buffer. LayerNorm: y[r][c] = T(fmaf((x[r][c] - mean[r]) * rstd[r], weight[c], bias[c]))
+//   in fp32, the output of cuda::LayerNormForward (every kernel variant) for the mean and rstd it
+//   saved. RMSNorm (mean and bias null): y[r][c] = T(x[r][c] * rstd[r] * weight[c]), multiplied
+//   left to right, the output of cuda::RmsNormForward for its rstd. out.data or out.data_t, at
+//   least one. Codes, amax (of y), saturation and scale_inv are Quantize's of y: the CUDA
+//   version's equal those of the CUDA forward followed by cuda::Quantize, bit for bit. This is
+//   the CUDA forward's rounding, not cpu::LayerNormForward's (fp64 statistics): the CPU model
+//   recomputes its norms with its own forward, not with cpu::QuantizeLayerNorm.
+// Preconditions (InvalidArgument otherwise): rows, cols >= 0; data (Quantize, QuantizeGelu,
+// QuantizeLayerNorm: data or data_t), scale, scale_inv non-null; scale_inv distinct from scale;
+// data_t, when given, distinct from data; margin in 0..32; QuantizeLayerNorm: mean and bias both
+// set or both null, and in, rstd, weight non-null for a non-empty tensor.
 // Empty tensors only write scale_inv.
 
 // The tensor preconditions above; op prefixes the message. transposed_only_ok: data may be null
 // when data_t is not (Quantize's transposed-only cast).
 Status ValidateFp8Tensor(const char* op, const Fp8Tensor& t, bool transposed_only_ok = false);
+// QuantizeLayerNorm's preconditions above (both backends).
+Status ValidateQuantizeLayerNorm(const void* in, const float* mean, const float* rstd,
+                                 const void* weight, const void* bias, const Fp8Tensor& out);
 
 namespace cpu {
 template <typename T>
@@ -75,6 +90,10 @@ Status QuantizeDbiasGeluGrad(const T* dout, const uint8_t* pre_e4m3, const Fp8Te
                              float* dbias, uint64_t* saturated = nullptr);
 template <typename T>
 Status QuantizeGelu(const T* pre, const Fp8Tensor& out, uint64_t* saturated = nullptr);
+// The formula above with std::fma on floats, then Quantize: the oracle of the CUDA version.
+template <typename T>
+Status QuantizeLayerNorm(const T* in, const float* mean, const float* rstd, const T* weight,
+                         const T* bias, const Fp8Tensor& out, uint64_t* saturated = nullptr);
 template <typename T>
 Status Dequantize(const Fp8Tensor& in, T* out);
 template <typename T>
@@ -120,6 +139,11 @@ Status QuantizeDbiasGeluGrad(const T* dout, const uint8_t* pre_e4m3, const Fp8Te
 template <typename T>
 Status QuantizeGelu(const T* pre, const Fp8Tensor& out, unsigned long long* saturated,
                     cudaStream_t stream);
+// Likewise: the cast+transpose kernel reading x, the statistics, weight and bias.
+template <typename T>
+Status QuantizeLayerNorm(const T* in, const float* mean, const float* rstd, const T* weight,
+                         const T* bias, const Fp8Tensor& out, unsigned long long* saturated,
+                         cudaStream_t stream);
 template <typename T>
 Status Dequantize(const Fp8Tensor& in, T* out, cudaStream_t stream);
 template <typename T>

@@ -20,8 +20,10 @@ namespace fp8rt {
 // (transformers' LlamaRMSNorm rounds twice in BF16: the normalised value to the input's dtype,
 // then its product with the weight; within a BF16 ulp of this.) rstd may be null in the forward
 // (inference); the backward needs it. din must not alias dout or in.
-// CUDA: deterministic (the weight gradient is summed over rows in a fixed order, no atomics:
-// per-chunk partial sums in scratch, then added chunk by chunk).
+// CUDA: out = T((x * rstd) * weight) in fp32 from the rstd it saves, which
+// cuda::QuantizeLayerNorm (kernels/quantize.h) recomputes bit for bit. Deterministic (the weight
+// gradient is summed over rows in a fixed order, no atomics: per-chunk partial sums in scratch,
+// then added chunk by chunk).
 
 // The preconditions of both (InvalidArgument naming op otherwise): N, C >= 0, pointers non-null
 // when N * C > 0 (rstd may be null when rstd_optional), eps >= 0.

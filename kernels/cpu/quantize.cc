@@ -32,6 +32,22 @@ Status ValidateFp8Tensor(const char* op, const Fp8Tensor& t, bool transposed_onl
   return Status::Ok();
 }
 
+Status ValidateQuantizeLayerNorm(const void* in, const float* mean, const float* rstd,
+                                 const void* weight, const void* bias, const Fp8Tensor& out) {
+  FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor("QuantizeLayerNorm", out, /*transposed_only_ok=*/true));
+  if ((mean == nullptr) != (bias == nullptr)) {
+    return Status::InvalidArgument(
+        StrCat("QuantizeLayerNorm: mean is ", mean == nullptr ? "null" : "set", " but bias is ",
+               bias == nullptr ? "null" : "set", "; both set (LayerNorm) or both null (RMSNorm)"));
+  }
+  if (out.numel() > 0 && (in == nullptr || rstd == nullptr || weight == nullptr)) {
+    return Status::InvalidArgument(
+        StrCat("QuantizeLayerNorm: in, rstd and weight must be non-null for a (", out.rows, ", ",
+               out.cols, ") tensor"));
+  }
+  return Status::Ok();
+}
+
 namespace cpu {
 namespace {
 
@@ -183,16 +199,35 @@ Status QuantizeGelu(const T* pre, const Fp8Tensor& out, uint64_t* saturated) {
   return Quantize(in.data(), out, saturated);
 }
 
-#define FP8RT_INSTANTIATE(T)                                                                   \
-  template Status Quantize<T>(const T*, const Fp8Tensor&, uint64_t*);                          \
-  template Status QuantizeDbiasGeluGrad<T>(const T*, const uint8_t*, const Fp8Tensor&, float*, \
-                                           uint64_t*);                                         \
-  template Status QuantizeDbiasGeluGrad<T>(const T*, const T*, const Fp8Tensor&, float*,       \
-                                           uint64_t*);                                         \
-  template Status QuantizeDbias<T>(const T*, const Fp8Tensor&, float*, uint64_t*);             \
-  template Status QuantizeGelu<T>(const T*, const Fp8Tensor&, uint64_t*);                      \
-  template Status Dequantize<T>(const Fp8Tensor&, T*);                                         \
-  template Status ComputeAmax<T>(const T*, int64_t, float*);                                   \
+template <typename T>
+Status QuantizeLayerNorm(const T* in, const float* mean, const float* rstd, const T* weight,
+                         const T* bias, const Fp8Tensor& out, uint64_t* saturated) {
+  FP8RT_RETURN_IF_ERROR(ValidateQuantizeLayerNorm(in, mean, rstd, weight, bias, out));
+  const int64_t rows = out.rows, cols = out.cols;
+  std::vector<T> y(static_cast<size_t>(out.numel()));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float x = AsFloat(in[r * cols + c]), w = AsFloat(weight[c]);
+      const float v = mean != nullptr ? std::fma((x - mean[r]) * rstd[r], w, AsFloat(bias[c]))
+                                      : x * rstd[r] * w;
+      y[r * cols + c] = T(v);
+    }
+  }
+  return Quantize(y.data(), out, saturated);
+}
+
+#define FP8RT_INSTANTIATE(T)                                                                     \
+  template Status Quantize<T>(const T*, const Fp8Tensor&, uint64_t*);                            \
+  template Status QuantizeDbiasGeluGrad<T>(const T*, const uint8_t*, const Fp8Tensor&, float*,   \
+                                           uint64_t*);                                           \
+  template Status QuantizeDbiasGeluGrad<T>(const T*, const T*, const Fp8Tensor&, float*,         \
+                                           uint64_t*);                                           \
+  template Status QuantizeDbias<T>(const T*, const Fp8Tensor&, float*, uint64_t*);               \
+  template Status QuantizeGelu<T>(const T*, const Fp8Tensor&, uint64_t*);                        \
+  template Status QuantizeLayerNorm<T>(const T*, const float*, const float*, const T*, const T*, \
+                                       const Fp8Tensor&, uint64_t*);                             \
+  template Status Dequantize<T>(const Fp8Tensor&, T*);                                           \
+  template Status ComputeAmax<T>(const T*, int64_t, float*);                                     \
   template Status QuantizeCurrentScaling<T>(const T*, const Fp8Tensor&, int, uint64_t*);
 FP8RT_INSTANTIATE(float)
 FP8RT_INSTANTIATE(bf16)

@@ -1,7 +1,8 @@
 // FP8 cast + transpose on the GPU: one pass over a (rows, cols) input writes both orientations
 // (data and data_t) with amax and saturation fused in; the bias-gradient casts (QuantizeDbias,
-// QuantizeDbiasGeluGrad) and the GELU forward (QuantizeGelu) ride on the same tiles.
-// cuda::Quantize (quantize.cu) calls in here when it writes data_t.
+// QuantizeDbiasGeluGrad), the GELU forward (QuantizeGelu) and a norm's output recomputed from
+// its saved statistics (QuantizeLayerNorm) ride on the same tiles. cuda::Quantize (quantize.cu)
+// calls in here when it writes data_t.
 #include <cstdint>
 
 #include "common/cuda_check.h"
@@ -86,40 +87,71 @@ constexpr int kCtSmemPieces = kSubC * kWarpSize * kPitch;
 // same pass and rounded to T as the unfused op would store it (the same bits).
 enum class InputOp {
   kNone,
-  kGeluGrad,  // GELU'(pre) * in, as GeluBackward (the GELU backward fused into its output's cast)
-  kGelu,      // GELU(in), as GeluForward (FC2's input cast from FC's output, or recomputed)
+  kGeluGrad,   // GELU'(pre) * in, as GeluBackward (the GELU backward fused into its output's cast)
+  kGelu,       // GELU(in), as GeluForward (FC2's input cast from FC's output, or recomputed)
+  kLayerNorm,  // fmaf((in - mean) * rstd, weight, bias), as the LayerNorm forward kernels
+  kRmsNorm,    // in * rstd * weight, as RmsNormForward
 };
+
+constexpr bool IsNorm(InputOp op) { return op == InputOp::kLayerNorm || op == InputOp::kRmsNorm; }
 
 // Whether the tile may skip data_t (a row-major-only cast). The plain cast writes data alone in
 // quantize.cu's flat kernel and the bias gradient needs data_t, so only the fused forward ops
 // compile the check: the other kernels' code is unchanged.
-constexpr bool RowMajorOnlyOk(InputOp op) { return op == InputOp::kGelu; }
+constexpr bool RowMajorOnlyOk(InputOp op) { return op == InputOp::kGelu || IsNorm(op); }
+
+// The norm ops' other inputs: the forward's saved per-row statistics (rows) and the per-column
+// weight and bias (cols). mean and bias are null for kRmsNorm, all four for the non-norm ops.
+template <typename T>
+struct NormParams {
+  const float* mean = nullptr;
+  const float* rstd = nullptr;
+  const T* weight = nullptr;
+  const T* bias = nullptr;
+};
 
 // One tile. kFull: the tile lies inside the tensor and every pointer/stride allows vector
 // access; otherwise every element is bounds-checked (edge tiles and odd shapes).
-// kOp: see InputOp; only kGeluGrad reads pre. P: pre's type, T or uint8_t (E4M3 codes at scale
-// 1, whose values T holds exactly).
+// kOp: see InputOp; only kGeluGrad reads pre, only the norm ops norm. P: pre's type, T or
+// uint8_t (E4M3 codes at scale 1, whose values T holds exactly).
 template <typename T, typename P, Fp8Format F, bool kFull, InputOp kOp>
-__device__ __forceinline__ void CastTransposeTile(const T* __restrict__ in,
-                                                  const P* __restrict__ pre,
-                                                  uint8_t* __restrict__ data,
-                                                  uint8_t* __restrict__ data_t, int64_t rows,
-                                                  int64_t cols, float scale, int64_t tile_r,
-                                                  int64_t tile_c, uint2* smem, Telemetry& tel,
-                                                  float* colsum, float* partials) {
+__device__ __forceinline__ void CastTransposeTile(
+    const T* __restrict__ in, const P* __restrict__ pre, const NormParams<T>& norm,
+    uint8_t* __restrict__ data, uint8_t* __restrict__ data_t, int64_t rows, int64_t cols,
+    float scale, int64_t tile_r, int64_t tile_c, uint2* smem, Telemetry& tel, float* colsum,
+    float* partials) {
   const float fp8_max = Fp8MaxFinite(F);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int64_t r0 = tile_r + warp * kSubR;
   const int64_t c0 = tile_c + lane * kSubC;
 
-  // Load the sub-tile: all 8 rows first (and, with kGeluGrad, their pre-activations), so every
-  // load is in flight together.
+  // Load the sub-tile: all 8 rows first (and, with kGeluGrad, their pre-activations; with a
+  // norm, the rows' statistics and the columns' weight and bias), so every load is in flight
+  // together.
   constexpr bool kPre = kOp == InputOp::kGeluGrad;
+  constexpr bool kNorm = IsNorm(kOp), kLn = kOp == InputOp::kLayerNorm;
   float x[kSubR][kSubC];
   float pre_x[kPre ? kSubR : 1][kSubC];
+  float row_mu[kLn ? kSubR : 1], row_rs[kNorm ? kSubR : 1];
+  float col_w[kNorm ? kSubC : 1], col_b[kLn ? kSubC : 1];
+  if constexpr (kNorm && kFull) {
+    LoadVec<kSubC>(norm.weight + c0, col_w);
+    if constexpr (kLn) LoadVec<kSubC>(norm.bias + c0, col_b);
+  } else if constexpr (kNorm) {
+#pragma unroll
+    for (int j = 0; j < kSubC; ++j) {
+      const bool ok = c0 + j < cols;
+      col_w[j] = ok ? LoadF(norm.weight + c0 + j) : 0.0f;
+      if constexpr (kLn) col_b[j] = ok ? LoadF(norm.bias + c0 + j) : 0.0f;
+    }
+  }
 #pragma unroll
   for (int i = 0; i < kSubR; ++i) {
     const int64_t r = r0 + i;
+    if constexpr (kNorm) {
+      row_rs[i] = kFull || r < rows ? norm.rstd[r] : 0.0f;
+      if constexpr (kLn) row_mu[i] = kFull || r < rows ? norm.mean[r] : 0.0f;
+    }
     if constexpr (kFull) {
       LoadVec<kSubC>(in + r * cols + c0, x[i]);
       if constexpr (kPre) LoadVec<kSubC>(pre + r * cols + c0, pre_x[i]);
@@ -149,6 +181,23 @@ __device__ __forceinline__ void CastTransposeTile(const T* __restrict__ in,
       for (int j = 0; j < kSubC; ++j) {
         const T g = Round<T>(GeluF(x[i][j]));
         x[i][j] = LoadF(&g);
+      }
+    }
+  } else if constexpr (kNorm) {
+    // The forward kernels' fp32 expressions, operation for operation (layernorm.cu, rmsnorm.cu),
+    // rounded to T as they store it. Out-of-bounds elements are zeroed: they would add bias.
+#pragma unroll
+    for (int i = 0; i < kSubR; ++i) {
+#pragma unroll
+      for (int j = 0; j < kSubC; ++j) {
+        float v;
+        if constexpr (kLn) {
+          v = fmaf((x[i][j] - row_mu[i]) * row_rs[i], col_w[j], col_b[j]);
+        } else {
+          v = x[i][j] * row_rs[i] * col_w[j];
+        }
+        const T y = Round<T>(v);
+        x[i][j] = kFull || (r0 + i < rows && c0 + j < cols) ? LoadF(&y) : 0.0f;
       }
     }
   }
@@ -234,11 +283,11 @@ __device__ __forceinline__ void CastTransposeTile(const T* __restrict__ in,
 template <typename T, typename P, Fp8Format F, bool kFull, InputOp kOp>
 __global__ void __launch_bounds__(kCtThreads)
     CastTransposeKernel(const T* __restrict__ in, const P* __restrict__ pre,
-                        uint8_t* __restrict__ data,
-                        uint8_t* __restrict__ data_t, int64_t rows, int64_t cols,
-                        const float* __restrict__ scale_ptr, float* __restrict__ scale_inv,
-                        float* amax, unsigned long long* saturated, int64_t full_r, int64_t full_c,
-                        int64_t tiles_c, bool write_scale_inv, float* partials) {
+                        uint8_t* __restrict__ data, uint8_t* __restrict__ data_t, int64_t rows,
+                        int64_t cols, const float* __restrict__ scale_ptr,
+                        float* __restrict__ scale_inv, float* amax, unsigned long long* saturated,
+                        int64_t full_r, int64_t full_c, int64_t tiles_c, bool write_scale_inv,
+                        float* partials, NormParams<T> norm) {
   __shared__ uint2 smem[kCtSmemPieces];
   __shared__ float colsum[kCtWarps * kTileC];
   const float scale = *scale_ptr;
@@ -258,8 +307,8 @@ __global__ void __launch_bounds__(kCtThreads)
     }
   }
   Telemetry tel;
-  CastTransposeTile<T, P, F, kFull, kOp>(in, pre, data, data_t, rows, cols, scale, tr * kTileR,
-                                         tc * kTileC, smem, tel, colsum, partials);
+  CastTransposeTile<T, P, F, kFull, kOp>(in, pre, norm, data, data_t, rows, cols, scale,
+                                         tr * kTileR, tc * kTileC, smem, tel, colsum, partials);
   CommitTelemetry<kCtThreads>(tel, amax, saturated);
   if (write_scale_inv && blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = ScaleInv(scale);
 }
@@ -268,12 +317,13 @@ template <InputOp kOp, typename T, typename P, Fp8Format F, bool kFull>
 cudaError_t LaunchCastTransposeKernel(int64_t blocks, const T* in, const P* pre,
                                       const Fp8Tensor& out, unsigned long long* saturated,
                                       int64_t full_r, int64_t full_c, int64_t tiles_c,
-                                      bool write_scale_inv, float* partials, cudaStream_t stream) {
+                                      bool write_scale_inv, float* partials,
+                                      const NormParams<T>& norm, cudaStream_t stream) {
   if (blocks == 0) return cudaSuccess;
   auto* kernel = CastTransposeKernel<T, P, F, kFull, kOp>;
   kernel<<<static_cast<unsigned>(blocks), kCtThreads, 0, stream>>>(
-      in, pre, out.data, out.data_t, out.rows, out.cols, out.scale, out.scale_inv, out.amax, saturated,
-      full_r, full_c, tiles_c, write_scale_inv, partials);
+      in, pre, out.data, out.data_t, out.rows, out.cols, out.scale, out.scale_inv, out.amax,
+      saturated, full_r, full_c, tiles_c, write_scale_inv, partials, norm);
   return cudaGetLastError();
 }
 
@@ -299,17 +349,20 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// pre: kGeluGrad's second input (null otherwise).
+// pre: kGeluGrad's second input (null otherwise); norm: the norm ops' (empty otherwise).
 template <InputOp kOp, typename T, typename P = T>
 Status LaunchCastTranspose(const T* in, const Fp8Tensor& out, unsigned long long* saturated,
-                           cudaStream_t stream, float* partials = nullptr,
-                           const P* pre = nullptr) {
+                           cudaStream_t stream, float* partials = nullptr, const P* pre = nullptr,
+                           const NormParams<T>& norm = {}) {
   const int64_t rows = out.rows, cols = out.cols;
-  // The fast kernel needs vector access everywhere: input rows aligned for kSubC-element loads,
-  // data rows for 4-byte stores, and 8-row pieces of data_t for 8-byte stores.
+  // The fast kernel needs vector access everywhere: input rows (and a norm's weight and bias)
+  // aligned for kSubC-element loads, data rows for 4-byte stores, and 8-row pieces of data_t for
+  // 8-byte stores.
   const bool vector_ok = cols % kSubC == 0 && rows % kSubR == 0 && Aligned(in, kSubC * sizeof(T)) &&
                          (pre == nullptr || Aligned(pre, kSubC * sizeof(P))) &&
-                         Aligned(out.data, kSubC) && Aligned(out.data_t, kSubR);
+                         Aligned(norm.weight, kSubC * sizeof(T)) &&
+                         Aligned(norm.bias, kSubC * sizeof(T)) && Aligned(out.data, kSubC) &&
+                         Aligned(out.data_t, kSubR);
   const int64_t tiles_r = (rows + kTileR - 1) / kTileR;
   const int64_t tiles_c = (cols + kTileC - 1) / kTileC;
   const int64_t full_r = vector_ok ? rows / kTileR : 0;
@@ -323,11 +376,12 @@ Status LaunchCastTranspose(const T* in, const Fp8Tensor& out, unsigned long long
   }
   cudaError_t err = cudaSuccess;
   cuda_detail::DispatchFp8(out.format, [&]<Fp8Format F>() {
-    err = LaunchCastTransposeKernel<kOp, T, P, F, true>(interior, in, pre, out, saturated, full_r,
-                                                        full_c, tiles_c, true, partials, stream);
+    err = LaunchCastTransposeKernel<kOp, T, P, F, true>(
+        interior, in, pre, out, saturated, full_r, full_c, tiles_c, true, partials, norm, stream);
     if (err != cudaSuccess) return;
-    err = LaunchCastTransposeKernel<kOp, T, P, F, false>(
-        edge, in, pre, out, saturated, full_r, full_c, tiles_c, interior == 0, partials, stream);
+    err = LaunchCastTransposeKernel<kOp, T, P, F, false>(edge, in, pre, out, saturated, full_r,
+                                                         full_c, tiles_c, interior == 0, partials,
+                                                         norm, stream);
   });
   if (err != cudaSuccess) {
     return Status::Internal(
@@ -431,6 +485,21 @@ Status QuantizeGelu(const T* pre, const Fp8Tensor& out, unsigned long long* satu
   return LaunchCastTranspose<InputOp::kGelu>(pre, out, saturated, stream);
 }
 
+template <typename T>
+Status QuantizeLayerNorm(const T* in, const float* mean, const float* rstd, const T* weight,
+                         const T* bias, const Fp8Tensor& out, unsigned long long* saturated,
+                         cudaStream_t stream) {
+  FP8RT_RETURN_IF_ERROR(ValidateQuantizeLayerNorm(in, mean, rstd, weight, bias, out));
+  if (out.numel() == 0) return Quantize(in, out, saturated, stream);  // scale_inv only
+  const NormParams<T> norm{mean, rstd, weight, bias};
+  if (mean == nullptr) {
+    return LaunchCastTranspose<InputOp::kRmsNorm, T, T>(in, out, saturated, stream, nullptr,
+                                                        nullptr, norm);
+  }
+  return LaunchCastTranspose<InputOp::kLayerNorm, T, T>(in, out, saturated, stream, nullptr,
+                                                        nullptr, norm);
+}
+
 #define FP8RT_INSTANTIATE(T)                                                                       \
   template Status QuantizeDbias<T>(const T*, const Fp8Tensor&, float*, unsigned long long*, void*, \
                                    size_t, cudaStream_t);                                          \
@@ -438,7 +507,9 @@ Status QuantizeGelu(const T* pre, const Fp8Tensor& out, unsigned long long* satu
                                            unsigned long long*, void*, size_t, cudaStream_t);      \
   template Status QuantizeDbiasGeluGrad<T>(const T*, const uint8_t*, const Fp8Tensor&, float*,     \
                                            unsigned long long*, void*, size_t, cudaStream_t);      \
-  template Status QuantizeGelu<T>(const T*, const Fp8Tensor&, unsigned long long*, cudaStream_t);
+  template Status QuantizeGelu<T>(const T*, const Fp8Tensor&, unsigned long long*, cudaStream_t);  \
+  template Status QuantizeLayerNorm<T>(const T*, const float*, const float*, const T*, const T*,   \
+                                       const Fp8Tensor&, unsigned long long*, cudaStream_t);
 FP8RT_INSTANTIATE(float)
 FP8RT_INSTANTIATE(bf16)
 #undef FP8RT_INSTANTIATE

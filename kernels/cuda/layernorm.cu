@@ -204,9 +204,11 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
     const P w = reinterpret_cast<const P*>(weight)[v];
     const P b = reinterpret_cast<const P*>(bias)[v];
     P y;
+    // The register kernel's expression, fma included (nvcc contracted the plain form to the same
+    // instructions; spelt out because QuantizeLayerNorm recomputes this output bit for bit).
 #pragma unroll
     for (int j = 0; j < kPack; ++j) {
-      y.v[j] = Round<T>((ToFloat(xv.v[j]) - mu) * rs * ToFloat(w.v[j]) + ToFloat(b.v[j]));
+      y.v[j] = Round<T>(fmaf((ToFloat(xv.v[j]) - mu) * rs, ToFloat(w.v[j]), ToFloat(b.v[j])));
     }
     o[v] = y;
   }

@@ -1,5 +1,6 @@
 // CUDA quantize/dequantize/amax/current scaling against the CPU reference: FP8 codes (both
-// orientations), amax, saturation counts and scale_inv must match exactly.
+// orientations), amax, saturation counts and scale_inv must match exactly. The fused casts
+// (GELU, GELU backward, a norm's output) against the unfused ops followed by the plain cast.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -12,7 +13,9 @@
 #include <vector>
 
 #include "kernels/gelu.h"
+#include "kernels/layernorm.h"
 #include "kernels/quantize.h"
+#include "kernels/rmsnorm.h"
 #include "tests/common/gpu_util.h"
 #include "tests/common/test_util.h"
 
@@ -552,6 +555,137 @@ std::vector<Case> TransposedCases() {
 INSTANTIATE_TEST_SUITE_P(Cases, QuantizeDbiasGpu, ::testing::ValuesIn(TransposedCases()),
                          [](const auto& info) { return CaseName(info.param); });
 
+// QuantizeLayerNorm: a norm's output recomputed from the CUDA forward's saved statistics.
+struct NormCase {
+  DType dtype;
+  test::Shape2D shape;
+  bool rms;
+};
+
+// The awkward shapes, the model's widths (C = 64, 128, 768, 2048, row counts that leave edge
+// tiles), odd widths (7x3; 33x1001: the LayerNorm forward's scalar register kernel) and rows
+// wide enough for its re-reading kernel (5x2050: scalar loads in both dtypes; 5x8200: 16-byte
+// vectors in both).
+std::vector<NormCase> NormCases() {
+  std::vector<test::Shape2D> shapes = test::AwkwardShapes();
+  for (const test::Shape2D& s : {test::Shape2D{136, 64, "136x64"},
+                                 {128, 128, "128x128"},
+                                 {200, 768, "200x768"},
+                                 {72, 2048, "72x2048"},
+                                 {7, 3, "7x3"},
+                                 {33, 1001, "33x1001"},
+                                 {5, 2050, "5x2050"},
+                                 {5, 8200, "5x8200"}}) {
+    shapes.push_back(s);
+  }
+  std::vector<NormCase> cases;
+  for (DType d : {DType::kFloat32, DType::kBFloat16}) {
+    for (const test::Shape2D& s : shapes) {
+      for (bool rms : {false, true}) cases.push_back({d, s, rms});
+    }
+  }
+  return cases;
+}
+
+class QuantizeLayerNormGpu : public test::GpuTest, public ::testing::WithParamInterface<NormCase> {
+ protected:
+  // cuda::LayerNormForward (cuda::RmsNormForward) on random x gives y, mean and rstd; then
+  // cuda::Quantize(y) is the reference: QuantizeLayerNorm from x and the statistics must give its
+  // codes (both orientations, then each alone, the other left poisoned), amax, saturation and
+  // scale_inv bit for bit. y is the documented formula's, bit for bit, and the CPU reference
+  // from the same statistics gives the same cast.
+  template <typename T>
+  void Run() {
+    const NormCase& c = GetParam();
+    const int64_t N = c.shape.rows, C = c.shape.cols, n = N * C;
+    std::vector<float> xf = test::RandomNormal(n, 91 + n, 0.3f, 1.5f);
+    xf[0] = 40.f;  // far out in row 0: saturates once C >= 16
+    const std::vector<T> x = test::CastVector<T>(xf);
+    const std::vector<T> w = test::CastVector<T>(test::RandomNormal(C, 92, 1.f, 0.3f));
+    const std::vector<T> b = test::CastVector<T>(test::RandomNormal(C, 93, 0.f, 0.3f));
+    DeviceBuffer<T> d_x(x), d_w(w), d_b(b), d_y(n);
+    DeviceBuffer<float> d_mean(N), d_rstd(N);
+    d_y.Poison();
+    d_mean.Poison();
+    d_rstd.Poison();
+    Status st = c.rms ? cuda::RmsNormForward(d_y.get(), d_rstd.get(), d_x.get(), d_w.get(), N, C,
+                                             1e-5f, nullptr)
+                      : cuda::LayerNormForward(d_y.get(), d_mean.get(), d_rstd.get(), d_x.get(),
+                                               d_w.get(), d_b.get(), N, C, 1e-5f, nullptr);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    const float* mean = c.rms ? nullptr : d_mean.get();
+    const T* bias = c.rms ? nullptr : d_b.get();
+    const Fp8Format f = Fp8Format::kE4M3;
+    const float scale = SaturatingScale(f);
+    DeviceFp8 split(N, C, f, true, scale, 0.125f);
+    DeviceBuffer<unsigned long long> sat_split(std::vector<unsigned long long>{5});
+    ASSERT_TRUE(cuda::Quantize(d_y.get(), split.t, sat_split.get(), nullptr).ok());
+    const std::vector<uint8_t> want_data = split.data.Download(), want_t = split.data_t.Download();
+    const std::vector<float> want = split.scalars.Download();
+    const uint64_t want_sat = sat_split.Download()[0];
+    if (C >= 16) EXPECT_GT(want_sat, 5u) << "the inputs must saturate somewhere";
+
+    for (const Outputs o : kAllOutputs) {
+      SCOPED_TRACE(OutputsName(o));
+      DeviceFp8 fused(N, C, f, true, scale, 0.125f);
+      const std::vector<uint8_t> poison = fused.data.Download();
+      Select(o, fused.t);
+      DeviceBuffer<unsigned long long> sat(std::vector<unsigned long long>{5});
+      st = cuda::QuantizeLayerNorm(d_x.get(), mean, d_rstd.get(), d_w.get(), bias, fused.t,
+                                   sat.get(), nullptr);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      EXPECT_TRUE(SameCodes(fused.data.Download(),
+                            o != Outputs::kTransposedOnly ? want_data : poison, "data"));
+      EXPECT_TRUE(
+          SameCodes(fused.data_t.Download(), o != Outputs::kDataOnly ? want_t : poison, "data_t"));
+      const std::vector<float> got = fused.scalars.Download();
+      EXPECT_TRUE(SameBits(got[1], want[1], "scale_inv"));
+      EXPECT_TRUE(SameBits(got[2], want[2], "amax"));
+      EXPECT_EQ(sat.Download()[0], want_sat) << "saturated";
+    }
+
+    // The forward's output is the formula's for the statistics it saved (every kernel variant).
+    const std::vector<T> y = d_y.Download();
+    const std::vector<float> h_mean = d_mean.Download(), h_rstd = d_rstd.Download();
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = i / C, col = i % C;
+      const float xv = ToFloat(x[i]), wv = ToFloat(w[col]);
+      const T want_y = T(c.rms ? xv * h_rstd[r] * wv
+                               : std::fma((xv - h_mean[r]) * h_rstd[r], wv, ToFloat(b[col])));
+      if (std::memcmp(&want_y, &y[i], sizeof(T)) != 0 && bad++ == 0) first = i;
+    }
+    EXPECT_EQ(bad, 0) << "forward outputs off the formula; first at [" << first
+                      << "]: " << ToFloat(y[first]);
+
+    // The CPU reference from the same statistics.
+    HostFp8 cpu_q(N, C, f, true, scale, 0.125f);
+    uint64_t cpu_sat = 5;
+    ASSERT_TRUE(cpu::QuantizeLayerNorm(x.data(), c.rms ? nullptr : h_mean.data(), h_rstd.data(),
+                                       w.data(), c.rms ? nullptr : b.data(), cpu_q.t, &cpu_sat)
+                    .ok());
+    EXPECT_TRUE(SameCodes(want_data, cpu_q.data, "data vs CPU"));
+    EXPECT_TRUE(SameCodes(want_t, cpu_q.data_t, "data_t vs CPU"));
+    EXPECT_TRUE(SameBits(want[2], cpu_q.amax, "amax vs CPU"));
+    EXPECT_EQ(want_sat, cpu_sat) << "saturated vs CPU";
+  }
+};
+
+TEST_P(QuantizeLayerNormGpu, MatchesTheForwardThenQuantize) {
+  if (GetParam().dtype == DType::kFloat32) {
+    Run<float>();
+  } else {
+    Run<bf16>();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, QuantizeLayerNormGpu, ::testing::ValuesIn(NormCases()),
+                         [](const auto& info) {
+                           const NormCase& c = info.param;
+                           return std::string(DTypeName(c.dtype)) + "_" + c.shape.name +
+                                  (c.rms ? "_RmsNorm" : "_LayerNorm");
+                         });
+
 // Buffers offset from their allocation so no vector path applies: the guarded code everywhere.
 class QuantizeGpuMisc : public test::GpuTest {};
 
@@ -695,6 +829,46 @@ TEST_F(QuantizeGpuMisc, GeluCastNanAndInfMatchTheSplitCast) {
   s = cuda::QuantizeGelu<float>(nullptr, t.t, nullptr, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("QuantizeGelu: pre is null"), std::string::npos) << s.message();
+}
+
+// QuantizeLayerNorm with weight and bias one element off their alignment: no vector path (the
+// forward then takes its scalar kernel too), the same codes as the forward then the cast. Then
+// its preconditions, which name the op.
+TEST_F(QuantizeGpuMisc, LayerNormCastUnalignedWeightAndPreconditions) {
+  const int64_t N = 64, C = 128, n = N * C;
+  const std::vector<float> x = test::RandomNormal(n, 19, 0.3f, 1.5f);
+  std::vector<float> wb = test::RandomNormal(2 * C + 2, 20, 0.5f, 0.5f);
+  DeviceBuffer<float> d_x(x), d_wb(wb), d_y(n), d_mean(N), d_rstd(N);
+  const float* w = d_wb.get() + 1;
+  const float* b = d_wb.get() + C + 2;
+  ASSERT_TRUE(cuda::LayerNormForward(d_y.get(), d_mean.get(), d_rstd.get(), d_x.get(), w, b, N, C,
+                                     1e-5f, nullptr)
+                  .ok());
+  DeviceFp8 fused(N, C, Fp8Format::kE4M3, true, 64.f, 0.f);
+  DeviceFp8 split(N, C, Fp8Format::kE4M3, true, 64.f, 0.f);
+  ASSERT_TRUE(cuda::QuantizeLayerNorm(d_x.get(), d_mean.get(), d_rstd.get(), w, b, fused.t, nullptr,
+                                      nullptr)
+                  .ok());
+  ASSERT_TRUE(cuda::Quantize(d_y.get(), split.t, nullptr, nullptr).ok());
+  EXPECT_TRUE(SameCodes(fused.data.Download(), split.data.Download(), "data"));
+  EXPECT_TRUE(SameCodes(fused.data_t.Download(), split.data_t.Download(), "data_t"));
+  EXPECT_TRUE(SameBits(fused.scalars.Download()[2], split.scalars.Download()[2], "amax"));
+
+  auto expect_error = [](const Status& s, const std::string& what) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what;
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
+  };
+  Fp8Tensor neither = fused.t;
+  neither.data = neither.data_t = nullptr;
+  expect_error(cuda::QuantizeLayerNorm(d_x.get(), d_mean.get(), d_rstd.get(), w, b, neither,
+                                       nullptr, nullptr),
+               "QuantizeLayerNorm: data is null for a (64, 128) tensor (and so is data_t)");
+  expect_error(cuda::QuantizeLayerNorm<float>(d_x.get(), d_mean.get(), d_rstd.get(), w, nullptr,
+                                              fused.t, nullptr, nullptr),
+               "QuantizeLayerNorm: mean is set but bias is null");
+  expect_error(cuda::QuantizeLayerNorm<float>(d_x.get(), d_mean.get(), nullptr, w, b, fused.t,
+                                              nullptr, nullptr),
+               "QuantizeLayerNorm: in, rstd and weight must be non-null for a (64, 128) tensor");
 }
 
 // The FP8 byte transpose (the dgrad's weight operand) against the CPU reference on shapes that

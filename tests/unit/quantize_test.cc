@@ -397,6 +397,108 @@ TEST(QuantizeCpu, GeluCastPreconditionsNameTheOp) {
   EXPECT_EQ(saturated, 0u);
 }
 
+// QuantizeLayerNorm is the documented fp32 formula (std::fma for LayerNorm; RMSNorm multiplied
+// left to right), rounded to T, then Quantize: one case's codes (both orientations, then each
+// alone), amax and saturation count against the two steps. The statistics are arbitrary (the
+// formula does not care where they come from); row 0 (a large x[0] and rstd) saturates at scale
+// 16.
+template <typename T>
+void ExpectNormCastEqualsFormulaThenCast(int64_t rows, int64_t cols, bool rms) {
+  SCOPED_TRACE(::testing::Message() << rows << "x" << cols << (rms ? " RMSNorm" : " LayerNorm"));
+  const int64_t n = rows * cols;
+  std::vector<float> xf = test::RandomNormal(n, 81 + n, 0.3f, 1.5f);
+  xf[0] = 30.f;
+  const std::vector<T> x = test::CastVector<T>(xf);
+  const std::vector<T> w = test::CastVector<T>(test::RandomNormal(cols, 82, 1.f, 0.3f));
+  const std::vector<T> b = test::CastVector<T>(test::RandomNormal(cols, 83, 0.f, 0.3f));
+  const std::vector<float> mean = test::RandomNormal(rows, 84, 0.3f, 0.1f);
+  std::vector<float> rstd = test::RandomUniform(rows, 85, 0.5f, 1.5f);
+  rstd[0] = 300.f;
+  std::vector<T> y(n);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float xv = ToFloat(x[r * cols + c]), wv = ToFloat(w[c]);
+      y[r * cols + c] =
+          T(rms ? xv * rstd[r] * wv : std::fma((xv - mean[r]) * rstd[r], wv, ToFloat(b[c])));
+    }
+  }
+  HostFp8 want(rows, cols, Fp8Format::kE4M3, 16.f);
+  want.amax = 0.125f;  // accumulated into
+  uint64_t want_sat = 3;
+  ASSERT_TRUE(cpu::Quantize(y.data(), want.t, &want_sat).ok());
+  EXPECT_GT(want_sat, 3u) << "the inputs must saturate";
+  for (const Outputs o : kAllOutputs) {
+    HostFp8 got(rows, cols, Fp8Format::kE4M3, 16.f);
+    got.amax = 0.125f;
+    Select(o, got);
+    uint64_t got_sat = 3;
+    const Status st = cpu::QuantizeLayerNorm(x.data(), rms ? nullptr : mean.data(), rstd.data(),
+                                             w.data(), rms ? nullptr : b.data(), got.t, &got_sat);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ExpectSameCast(o, got, got_sat, want, want_sat);
+  }
+}
+
+TEST(QuantizeCpu, LayerNormCastEqualsFormulaThenCast) {
+  for (const auto& [rows, cols] :
+       {std::pair<int64_t, int64_t>{1, 1}, {7, 13}, {33, 130}, {64, 128}, {5, 2050}}) {
+    for (const bool rms : {false, true}) {
+      ExpectNormCastEqualsFormulaThenCast<float>(rows, cols, rms);
+      ExpectNormCastEqualsFormulaThenCast<bf16>(rows, cols, rms);
+    }
+  }
+}
+
+// LayerNorm's affine step is one fma, as the CUDA forward computes it: with d = x - mean =
+// 1 + 2^-12 (rstd 1), w = 1 + 2^-12 and b = -1, d * w + b = 2^-11 + 2^-24 exactly, which the fp32
+// output (and so the amax) keeps; the product rounded first would give 2^-11.
+TEST(QuantizeCpu, LayerNormCastAffineIsOneFma) {
+  const float d = 1.f + std::ldexp(1.f, -12), mean = 0.f, rstd = 1.f, w = d, b = -1.f;
+  HostFp8 q(1, 1, Fp8Format::kE4M3, 1.f);
+  ASSERT_TRUE(cpu::QuantizeLayerNorm(&d, &mean, &rstd, &w, &b, q.t).ok());
+  EXPECT_EQ(q.amax, std::ldexp(1.f, -11) + std::ldexp(1.f, -24));
+}
+
+TEST(QuantizeCpu, LayerNormCastPreconditionsNameTheOp) {
+  const std::vector<float> x(4, 1.f), w(2, 1.f), b(2, 0.f), stat(2, 1.f);
+  HostFp8 q(2, 2, Fp8Format::kE4M3, 1.f);
+  auto expect_error = [](const Status& s, const std::string& what) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what;
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
+  };
+  Fp8Tensor neither = q.t;
+  neither.data = neither.data_t = nullptr;
+  expect_error(cpu::QuantizeLayerNorm<float>(x.data(), stat.data(), stat.data(), w.data(), b.data(),
+                                             neither),
+               "QuantizeLayerNorm: data is null for a (2, 2) tensor (and so is data_t)");
+  expect_error(
+      cpu::QuantizeLayerNorm<float>(x.data(), stat.data(), stat.data(), w.data(), nullptr, q.t),
+      "QuantizeLayerNorm: mean is set but bias is null; both set (LayerNorm) or both null "
+      "(RMSNorm)");
+  expect_error(
+      cpu::QuantizeLayerNorm<float>(x.data(), nullptr, stat.data(), w.data(), b.data(), q.t),
+      "QuantizeLayerNorm: mean is null but bias is set");
+  const std::string null_input =
+      "QuantizeLayerNorm: in, rstd and weight must be non-null for a (2, 2) tensor";
+  expect_error(cpu::QuantizeLayerNorm<float>(nullptr, nullptr, stat.data(), w.data(), nullptr, q.t),
+               null_input);
+  expect_error(cpu::QuantizeLayerNorm<float>(x.data(), nullptr, nullptr, w.data(), nullptr, q.t),
+               null_input);
+  expect_error(
+      cpu::QuantizeLayerNorm<float>(x.data(), stat.data(), stat.data(), nullptr, b.data(), q.t),
+      null_input);
+
+  // Empty: only scale_inv is written (the inputs may be null).
+  HostFp8 empty(0, 16, Fp8Format::kE4M3, 4.f);
+  uint64_t saturated = 0;
+  ASSERT_TRUE(
+      cpu::QuantizeLayerNorm<bf16>(nullptr, nullptr, nullptr, nullptr, nullptr, empty.t, &saturated)
+          .ok());
+  EXPECT_EQ(empty.scale_inv, 0.25f);
+  EXPECT_EQ(empty.amax, 0.f);
+  EXPECT_EQ(saturated, 0u);
+}
+
 TEST(QuantizeCpu, CurrentScalingUsesThisTensorsAmax) {
   const std::vector<float> in = {0.5f, -7.f, 3.f, 1.f};
   HostFp8 q(2, 2, Fp8Format::kE4M3, 123.f);
