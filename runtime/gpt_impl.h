@@ -162,6 +162,11 @@ class Gpt final : public GptModel {
   }
   // x8t of (l, kind) cast again from x, or with gelu_pre from GELU(gelu_pre) in the same pass.
   Status RecastInput(int l, int kind, const T* x, const T* gelu_pre = nullptr);
+  // x8t of (l, kind) cast again from the norm's output, recomputed from its input `in` and the
+  // forward's statistics (llama's RMSNorm: mean and b null) in the same pass where the device
+  // can (scratch: the recomputed output's place where it cannot, the CPU).
+  Status RecastNormOutput(int l, int kind, const T* in, const float* mean, const float* rstd,
+                          const T* w, const T* b, T* scratch);
   void LinearShape(int kind, int64_t* N, int64_t* K) const {
     gpt_detail::LinearShape(o_.model, kind, N, K, o_.tp_size());
   }
@@ -200,9 +205,11 @@ class Gpt final : public GptModel {
   // projection writes the residual stream directly. With gelu_out, also gelu_out = GELU(y) in the
   // GEMM's epilogue where cuBLASLt can (then *gelu_done is set; otherwise the caller applies
   // GELU itself).
+  // With gelu_pre (an FP8 layer, FusesGeluIntoXCast), x = GELU(gelu_pre) is not read: the
+  // input's FP8 cast applies the GELU to gelu_pre in the same pass (QuantizeGelu).
   Status LinearForward(int l, int kind, T* y, const T* x, const T* b, bool cast_w,
                        T* gelu_out = nullptr, bool* gelu_done = nullptr,
-                       const T* residual = nullptr);
+                       const T* residual = nullptr, const T* gelu_pre = nullptr);
   // With dgelu_aux (the forward's pre-GELU input of this layer's input), dx comes out multiplied
   // by GELU'(dgelu_aux) from the dgrad GEMM's epilogue where cuBLASLt can (*dgelu_done set).
   // With dy_gelu_pre, this layer's output gradient is GELU'(dy_gelu_pre) * dy, applied by the
@@ -235,6 +242,14 @@ class Gpt final : public GptModel {
   // measure dy first).
   bool FusesGeluIntoDyCast(int kind) const {
     return Fp8On(kind) && !fp8_.calibrate_now && !fp8_.current && !fp8_.block;
+  }
+  // Whether gpt2's FP8 FC2 casts its input from FC's output with the GELU in the cast (the GELU
+  // output is then never written): under delayed scaling, outside the calibrating first step
+  // (the others measure the input first). Its GELU is then always GELU of FC's stored output, the
+  // GELU kernel's where the cast cannot apply it, never the FC epilogue's from the unrounded sum
+  // (but under current scaling without train.recompute, which keeps the epilogue).
+  bool FusesGeluIntoXCast() const {
+    return !Llama() && Fp8On(kFcProj) && !fp8_.calibrate_now && !fp8_.current && !fp8_.block;
   }
   // fp8.scaling: block (runtime/gpt_block_scaling.h): the forward of FP8 linear layer (l, kind)
   // (its input cast by rows for the GEMM and by columns for wgrad, the weight's 128x128 cast

@@ -41,7 +41,8 @@ Status Gpt<Ops, T>::CurrentScale(int l, int kind, int role, const U* in, int64_t
 
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b, bool cast_w,
-                                  T* gelu_out, bool* gelu_done, const T* residual) {
+                                  T* gelu_out, bool* gelu_done, const T* residual,
+                                  const T* gelu_pre) {
   int64_t N, K;
   LinearShape(kind, &N, &K);
   const Param wp = WeightOf(o_.model, kind);
@@ -57,6 +58,10 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
     fused.aux = y;
     return GemmTryFused(fused, g, &gelu_epilogue_ok_, gelu_done);
   };
+  if (gelu_pre != nullptr && (!Fp8On(kind) || fp8_.block || fp8_.current || fp8_.calibrate_now)) {
+    return Status::Internal(StrCat("LinearForward: layer kind ", kind,
+                                   " cannot apply GELU in its input's cast"));
+  }
   if (!Fp8On(kind)) {
     ops_->Mark(kFpropNames[kind]);
     const T* w = W(wp) + l * N * K;
@@ -79,8 +84,13 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
     FP8RT_RETURN_IF_ERROR(
         CurrentScale(l, kind, kRoleX, x, M_ * K, SplitOverTp(kind, kRoleX) ? tp : nullptr));
   }
-  ops_->Mark("fp8 cast x (+T)");
-  FP8RT_RETURN_IF_ERROR(fp8_.Cast(x, xq, fp8_.SaturatedOf(l, kind, kRoleX)));
+  if (gelu_pre != nullptr) {  // (delayed scaling: the cast is Quantize's)
+    ops_->Mark("fp8 cast x (+T, +gelu)");
+    FP8RT_RETURN_IF_ERROR(ops_->QuantizeGelu(gelu_pre, xq, fp8_.SaturatedOf(l, kind, kRoleX)));
+  } else {
+    ops_->Mark("fp8 cast x (+T)");
+    FP8RT_RETURN_IF_ERROR(fp8_.Cast(x, xq, fp8_.SaturatedOf(l, kind, kRoleX)));
+  }
   // (The cast writes the transposed copy only where it is kept.)
   const Fp8Tensor wq = fp8_.Of(l, kind, kRoleW, fp8_.w8[slot], nullptr, N, K);
   // From the FP32 master weights: once per step, or (fp8.cache_weights: false) in every
@@ -131,6 +141,17 @@ Status Gpt<Ops, T>::RecastInput(int l, int kind, const T* x, const T* gelu_pre) 
   }
   ops_->Mark("fp8 recast x (T only)");
   return ops_->Quantize(x, t, nullptr);
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::RecastNormOutput(int l, int kind, const T* in, const float* mean,
+                                     const float* rstd, const T* w, const T* b, T* scratch) {
+  int64_t N, K;
+  LinearShape(kind, &N, &K);
+  Fp8Tensor t = fp8_.Of(l, kind, kRoleX, nullptr, fp8_.x8t[fp8_.Slot(l, kind)], M_, K);
+  t.amax = nullptr;
+  ops_->Mark(b != nullptr ? "fp8 recast x (T only, +layernorm)" : "fp8 recast x (T only, +rmsnorm)");
+  return ops_->QuantizeNormOutput(in, mean, rstd, w, b, M_, K, scratch, t);
 }
 
 // The transposed copy alone, cast again from the FP32 master weights with the scale the forward's

@@ -75,13 +75,18 @@ Status Gpt<Ops, T>::GptBlockForward(int l, const T* res, bool cast_weights) {
   FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln2_[l], ln2_mean_[l], ln2_rstd_[l], res2_[l],
                                                Wl(kLn2W, l), Wl(kLn2B, l), M_, C));
   bool gelu_done = false;
+  // An FP8 FC2 reads GELU of FC's stored output: applied in its input's cast (delayed scaling), or
+  // by the GELU kernel; FC's epilogue (GELU of the unrounded sum) serves the others, and current
+  // scaling without train.recompute (which casts the same GELU again in the backward).
+  const bool gelu_in_cast = FusesGeluIntoXCast();
+  const bool gelu_epilogue = !Fp8On(kFcProj) || (fp8_.current && !fp8_.recast[kFcProj]);
   if (GeluInputFp8() && l > 0) {  // (layer l - 1's codes are cast from fch_: done before FC)
     ops_->Mark("wait for the gelu input's cast");
     FP8RT_RETURN_IF_ERROR(ops_->WaitCast(static_cast<int>(o_.model.n_layer) + l - 1));
   }
   FP8RT_RETURN_IF_ERROR(LinearForward(l, kFc, fch_[l], ln2_[l], Wl(kFcB, l), cast_weights,
-                                      fch_gelu_[l], &gelu_done));
-  if (!gelu_done) {
+                                      gelu_epilogue ? fch_gelu_[l] : nullptr, &gelu_done));
+  if (!gelu_done && !gelu_in_cast) {
     ops_->Mark("gelu fwd");
     FP8RT_RETURN_IF_ERROR(ops_->Gelu(fch_gelu_[l], fch_[l], M_ * PerLayer(kFcB)));
   }
@@ -95,7 +100,8 @@ Status Gpt<Ops, T>::GptBlockForward(int l, const T* res, bool cast_weights) {
   }
   FP8RT_RETURN_IF_ERROR(LinearForward(l, kFcProj, res3_[l], fch_gelu_[l],
                                       lead ? Wl(kFcProjB, l) : nullptr, cast_weights, nullptr,
-                                      nullptr, /*residual=*/lead ? res2_[l] : nullptr));
+                                      nullptr, /*residual=*/lead ? res2_[l] : nullptr,
+                                      /*gelu_pre=*/gelu_in_cast ? fch_[l] : nullptr));
   return TpAllReduce(res3_[l], "FC2 all-reduce (TP)");
 }
 
@@ -178,12 +184,15 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
     ops_->Mark("gelu bwd");
     FP8RT_RETURN_IF_ERROR(ops_->GeluBackward(d4c_, fch_[l], d4c_, M_ * PerLayer(kFcB)));
   }
-  if (Recomputes(kFc) || recast[kFc]) {
+  if (Recomputes(kFc)) {
     ops_->Mark("layernorm recompute");
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln2_[l], ln2_mean_[l], ln2_rstd_[l], res2_[l],
                                                  Wl(kLn2W, l), Wl(kLn2B, l), M_, C));
   }
-  if (recast[kFc]) FP8RT_RETURN_IF_ERROR(RecastInput(l, kFc, ln2_[l]));
+  if (recast[kFc]) {
+    FP8RT_RETURN_IF_ERROR(RecastNormOutput(l, kFc, res2_[l], ln2_mean_[l], ln2_rstd_[l],
+                                           Wl(kLn2W, l), Wl(kLn2B, l), ln2_[l]));
+  }
   FP8RT_RETURN_IF_ERROR(LinearBackward(
       l, kFc, dc1_, Gl(kFcW, l), Gl(kFcB, l), d4c_, ln2_[l], nullptr, nullptr,
       gelu_in_cast && !pre8_in_cast ? fch_[l] : nullptr, pre8_in_cast ? fch8_[l] : nullptr));
@@ -198,12 +207,15 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
                                        dres_, atty_[l]));
   ops_->Mark("attention bwd");
   FP8RT_RETURN_IF_ERROR(ops_->AttentionBackward(dqkv_, dc2_, qkv_[l], atty_[l], att_[l], Att()));
-  if (Recomputes(kQkv) || recast[kQkv]) {
+  if (Recomputes(kQkv)) {
     ops_->Mark("layernorm recompute");
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln1_[l], ln1_mean_[l], ln1_rstd_[l], res_in,
                                                  Wl(kLn1W, l), Wl(kLn1B, l), M_, C));
   }
-  if (recast[kQkv]) FP8RT_RETURN_IF_ERROR(RecastInput(l, kQkv, ln1_[l]));
+  if (recast[kQkv]) {
+    FP8RT_RETURN_IF_ERROR(RecastNormOutput(l, kQkv, res_in, ln1_mean_[l], ln1_rstd_[l],
+                                           Wl(kLn1W, l), Wl(kLn1B, l), ln1_[l]));
+  }
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kQkv, dc1_, Gl(kQkvW, l), Gl(kQkvB, l), dqkv_, ln1_[l]));
   FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "QKV input-gradient all-reduce (TP)"));
   ops_->Mark("layernorm bwd");

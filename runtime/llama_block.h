@@ -54,12 +54,15 @@ Status Gpt<Ops, T>::LlamaBlockBackward(int l, const T* res_in) {
       LinearBackward(l, kFcProj, dffn_, Gl(kFcProjW, l), nullptr, dres_, fch_gelu_[l]));
   ops_->Mark("swiglu bwd");
   FP8RT_RETURN_IF_ERROR(ops_->SwiGluBackward(d4c_, fch_[l], dffn_, M_, F));
-  if (Recomputes(kFc) || recast[kFc]) {
+  if (Recomputes(kFc)) {
     ops_->Mark("rmsnorm recompute");
     FP8RT_RETURN_IF_ERROR(
         ops_->RmsNormForward(ln2_[l], ln2_rstd_[l], res2_[l], Wl(kLn2W, l), M_, C));
   }
-  if (recast[kFc]) FP8RT_RETURN_IF_ERROR(RecastInput(l, kFc, ln2_[l]));
+  if (recast[kFc]) {
+    FP8RT_RETURN_IF_ERROR(RecastNormOutput(l, kFc, res2_[l], nullptr, ln2_rstd_[l],
+                                           Wl(kLn2W, l), nullptr, ln2_[l]));
+  }
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFc, dc1_, Gl(kFcW, l), nullptr, d4c_, ln2_[l]));
   FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "FC input-gradient all-reduce (TP)"));
   ops_->Mark("rmsnorm bwd");
@@ -79,11 +82,14 @@ Status Gpt<Ops, T>::LlamaBlockBackward(int l, const T* res_in) {
   }
   ops_->Mark("rope bwd");
   FP8RT_RETURN_IF_ERROR(ops_->RopeBackward(dq, o_.B, o_.T, NH + KV, HS, ld, m.rope_theta));
-  if (Recomputes(kQkv) || recast[kQkv]) {
+  if (Recomputes(kQkv)) {
     ops_->Mark("rmsnorm recompute");
     FP8RT_RETURN_IF_ERROR(ops_->RmsNormForward(ln1_[l], ln1_rstd_[l], res_in, Wl(kLn1W, l), M_, C));
   }
-  if (recast[kQkv]) FP8RT_RETURN_IF_ERROR(RecastInput(l, kQkv, ln1_[l]));
+  if (recast[kQkv]) {
+    FP8RT_RETURN_IF_ERROR(RecastNormOutput(l, kQkv, res_in, nullptr, ln1_rstd_[l], Wl(kLn1W, l),
+                                           nullptr, ln1_[l]));
+  }
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kQkv, dc1_, Gl(kQkvW, l), nullptr, dq, ln1_[l]));
   FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "QKV input-gradient all-reduce (TP)"));
   ops_->Mark("rmsnorm bwd");

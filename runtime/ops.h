@@ -213,7 +213,20 @@ class CpuOps {
                                float* dbias, Counter* saturated) {
     return cpu::QuantizeDbiasGeluGrad(dout, pre, out, dbias, saturated);
   }
-  // The GELU forward fused into the cast (train.recompute's FP8 FC2 input, transposed only).
+  // A norm's output (RMSNorm's: mean and b null) cast to FP8 again from its input
+  // (train.recompute's FP8 inputs): on the CPU recomputed as LayerNormForward (RmsNormForward)
+  // computes it, from fp64 statistics, into `scratch` (N x C), then cast; the saved statistics
+  // are neither read nor written.
+  template <typename T>
+  Status QuantizeNormOutput(const T* in, const float* /*mean*/, const float* /*rstd*/, const T* w,
+                            const T* b, int64_t N, int64_t C, T* scratch, const Fp8Tensor& out) {
+    FP8RT_RETURN_IF_ERROR(
+        b != nullptr ? cpu::LayerNormForward(scratch, nullptr, nullptr, in, w, b, N, C, 1e-5f)
+                     : cpu::RmsNormForward(scratch, nullptr, in, w, N, C, 1e-5f));
+    return cpu::Quantize(scratch, out, nullptr);
+  }
+  // The GELU forward fused into the cast (FC2's input: the forward's, or train.recompute's
+  // transposed copy in the backward).
   template <typename T>
   Status QuantizeGelu(const T* pre, const Fp8Tensor& out, Counter* saturated) {
     return cpu::QuantizeGelu(pre, out, saturated);

@@ -435,6 +435,14 @@ class CudaOps {
     return cuda::QuantizeDbiasGeluGrad(dout, pre, out, dbias, saturated, scratch_, scratch_bytes_,
                                        stream_);
   }
+  // As the CPU's, in one pass from the forward's saved statistics (cuda::QuantizeLayerNorm: the
+  // forward kernels' output for them, bit for bit); scratch is not used.
+  template <typename T>
+  Status QuantizeNormOutput(const T* in, const float* mean, const float* rstd, const T* w,
+                            const T* b, int64_t /*N*/, int64_t /*C*/, T* /*scratch*/,
+                            const Fp8Tensor& out) {
+    return cuda::QuantizeLayerNorm(in, mean, rstd, w, b, out, nullptr, stream_);
+  }
   template <typename T>
   Status QuantizeGelu(const T* pre, const Fp8Tensor& out, Counter* saturated) {
     return cuda::QuantizeGelu(pre, out, saturated, stream_);

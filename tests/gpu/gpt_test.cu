@@ -189,11 +189,12 @@ TEST_F(GptGpu, UncachedFp8WeightsGiveTheCachedNumbers) {
 }
 
 // train.recompute in FP8 (no FP8 transposed input kept per layer; the backward casts it again
-// from the recomputed norm, from GELU fused into the cast, or from the saved attention output):
-// the gradients of the model that keeps them, bit for bit, on the GPU's kernels, but for one
-// rounding by design: gpt2's FC GEMM computes GELU in its epilogue from the unrounded sum, the
-// recast from FC's stored BF16 output, so FC2's weight gradient moves a little. llama (SwiGLU
-// from the stored output both ways) is bit-identical, steps and evaluations too.
+// from the norm's input and saved statistics, from GELU of FC's output fused into the cast, from
+// SwiGLU recomputed, or from the saved attention output): the gradients, losses and evaluations
+// of the model that keeps them, bit for bit, on the GPU's kernels. One exception by design:
+// gpt2 under current scaling, whose FC keeps GELU in its GEMM epilogue (from the unrounded sum)
+// without train.recompute; with it the GELU kernel's output of FC's stored output, which the
+// backward can cast again: a rounding apart.
 TEST_F(GptGpu, RecomputedFp8InputsGiveTheSavedNumbers) {
   if (test::ComputeCapability() < 89) GTEST_SKIP() << "FP8 needs compute capability 8.9";
   for (const Arch arch : {Arch::kGpt2, Arch::kLlama})
@@ -213,21 +214,25 @@ TEST_F(GptGpu, RecomputedFp8InputsGiveTheSavedNumbers) {
     EXPECT_LT((*b)->allocated_bytes(), (*a)->allocated_bytes());
     ASSERT_TRUE((*a)->InitRandom(7).ok());
     ASSERT_TRUE((*b)->InitRandom(7).ok());
-    const bool gpt2 = arch == Arch::kGpt2;
+    const bool rounded = arch == Arch::kGpt2 && mode == ScalingMode::kCurrent;
     std::vector<int32_t> x, y;
     Batch(&x, &y, 128, 2);
     std::vector<float> ga, gb;
     float la = 0, lb = 0;
     ASSERT_TRUE((*a)->Gradients(x.data(), y.data(), &la, &ga).ok());
     ASSERT_TRUE((*b)->Gradients(x.data(), y.data(), &lb, &gb).ok());
-    EXPECT_EQ(la, lb);
+    if (rounded) {
+      EXPECT_NEAR(lb, la, 1e-3 * la);
+    } else {
+      EXPECT_EQ(la, lb);
+    }
     int64_t off = 0;
     for (const auto& [name, size] : (*a)->ParamTensors()) {
       const std::vector<float> pa(ga.begin() + off, ga.begin() + off + size);
       const std::vector<float> pb(gb.begin() + off, gb.begin() + off + size);
       off += size;
-      if (gpt2 && name == "fc_proj.weight") {
-        EXPECT_LT(test::RelL2(pb, pa), 1e-2) << name;
+      if (rounded) {
+        EXPECT_LT(test::RelL2(pb, pa), 3e-2) << name;
         continue;
       }
       EXPECT_TRUE(pa == pb) << name << " differs, relative L2 " << test::RelL2(pb, pa);
@@ -237,15 +242,14 @@ TEST_F(GptGpu, RecomputedFp8InputsGiveTheSavedNumbers) {
       StepStats sa, sb;
       ASSERT_TRUE((*a)->Step(step, 3e-3f, x.data(), y.data(), &sa).ok());
       ASSERT_TRUE((*b)->Step(step, 3e-3f, x.data(), y.data(), &sb).ok());
-      if (gpt2) {
-        EXPECT_NEAR(sb.loss, sa.loss, 2e-3 * sa.loss) << "step " << step;
-      } else {
-        EXPECT_EQ(sa.loss, sb.loss) << "step " << step;
-      }
       float ea = 0, eb = 0;
       ASSERT_TRUE((*a)->Forward(y.data(), x.data(), &ea, nullptr).ok());
       ASSERT_TRUE((*b)->Forward(y.data(), x.data(), &eb, nullptr).ok());
-      if (!gpt2) {
+      if (rounded) {
+        EXPECT_NEAR(sb.loss, sa.loss, 2e-3 * sa.loss) << "step " << step;
+        EXPECT_NEAR(eb, ea, 2e-3 * ea) << "evaluation after step " << step;
+      } else {
+        EXPECT_EQ(sa.loss, sb.loss) << "step " << step;
         EXPECT_EQ(ea, eb) << "evaluation after step " << step;
       }
     }
