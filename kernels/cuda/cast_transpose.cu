@@ -20,7 +20,7 @@ using cuda_detail::Aligned;
 using cuda_detail::CommitTelemetry;
 using cuda_detail::Decode2;
 using cuda_detail::Encode4;
-using cuda_detail::GeluF;
+using cuda_detail::GeluFor;
 using cuda_detail::GeluGradFor;
 using cuda_detail::kWarpSize;
 using cuda_detail::LoadF;
@@ -179,7 +179,7 @@ __device__ __forceinline__ void CastTransposeTile(
     for (int i = 0; i < kSubR; ++i) {
 #pragma unroll
       for (int j = 0; j < kSubC; ++j) {
-        const T g = Round<T>(GeluF(x[i][j]));
+        const T g = Round<T>(GeluFor<T>(x[i][j]));
         x[i][j] = LoadF(&g);
       }
     }

@@ -15,7 +15,7 @@ namespace {
 using cuda_detail::Pack;
 using cuda_detail::Round;
 
-using cuda_detail::GeluF;
+using cuda_detail::GeluFor;
 using cuda_detail::GeluGradFor;
 
 // Pointers may alias (out == in, din == dout): each element is read before it is written, by the
@@ -28,7 +28,7 @@ __global__ void GeluForwardKernel(T* out, const T* in, int64_t npack) {
   const P x = reinterpret_cast<const P*>(in)[i];
   P y;
 #pragma unroll
-  for (int j = 0; j < kPack; ++j) y.v[j] = Round<T>(GeluF(ToFloat(x.v[j])));
+  for (int j = 0; j < kPack; ++j) y.v[j] = Round<T>(GeluFor<T>(ToFloat(x.v[j])));
   reinterpret_cast<P*>(out)[i] = y;
 }
 

@@ -13,6 +13,26 @@ __device__ __forceinline__ float GeluF(float x) {
   return x / (1.0f + expf(-2.0f * u));  // x * sigmoid(2u); expf overflow gives -0, not NaN
 }
 
+// The same function from the hardware's approximate exp2 and reciprocal (a few ulp of fp32, far
+// below a bf16 rounding; __fdividef gives 0 for a divisor beyond 2^126, as the exact form's
+// overflow does): the FP8 casts that fuse the GELU (FC2's input) are bound by its instructions
+// otherwise. Used where the result is rounded to bf16.
+__device__ __forceinline__ float GeluFastF(float x) {
+  const float u = kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x);
+  return __fdividef(x, 1.0f + __expf(-2.0f * u));
+}
+
+// GELU for a result stored as T: the fast form for bf16, the exact one for fp32. The GELU kernel
+// and the casts that fuse it use this one function, so their results are the same bits.
+template <typename T>
+__device__ __forceinline__ float GeluFor(float x) {
+  if constexpr (sizeof(T) == 2) {
+    return GeluFastF(x);
+  } else {
+    return GeluF(x);
+  }
+}
+
 __device__ __forceinline__ float GeluGradF(float x) {
   const float u = kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x);
   const float e = expf(-2.0f * u);
