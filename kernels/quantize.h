@@ -75,6 +75,10 @@ Status ValidateFp8Tensor(const char* op, const Fp8Tensor& t, bool transposed_onl
 // QuantizeLayerNorm's preconditions above (both backends).
 Status ValidateQuantizeLayerNorm(const void* in, const float* mean, const float* rstd,
                                  const void* weight, const void* bias, const Fp8Tensor& out);
+// The FP8 output of an op that casts what it computes as it stores it (the norms' forwards,
+// LayerNormForwardFp8 and RmsNormForwardFp8): the tensor preconditions above with data required
+// for a non-empty tensor, data_t null, and the shape (rows, cols); op prefixes the message.
+Status ValidateFp8RowMajorOutput(const char* op, const Fp8Tensor& out, int64_t rows, int64_t cols);
 
 namespace cpu {
 template <typename T>

@@ -1,5 +1,6 @@
 // RMSNorm over the last dimension with FP32 statistics (Llama's norm): forward (saving 1/rms for
-// the backward) and backward (input gradient plus the accumulated weight gradient).
+// the backward; its output in T or, cast in the same pass, as FP8 codes) and backward (input
+// gradient plus the accumulated weight gradient).
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,7 @@
 
 #include "common/status.h"
 #include "kernels/dtype.h"
+#include "kernels/fp8.h"
 #include "kernels/stream.h"
 
 namespace fp8rt {
@@ -25,6 +27,14 @@ namespace fp8rt {
 // gradient is summed over rows in a fixed order, no atomics: per-chunk partial sums in scratch,
 // then added chunk by chunk).
 
+// RmsNormForwardFp8: the forward with its output cast to FP8 as it is stored, exactly
+// RmsNormForward(y, rstd, in, weight, N, C, eps) into a temporary y then Quantize(y, out) with
+// out.data alone, as LayerNormForwardFp8 (kernels/layernorm.h) is LayerNorm's: the same rstd,
+// the codes, amax, saturation and scale_inv of Quantize of the T-rounded y; out (N, C) with
+// out.data set and out.data_t null (InvalidArgument naming the op otherwise). N * C == 0 writes
+// scale_inv alone. CPU: the two references composed. CUDA: the forward's kernel with the cast in
+// its store, bit for bit cuda::RmsNormForward then cuda::Quantize.
+
 // The preconditions of both (InvalidArgument naming op otherwise): N, C >= 0, pointers non-null
 // when N * C > 0 (rstd may be null when rstd_optional), eps >= 0.
 Status ValidateRmsNorm(const char* op, int64_t N, int64_t C, float eps,
@@ -36,6 +46,9 @@ namespace cpu {
 template <typename T>
 Status RmsNormForward(T* out, float* rstd, const T* in, const T* weight, int64_t N, int64_t C,
                       float eps);
+template <typename T>
+Status RmsNormForwardFp8(const Fp8Tensor& out, float* rstd, const T* in, const T* weight, int64_t N,
+                         int64_t C, float eps, uint64_t* saturated = nullptr);
 template <typename T>
 Status RmsNormBackward(T* din, float* dweight, const T* dout, const T* in, const T* weight,
                        const float* rstd, int64_t N, int64_t C, bool accumulate_din);
@@ -50,6 +63,10 @@ size_t RmsNormBackwardScratchBytes(int64_t N, int64_t C);
 template <typename T>
 Status RmsNormForward(T* out, float* rstd, const T* in, const T* weight, int64_t N, int64_t C,
                       float eps, cudaStream_t stream);
+// saturated: a device counter, may be null.
+template <typename T>
+Status RmsNormForwardFp8(const Fp8Tensor& out, float* rstd, const T* in, const T* weight, int64_t N,
+                         int64_t C, float eps, unsigned long long* saturated, cudaStream_t stream);
 template <typename T>
 Status RmsNormBackward(T* din, float* dweight, const T* dout, const T* in, const T* weight,
                        const float* rstd, int64_t N, int64_t C, bool accumulate_din,

@@ -1,6 +1,7 @@
 // Reference LayerNorm: statistics and gradients in fp64, each output rounded once.
 #include "kernels/cpu/ref_util.h"
 #include "kernels/layernorm.h"
+#include "kernels/quantize.h"
 
 #include <cmath>
 #include <type_traits>
@@ -18,21 +19,27 @@ Status CheckDims(const char* op, int64_t N, int64_t C) {
   return Status::Ok();
 }
 
+// The forward's preconditions apart from its output's; op names the caller in the message.
+Status CheckForward(const char* op, const float* mean, const float* rstd, const void* in,
+                    const void* weight, const void* bias, int64_t N, int64_t C, float eps) {
+  FP8RT_RETURN_IF_ERROR(CheckDims(op, N, C));
+  if (N > 0 && (!in || !weight || !bias)) {
+    return Status::InvalidArgument(StrCat(op, ": in, weight and bias must be non-null"));
+  }
+  if ((mean == nullptr) != (rstd == nullptr)) {
+    return Status::InvalidArgument(StrCat(op, ": mean and rstd must be both null or both set"));
+  }
+  if (!(eps >= 0.0f)) return Status::InvalidArgument(StrCat(op, ": eps=", eps, " must be >= 0"));
+  return Status::Ok();
+}
+
 }  // namespace
 
 template <typename T>
 Status LayerNormForward(T* out, float* mean, float* rstd, const T* in, const T* weight,
                         const T* bias, int64_t N, int64_t C, float eps) {
-  FP8RT_RETURN_IF_ERROR(CheckDims("LayerNormForward", N, C));
-  if (N > 0 && (!out || !in || !weight || !bias)) {
-    return Status::InvalidArgument("LayerNormForward: out, in, weight and bias must be non-null");
-  }
-  if ((mean == nullptr) != (rstd == nullptr)) {
-    return Status::InvalidArgument("LayerNormForward: mean and rstd must be both null or both set");
-  }
-  if (!(eps >= 0.0f)) {
-    return Status::InvalidArgument(StrCat("LayerNormForward: eps=", eps, " must be >= 0"));
-  }
+  FP8RT_RETURN_IF_ERROR(CheckForward("LayerNormForward", mean, rstd, in, weight, bias, N, C, eps));
+  if (N > 0 && !out) return Status::InvalidArgument("LayerNormForward: out must be non-null");
   for (int64_t n = 0; n < N; ++n) {
     const T* x = in + n * C;
     double sum = 0;
@@ -53,6 +60,18 @@ Status LayerNormForward(T* out, float* mean, float* rstd, const T* in, const T* 
     }
   }
   return Status::Ok();
+}
+
+template <typename T>
+Status LayerNormForwardFp8(const Fp8Tensor& out, float* mean, float* rstd, const T* in,
+                           const T* weight, const T* bias, int64_t N, int64_t C, float eps,
+                           uint64_t* saturated) {
+  constexpr const char* kOp = "LayerNormForwardFp8";
+  FP8RT_RETURN_IF_ERROR(ValidateFp8RowMajorOutput(kOp, out, N, C));
+  FP8RT_RETURN_IF_ERROR(CheckForward(kOp, mean, rstd, in, weight, bias, N, C, eps));
+  std::vector<T> y(static_cast<size_t>(N * C));
+  FP8RT_RETURN_IF_ERROR(LayerNormForward(y.data(), mean, rstd, in, weight, bias, N, C, eps));
+  return Quantize(y.data(), out, saturated);
 }
 
 template <typename T>
@@ -99,6 +118,8 @@ Status LayerNormBackward(T* din, float* dweight, float* dbias, const T* dout, co
 #define FP8RT_INSTANTIATE(T)                                                                     \
   template Status LayerNormForward<T>(T*, float*, float*, const T*, const T*, const T*, int64_t, \
                                       int64_t, float);                                           \
+  template Status LayerNormForwardFp8<T>(const Fp8Tensor&, float*, float*, const T*, const T*,   \
+                                         const T*, int64_t, int64_t, float, uint64_t*);          \
   template Status LayerNormBackward<T>(T*, float*, float*, const T*, const T*, const T*,         \
                                        const float*, const float*, int64_t, int64_t, bool);
 FP8RT_INSTANTIATE(float)

@@ -48,6 +48,19 @@ Status ValidateQuantizeLayerNorm(const void* in, const float* mean, const float*
   return Status::Ok();
 }
 
+Status ValidateFp8RowMajorOutput(const char* op, const Fp8Tensor& out, int64_t rows, int64_t cols) {
+  FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor(op, out));
+  if (out.data_t != nullptr) {
+    return Status::InvalidArgument(
+        StrCat(op, ": data_t is set; this op writes the row-major codes (data) alone"));
+  }
+  if (out.rows != rows || out.cols != cols) {
+    return Status::InvalidArgument(StrCat(op, ": out is (", out.rows, ", ", out.cols,
+                                          "); the output is (", rows, ", ", cols, ")"));
+  }
+  return Status::Ok();
+}
+
 namespace cpu {
 namespace {
 

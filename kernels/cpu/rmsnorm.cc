@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/ref_util.h"
+#include "kernels/quantize.h"
 
 namespace fp8rt {
 
@@ -46,6 +47,17 @@ Status RmsNormForward(T* out, float* rstd, const T* in, const T* weight, int64_t
 }
 
 template <typename T>
+Status RmsNormForwardFp8(const Fp8Tensor& out, float* rstd, const T* in, const T* weight, int64_t N,
+                         int64_t C, float eps, uint64_t* saturated) {
+  constexpr const char* kOp = "RmsNormForwardFp8";
+  FP8RT_RETURN_IF_ERROR(ValidateFp8RowMajorOutput(kOp, out, N, C));
+  FP8RT_RETURN_IF_ERROR(ValidateRmsNorm(kOp, N, C, eps, {in, weight}, rstd, true));
+  std::vector<T> y(static_cast<size_t>(N * C));
+  FP8RT_RETURN_IF_ERROR(RmsNormForward(y.data(), rstd, in, weight, N, C, eps));
+  return Quantize(y.data(), out, saturated);
+}
+
+template <typename T>
 Status RmsNormBackward(T* din, float* dweight, const T* dout, const T* in, const T* weight,
                        const float* rstd, int64_t N, int64_t C, bool accumulate_din) {
   FP8RT_RETURN_IF_ERROR(ValidateRmsNorm("RmsNormBackward", N, C, 0.0f,
@@ -72,6 +84,8 @@ Status RmsNormBackward(T* din, float* dweight, const T* dout, const T* in, const
 
 #define FP8RT_INSTANTIATE(T)                                                                   \
   template Status RmsNormForward<T>(T*, float*, const T*, const T*, int64_t, int64_t, float); \
+  template Status RmsNormForwardFp8<T>(const Fp8Tensor&, float*, const T*, const T*, int64_t, \
+                                       int64_t, float, uint64_t*);                            \
   template Status RmsNormBackward<T>(T*, float*, const T*, const T*, const T*, const float*,  \
                                      int64_t, int64_t, bool);
 FP8RT_INSTANTIATE(float)

@@ -1,9 +1,10 @@
 // LayerNorm on the GPU. Forward: a group of threads per row (one to four warps), the row held in
 // registers as 16-byte vectors (one DRAM read, exact two-pass variance), the output stored
-// streaming. Backward: the same row layout, each thread owning fixed columns so that it accumulates
-// their dweight/dbias in registers across the rows its block visits (rows of 16-byte vectors are
-// copied into shared memory an iteration ahead, wide rows loaded into registers a row ahead);
-// per-block partial sums, stored as 16-byte vectors, are then added in a fixed order.
+// streaming, or its FP8 codes in the same kernel (LayerNormForwardFp8). Backward: the same row
+// layout, each thread owning fixed columns so that it accumulates their dweight/dbias in
+// registers across the rows its block visits (rows of 16-byte vectors are copied into shared
+// memory an iteration ahead, wide rows loaded into registers a row ahead); per-block partial
+// sums, stored as 16-byte vectors, are then added in a fixed order.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -11,17 +12,22 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "kernels/cuda/quantize_device.cuh"
 #include "kernels/cuda/vec.cuh"
 #include "kernels/layernorm.h"
+#include "kernels/quantize.h"
 
 namespace fp8rt {
 namespace {
 
+using cuda_detail::CastScalars;
 using cuda_detail::CpAsync16;
 using cuda_detail::CpAsyncCommit;
 using cuda_detail::CpAsyncWait;
 using cuda_detail::LoadStreaming;
 using cuda_detail::LoadVector;
+using cuda_detail::NoCast;
+using cuda_detail::OutputCast;
 using cuda_detail::Pack;
 using cuda_detail::Round;
 using cuda_detail::StoreStreaming;
@@ -86,12 +92,23 @@ constexpr int kFwdThreads = 128;
 // most 16 elements (48 registers or fewer, no spills), else whatever the row needs.
 constexpr int FwdMinBlocks(int vec, int pack) { return vec * pack <= 16 ? 10 : 1; }
 
-template <typename T, int kPack, int kVec, int kTpr, bool kExact>
+// Cast = OutputCast<F> (LayerNormForwardFp8): the same kernel stores the FP8 codes of the T
+// values it would have stored (kPack codes per vector, one kPack-byte store where out's alignment
+// allows), and each block adds its amax and saturation count once; Cast = NoCast is the plain
+// forward (the same PTX as before the option).
+template <typename T, int kPack, int kVec, int kTpr, bool kExact, typename Cast = NoCast>
 __global__ void __launch_bounds__(kFwdThreads, FwdMinBlocks(kVec, kPack))
-    LayerNormForwardKernel(T* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
+    LayerNormForwardKernel(typename Cast::template Out<T>* __restrict__ out,
+                           float* __restrict__ mean, float* __restrict__ rstd,
                            const T* __restrict__ in, const T* __restrict__ weight,
-                           const T* __restrict__ bias, int64_t N, int C, float eps) {
+                           const T* __restrict__ bias, int64_t N, int C, float eps,
+                           CastScalars cast_scalars) {
   using P = Pack<T, kPack>;
+  Cast cast(cast_scalars);
+  // A cast counts saturation after the row's stores, from the registers, only where the thread's
+  // amax allows any; fp32 rows (16 elements a thread) have no registers to keep for it (ptxas
+  // spilled) and count as they store.
+  constexpr bool kDeferCount = std::is_same_v<T, bf16>;
   constexpr int kRpb = kFwdThreads / kTpr, kWpr = kTpr / 32;
   __shared__ float red[2][kRpb * kWpr];  // [sum, variance][warp]
   const int tx = threadIdx.x % kTpr, ty = threadIdx.x / kTpr;
@@ -144,78 +161,144 @@ __global__ void __launch_bounds__(kFwdThreads, FwdMinBlocks(kVec, kPack))
 #pragma unroll
     for (int i = 0; i < kWpr; ++i) var += red[1][ty * kWpr + i];
   }
-  if (!valid) return;
+  // A cast's idle rows still join its block-wide telemetry reduction below.
+  if (!Cast::kEnabled && !valid) return;
   const float rs = rsqrtf(var * inv_c + eps);
-  P* o = reinterpret_cast<P*>(out + row * C);
+  if (valid) {
+    // The row's output: vectors of T, or with a cast bytes (kPack codes per vector).
+    auto* const o =
+        reinterpret_cast<std::conditional_t<Cast::kEnabled, uint8_t, P>*>(out + row * C);
 #pragma unroll
-  for (int k = 0; k < kVec; ++k) {
-    const int v = tx + k * kTpr;
-    if (in_row(k)) {
-      float w[kPack], b[kPack];
-      Unpack(LoadVector(reinterpret_cast<const P*>(weight) + v), w);
-      Unpack(LoadVector(reinterpret_cast<const P*>(bias) + v), b);
+    for (int k = 0; k < kVec; ++k) {
+      const int v = tx + k * kTpr;
+      if (in_row(k)) {
+        float w[kPack], b[kPack];
+        Unpack(LoadVector(reinterpret_cast<const P*>(weight) + v), w);
+        Unpack(LoadVector(reinterpret_cast<const P*>(bias) + v), b);
 #pragma unroll
-      for (int j = 0; j < kPack; ++j) f[k][j] = fmaf((f[k][j] - mu) * rs, w[j], b[j]);
-      StoreStreaming(o + v, Repack<T, kPack>(f[k]));
+        for (int j = 0; j < kPack; ++j) f[k][j] = fmaf((f[k][j] - mu) * rs, w[j], b[j]);
+        if constexpr (Cast::kEnabled) {
+          // The codes of the T values the plain kernel stores. Their vector stores need out
+          // aligned to kPack bytes (row and vector offsets are multiples of kPack); otherwise
+          // bytes, so that the kernel variant, and with it the statistics, never depends on
+          // out's alignment.
+          cast.Store(o + v * kPack, Repack<T, kPack>(f[k]),
+                     reinterpret_cast<uintptr_t>(out) % kPack == 0);
+          if constexpr (!kDeferCount) {
+            float y[kPack];
+            Unpack(Repack<T, kPack>(f[k]), y);
+            cast.Count(y);
+          }
+        } else {
+          StoreStreaming(o + v, Repack<T, kPack>(f[k]));
+        }
+      }
+    }
+    if constexpr (Cast::kEnabled && kDeferCount) {
+      // The saturation count, only where this thread's amax allows one (rarely, under a delayed
+      // scale): the row is still in registers.
+      if (cast.MaySaturate()) {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          if (in_row(k)) {
+            float y[kPack];
+            Unpack(Repack<T, kPack>(f[k]), y);
+            cast.Count(y);
+          }
+        }
+      }
+    }
+    if (tx == 0 && mean != nullptr) {
+      mean[row] = mu;
+      rstd[row] = rs;
     }
   }
-  if (tx == 0 && mean != nullptr) {
-    mean[row] = mu;
-    rstd[row] = rs;
-  }
+  if constexpr (Cast::kEnabled) cast.template Commit<kRpb * kTpr>(cast_scalars);
 }
 
 // Rows too wide for registers: one warp per row, the same math, re-reading the row (from L1/L2)
 // in each pass.
 constexpr int kFwdWarps = 4;
 
-template <typename T, int kPack>
+template <typename T, int kPack, typename Cast = NoCast>
 __global__ void __launch_bounds__(kFwdWarps * 32)
-    LayerNormForwardWideKernel(T* __restrict__ out, float* __restrict__ mean,
-                               float* __restrict__ rstd, const T* __restrict__ in,
-                               const T* __restrict__ weight, const T* __restrict__ bias, int64_t N,
-                               int C, float eps) {
+    LayerNormForwardWideKernel(typename Cast::template Out<T>* __restrict__ out,
+                               float* __restrict__ mean, float* __restrict__ rstd,
+                               const T* __restrict__ in, const T* __restrict__ weight,
+                               const T* __restrict__ bias, int64_t N, int C, float eps,
+                               CastScalars cast_scalars) {
   using P = Pack<T, kPack>;
+  Cast cast(cast_scalars);
   const int lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * int64_t{kFwdWarps} + threadIdx.x / 32;
-  if (row >= N) return;
-  const int nvec = C / kPack;
-  const P* x = reinterpret_cast<const P*>(in + row * C);
-  float sum = 0.0f;
-  for (int v = lane; v < nvec; v += 32) {
-    const P xv = x[v];
+  const bool valid = row < N;
+  if (!Cast::kEnabled && !valid) return;  // a cast's idle warps still join its telemetry
+  if (valid) {
+    const int nvec = C / kPack;
+    const P* x = reinterpret_cast<const P*>(in + row * C);
+    float sum = 0.0f;
+    for (int v = lane; v < nvec; v += 32) {
+      const P xv = x[v];
 #pragma unroll
-    for (int j = 0; j < kPack; ++j) sum += ToFloat(xv.v[j]);
-  }
-  const float mu = WarpSum(sum) / C;
-  float var = 0.0f;
-  for (int v = lane; v < nvec; v += 32) {
-    const P xv = x[v];
+      for (int j = 0; j < kPack; ++j) sum += ToFloat(xv.v[j]);
+    }
+    const float mu = WarpSum(sum) / C;
+    float var = 0.0f;
+    for (int v = lane; v < nvec; v += 32) {
+      const P xv = x[v];
 #pragma unroll
-    for (int j = 0; j < kPack; ++j) {
-      const float d = ToFloat(xv.v[j]) - mu;
-      var += d * d;
+      for (int j = 0; j < kPack; ++j) {
+        const float d = ToFloat(xv.v[j]) - mu;
+        var += d * d;
+      }
+    }
+    const float rs = 1.0f / sqrtf(WarpSum(var) / C + eps);
+    if constexpr (Cast::kEnabled) {
+      // The loop below with the codes stored, one loop per alignment of out (kPack-byte stores
+      // or bytes): with that choice inside the loop ptxas spilled.
+      auto store_codes = [&]<bool kAligned>() {
+        for (int v = lane; v < nvec; v += 32) {
+          const P xv = x[v];
+          const P w = reinterpret_cast<const P*>(weight)[v];
+          const P b = reinterpret_cast<const P*>(bias)[v];
+          float y[kPack];
+#pragma unroll
+          for (int j = 0; j < kPack; ++j) {
+            y[j] = ToFloat(
+                Round<T>(fmaf((ToFloat(xv.v[j]) - mu) * rs, ToFloat(w.v[j]), ToFloat(b.v[j]))));
+          }
+          cast.Store(out + row * C + v * kPack, y, kAligned);
+          cast.Count(y);
+        }
+      };
+      if (reinterpret_cast<uintptr_t>(out) % kPack == 0) {
+        store_codes.template operator()<true>();
+      } else {
+        store_codes.template operator()<false>();
+      }
+    } else {
+      P* o = reinterpret_cast<P*>(out + row * C);
+      for (int v = lane; v < nvec; v += 32) {
+        const P xv = x[v];
+        const P w = reinterpret_cast<const P*>(weight)[v];
+        const P b = reinterpret_cast<const P*>(bias)[v];
+        P y;
+        // The register kernel's expression, fma included (nvcc contracted the plain form to the
+        // same instructions; spelt out because QuantizeLayerNorm recomputes this output bit for
+        // bit).
+#pragma unroll
+        for (int j = 0; j < kPack; ++j) {
+          y.v[j] = Round<T>(fmaf((ToFloat(xv.v[j]) - mu) * rs, ToFloat(w.v[j]), ToFloat(b.v[j])));
+        }
+        o[v] = y;
+      }
+    }
+    if (lane == 0 && mean != nullptr) {
+      mean[row] = mu;
+      rstd[row] = rs;
     }
   }
-  const float rs = 1.0f / sqrtf(WarpSum(var) / C + eps);
-  P* o = reinterpret_cast<P*>(out + row * C);
-  for (int v = lane; v < nvec; v += 32) {
-    const P xv = x[v];
-    const P w = reinterpret_cast<const P*>(weight)[v];
-    const P b = reinterpret_cast<const P*>(bias)[v];
-    P y;
-    // The register kernel's expression, fma included (nvcc contracted the plain form to the same
-    // instructions; spelt out because QuantizeLayerNorm recomputes this output bit for bit).
-#pragma unroll
-    for (int j = 0; j < kPack; ++j) {
-      y.v[j] = Round<T>(fmaf((ToFloat(xv.v[j]) - mu) * rs, ToFloat(w.v[j]), ToFloat(b.v[j])));
-    }
-    o[v] = y;
-  }
-  if (lane == 0 && mean != nullptr) {
-    mean[row] = mu;
-    rstd[row] = rs;
-  }
+  if constexpr (Cast::kEnabled) cast.template Commit<kFwdWarps * 32>(cast_scalars);
 }
 
 // ---- backward ----
@@ -654,9 +737,11 @@ bool ReduceMayLaunchEarly() {
   return state[dev] == 1;
 }
 
-template <typename T, int kPack>
-void LaunchForward(T* out, float* mean, float* rstd, const T* in, const T* weight, const T* bias,
-                   int64_t N, int C, float eps, cudaStream_t stream) {
+// Cast: NoCast (LayerNormForward) or OutputCast<F> (LayerNormForwardFp8), same launches.
+template <typename T, int kPack, typename Cast>
+void LaunchForward(typename Cast::template Out<T>* out, float* mean, float* rstd, const T* in,
+                   const T* weight, const T* bias, int64_t N, int C, float eps,
+                   const CastScalars& cs, cudaStream_t stream) {
   const int nvec = C / kPack;
   // Up to 8 vectors (128 bytes) per thread in registers; wider rows are re-read.
   int kvec = 1;
@@ -664,8 +749,8 @@ void LaunchForward(T* out, float* mean, float* rstd, const T* in, const T* weigh
   const int tpr = ((nvec + kvec - 1) / kvec + 31) / 32 * 32;
   if (tpr > kFwdThreads) {
     const unsigned blocks = static_cast<unsigned>((N + kFwdWarps - 1) / kFwdWarps);
-    LayerNormForwardWideKernel<T, kPack>
-        <<<blocks, kFwdWarps * 32, 0, stream>>>(out, mean, rstd, in, weight, bias, N, C, eps);
+    LayerNormForwardWideKernel<T, kPack, Cast>
+        <<<blocks, kFwdWarps * 32, 0, stream>>>(out, mean, rstd, in, weight, bias, N, C, eps, cs);
     return;
   }
   const int rpb = kFwdThreads / tpr;
@@ -675,11 +760,11 @@ void LaunchForward(T* out, float* mean, float* rstd, const T* in, const T* weigh
     // Rows that fill every thread's vectors skip the column checks (16-byte vectors only; the
     // one-element fallback keeps them).
     if (kPack > 1 && nvec == kVec * kTpr) {
-      LayerNormForwardKernel<T, kPack, kVec, kTpr, kPack != 1>
-          <<<blocks, threads, 0, stream>>>(out, mean, rstd, in, weight, bias, N, C, eps);
+      LayerNormForwardKernel<T, kPack, kVec, kTpr, kPack != 1, Cast>
+          <<<blocks, threads, 0, stream>>>(out, mean, rstd, in, weight, bias, N, C, eps, cs);
     } else {
-      LayerNormForwardKernel<T, kPack, kVec, kTpr, false>
-          <<<blocks, threads, 0, stream>>>(out, mean, rstd, in, weight, bias, N, C, eps);
+      LayerNormForwardKernel<T, kPack, kVec, kTpr, false, Cast>
+          <<<blocks, threads, 0, stream>>>(out, mean, rstd, in, weight, bias, N, C, eps, cs);
     }
   };
   // kvec > 1 only where nvec / (kvec / 2) > kFwdThreads, so its rows take 96 or 128 threads.
@@ -816,6 +901,23 @@ void LaunchBackward(const BwdShape& s, T* din, float* dweight, float* dbias, flo
   }
 }
 
+// The forward's preconditions apart from its output's; op names the caller in the message.
+Status ValidateForward(const char* op, float* mean, float* rstd, const void* in, const void* weight,
+                       const void* bias, int64_t N, int64_t C, float eps) {
+  if (N < 0 || C < 1 || C > INT32_MAX / 2) {
+    return Status::InvalidArgument(
+        StrCat(op, ": N=", N, " C=", C, ": need N >= 0 and 1 <= C < 2^30"));
+  }
+  if ((mean == nullptr) != (rstd == nullptr)) {
+    return Status::InvalidArgument(StrCat(op, ": mean and rstd must be both null or both set"));
+  }
+  if (!(eps >= 0.0f)) return Status::InvalidArgument(StrCat(op, ": eps=", eps, " must be >= 0"));
+  if (N > 0 && (!in || !weight || !bias)) {
+    return Status::InvalidArgument(StrCat(op, ": in, weight and bias must be non-null"));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 namespace cuda {
@@ -835,27 +937,44 @@ size_t LayerNormBackwardScratchBytes(int64_t N, int64_t C) {
 template <typename T>
 Status LayerNormForward(T* out, float* mean, float* rstd, const T* in, const T* weight,
                         const T* bias, int64_t N, int64_t C, float eps, cudaStream_t stream) {
-  if (N < 0 || C < 1 || C > INT32_MAX / 2) {
-    return Status::InvalidArgument(
-        StrCat("LayerNormForward: N=", N, " C=", C, ": need N >= 0 and 1 <= C < 2^30"));
-  }
-  if ((mean == nullptr) != (rstd == nullptr)) {
-    return Status::InvalidArgument("LayerNormForward: mean and rstd must be both null or both set");
-  }
-  if (!(eps >= 0.0f)) {
-    return Status::InvalidArgument(StrCat("LayerNormForward: eps=", eps, " must be >= 0"));
-  }
+  FP8RT_RETURN_IF_ERROR(
+      ValidateForward("LayerNormForward", mean, rstd, in, weight, bias, N, C, eps));
   if (N == 0) return Status::Ok();
-  if (!out || !in || !weight || !bias) {
-    return Status::InvalidArgument("LayerNormForward: out, in, weight and bias must be non-null");
-  }
+  if (!out) return Status::InvalidArgument("LayerNormForward: out must be non-null");
   const int c = static_cast<int>(C);
   if (PackFor<T>(C, {out, in, weight, bias}) > 1) {
-    LaunchForward<T, 16 / sizeof(T)>(out, mean, rstd, in, weight, bias, N, c, eps, stream);
+    LaunchForward<T, 16 / sizeof(T), NoCast>(out, mean, rstd, in, weight, bias, N, c, eps, {},
+                                             stream);
   } else {
-    LaunchForward<T, 1>(out, mean, rstd, in, weight, bias, N, c, eps, stream);
+    LaunchForward<T, 1, NoCast>(out, mean, rstd, in, weight, bias, N, c, eps, {}, stream);
   }
   FP8RT_CUDA_TRY_LAUNCH("LayerNormForward");
+  return Status::Ok();
+}
+
+template <typename T>
+Status LayerNormForwardFp8(const Fp8Tensor& out, float* mean, float* rstd, const T* in,
+                           const T* weight, const T* bias, int64_t N, int64_t C, float eps,
+                           unsigned long long* saturated, cudaStream_t stream) {
+  constexpr const char* kOp = "LayerNormForwardFp8";
+  FP8RT_RETURN_IF_ERROR(ValidateFp8RowMajorOutput(kOp, out, N, C));
+  FP8RT_RETURN_IF_ERROR(ValidateForward(kOp, mean, rstd, in, weight, bias, N, C, eps));
+  // No rows: Quantize's empty cast, which writes scale_inv alone.
+  if (N == 0) return Quantize<T>(nullptr, out, saturated, stream);
+  const int c = static_cast<int>(C);
+  // The kernel LayerNormForward picks for in, weight and bias (with a 16-byte aligned out).
+  const bool vec = PackFor<T>(C, {in, weight, bias}) > 1;
+  const CastScalars cs{out.scale, out.scale_inv, out.amax, saturated};
+  cuda_detail::DispatchFp8(out.format, [&]<Fp8Format F>() {
+    if (vec) {
+      LaunchForward<T, 16 / sizeof(T), OutputCast<F>>(out.data, mean, rstd, in, weight, bias, N, c,
+                                                      eps, cs, stream);
+    } else {
+      LaunchForward<T, 1, OutputCast<F>>(out.data, mean, rstd, in, weight, bias, N, c, eps, cs,
+                                         stream);
+    }
+  });
+  FP8RT_CUDA_TRY_LAUNCH(kOp);
   return Status::Ok();
 }
 
@@ -898,6 +1017,12 @@ template Status LayerNormForward<float>(float*, float*, float*, const float*, co
                                         const float*, int64_t, int64_t, float, cudaStream_t);
 template Status LayerNormForward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*,
                                        int64_t, int64_t, float, cudaStream_t);
+template Status LayerNormForwardFp8<float>(const Fp8Tensor&, float*, float*, const float*,
+                                           const float*, const float*, int64_t, int64_t, float,
+                                           unsigned long long*, cudaStream_t);
+template Status LayerNormForwardFp8<bf16>(const Fp8Tensor&, float*, float*, const bf16*,
+                                          const bf16*, const bf16*, int64_t, int64_t, float,
+                                          unsigned long long*, cudaStream_t);
 template Status LayerNormBackward<float>(float*, float*, float*, const float*, const float*,
                                          const float*, const float*, const float*, int64_t, int64_t,
                                          bool, void*, size_t, cudaStream_t);

@@ -1,20 +1,26 @@
-// RMSNorm on the GPU (kernels/rmsnorm.h): one 256-thread block per row for the forward and the
-// input gradient (FP32 sums reduced in a fixed order); the weight gradient in two passes, each
-// block summing a chunk of rows for 32 columns into scratch, then one thread per column adding
-// the chunks in order: deterministic, no atomics. (The first version summed all N rows in one
-// thread per column: 64.6 ms of a 183 ms llama3-1b step on an H100, 2026-11-26.)
+// RMSNorm on the GPU (kernels/rmsnorm.h): one 256-thread block per row for the forward (which
+// can store its output's FP8 codes instead) and the input gradient (FP32 sums reduced in a fixed
+// order); the weight gradient in two passes, each block summing a chunk of rows for 32 columns
+// into scratch, then one thread per column adding the chunks in order: deterministic, no atomics.
+// (The first version summed all N rows in one thread per column: 64.6 ms of a 183 ms llama3-1b
+// step on an H100, 2026-11-26.)
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdint>
 
 #include "common/cuda_check.h"
+#include "kernels/cuda/quantize_device.cuh"
 #include "kernels/cuda/vec.cuh"
+#include "kernels/quantize.h"
 #include "kernels/rmsnorm.h"
 
 namespace fp8rt {
 namespace {
 
+using cuda_detail::CastScalars;
+using cuda_detail::NoCast;
+using cuda_detail::OutputCast;
 using cuda_detail::Round;
 
 constexpr int kThreads = 256;
@@ -31,10 +37,14 @@ __device__ float BlockSum(float v, float* smem) {
   return t;
 }
 
-template <typename T>
-__global__ void RmsNormForwardKernel(T* out, float* rstd, const T* in, const T* weight, int64_t C,
-                                     float eps) {
+// Cast = OutputCast<F> (RmsNormForwardFp8): the FP8 codes of the T values are stored instead,
+// and the block adds its amax and saturation count once; NoCast compiles to the plain forward.
+template <typename T, typename Cast = NoCast>
+__global__ void RmsNormForwardKernel(typename Cast::template Out<T>* out, float* rstd, const T* in,
+                                     const T* weight, int64_t C, float eps,
+                                     CastScalars cast_scalars) {
   __shared__ float smem[kThreads / 32];
+  Cast cast(cast_scalars);
   const int64_t n = blockIdx.x;
   const T* x = in + n * C;
   float ss = 0;
@@ -45,8 +55,15 @@ __global__ void RmsNormForwardKernel(T* out, float* rstd, const T* in, const T* 
   const float r = rsqrtf(BlockSum(ss, smem) / static_cast<float>(C) + eps);
   if (rstd && threadIdx.x == 0) rstd[n] = r;
   for (int64_t c = threadIdx.x; c < C; c += kThreads) {
-    out[n * C + c] = Round<T>(ToFloat(x[c]) * r * ToFloat(weight[c]));
+    if constexpr (Cast::kEnabled) {
+      const float y = ToFloat(Round<T>(ToFloat(x[c]) * r * ToFloat(weight[c])));
+      out[n * C + c] = cast.Code(y);
+      cast.Count(y);
+    } else {
+      out[n * C + c] = Round<T>(ToFloat(x[c]) * r * ToFloat(weight[c]));
+    }
   }
+  if constexpr (Cast::kEnabled) cast.template Commit<kThreads>(cast_scalars);
 }
 
 template <typename T>
@@ -123,9 +140,26 @@ Status RmsNormForward(T* out, float* rstd, const T* in, const T* weight, int64_t
                       float eps, cudaStream_t stream) {
   FP8RT_RETURN_IF_ERROR(ValidateRmsNorm("RmsNormForward", N, C, eps, {out, in, weight}, rstd, true));
   if (N * C == 0) return Status::Ok();
-  RmsNormForwardKernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(out, rstd, in, weight,
-                                                                              C, eps);
+  RmsNormForwardKernel<T>
+      <<<static_cast<unsigned>(N), kThreads, 0, stream>>>(out, rstd, in, weight, C, eps, {});
   FP8RT_CUDA_TRY_LAUNCH("RmsNormForward");
+  return Status::Ok();
+}
+
+template <typename T>
+Status RmsNormForwardFp8(const Fp8Tensor& out, float* rstd, const T* in, const T* weight, int64_t N,
+                         int64_t C, float eps, unsigned long long* saturated, cudaStream_t stream) {
+  constexpr const char* kOp = "RmsNormForwardFp8";
+  FP8RT_RETURN_IF_ERROR(ValidateFp8RowMajorOutput(kOp, out, N, C));
+  FP8RT_RETURN_IF_ERROR(ValidateRmsNorm(kOp, N, C, eps, {in, weight}, rstd, true));
+  // Nothing to normalise: Quantize's empty cast, which writes scale_inv alone.
+  if (N * C == 0) return Quantize<T>(nullptr, out, saturated, stream);
+  const CastScalars cs{out.scale, out.scale_inv, out.amax, saturated};
+  cuda_detail::DispatchFp8(out.format, [&]<Fp8Format F>() {
+    RmsNormForwardKernel<T, OutputCast<F>>
+        <<<static_cast<unsigned>(N), kThreads, 0, stream>>>(out.data, rstd, in, weight, C, eps, cs);
+  });
+  FP8RT_CUDA_TRY_LAUNCH(kOp);
   return Status::Ok();
 }
 
@@ -159,6 +193,8 @@ Status RmsNormBackward(T* din, float* dweight, const T* dout, const T* in, const
 #define FP8RT_INSTANTIATE(T)                                                                  \
   template Status RmsNormForward<T>(T*, float*, const T*, const T*, int64_t, int64_t, float, \
                                     cudaStream_t);                                           \
+  template Status RmsNormForwardFp8<T>(const Fp8Tensor&, float*, const T*, const T*, int64_t, \
+                                       int64_t, float, unsigned long long*, cudaStream_t);    \
   template Status RmsNormBackward<T>(T*, float*, const T*, const T*, const T*, const float*, \
                                      int64_t, int64_t, bool, void*, size_t, cudaStream_t);
 FP8RT_INSTANTIATE(float)

@@ -1,12 +1,20 @@
 // LayerNorm on the GPU against the CPU reference: forward (out, mean, rstd) and backward (din
 // overwritten or accumulated, dweight/dbias accumulated), over dtype x the awkward shapes plus the
-// register/wide/unaligned code paths; the backward is bit-identical run to run.
+// register/wide/unaligned code paths; the backward is bit-identical run to run. The norms'
+// forwards with the FP8 cast fused (LayerNormForwardFp8, RmsNormForwardFp8) against the forward
+// then cuda::Quantize, bit for bit, over the same shapes, and against the CPU.
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "kernels/layernorm.h"
+#include "kernels/quantize.h"
+#include "kernels/rmsnorm.h"
 #include "tests/common/gpu_util.h"
 #include "tests/common/test_util.h"
 
@@ -157,7 +165,263 @@ INSTANTIATE_TEST_SUITE_P(KernelPaths, LayerNormGpu,
                                             ::testing::ValuesIn(KernelPathShapes())),
                          Name);
 
+// ---- the forwards with the FP8 cast fused ----
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// A device E4M3 tensor with data alone, `offset` bytes into its poisoned buffer (1: no vector
+// stores), and scalars [scale, scale_inv, amax] = [scale, NaN, 0.125] (the cast max-accumulates).
+struct DeviceCodes {
+  DeviceBuffer<uint8_t> buf;
+  DeviceBuffer<float> scalars;
+  int offset;
+  Fp8Tensor t;
+
+  DeviceCodes(int64_t N, int64_t C, float scale, int offset = 0)
+      : buf(N * C + offset), scalars(3), offset(offset) {
+    if (buf.size() > 0) buf.Poison();
+    scalars.Upload({scale, kNaN, 0.125f});
+    t.data = buf.get() + offset;
+    t.rows = N;
+    t.cols = C;
+    t.format = Fp8Format::kE4M3;
+    t.scale = scalars.get();
+    t.scale_inv = scalars.get() + 1;
+    t.amax = scalars.get() + 2;
+  }
+  std::vector<uint8_t> Codes() const {
+    const std::vector<uint8_t> all = buf.Download();
+    return std::vector<uint8_t>(all.begin() + offset, all.end());
+  }
+};
+
+// Codes equal, or (within_one_step) at most one step apart in value order.
+::testing::AssertionResult CodesMatch(const std::vector<uint8_t>& got,
+                                      const std::vector<uint8_t>& want, const std::string& what,
+                                      bool within_one_step = false) {
+  auto ordinal = [](uint8_t q) { return (q & 0x80) ? -(q & 0x7f) : (q & 0x7f); };
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool ok =
+        within_one_step ? std::abs(ordinal(got[i]) - ordinal(want[i])) <= 1 : got[i] == want[i];
+    if (!ok && bad++ == 0) first = i;
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << what << ": " << bad << " of " << got.size() << " codes differ; first at [" << first
+         << "]: 0x" << std::hex << int(got[first]) << " vs 0x" << int(want[first]);
+}
+
+::testing::AssertionResult SameFloats(const std::vector<float>& got, const std::vector<float>& want,
+                                      const std::string& what) {
+  if (got.size() == want.size() &&
+      std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << what << " differs in its bits";
+}
+
+struct Fp8NormCase {
+  DType dtype;
+  test::Shape2D shape;
+  bool rms;
+};
+
+// The norm's GPU forward (out in T) or fused forward (out as codes); rms ignores mean and bias.
+template <typename T>
+Status Forward(bool rms, T* y, float* mean, float* rstd, const T* x, const T* w, const T* b,
+               int64_t N, int64_t C) {
+  return rms ? cuda::RmsNormForward(y, rstd, x, w, N, C, 1e-5f, nullptr)
+             : cuda::LayerNormForward(y, mean, rstd, x, w, b, N, C, 1e-5f, nullptr);
+}
+template <typename T>
+Status ForwardFp8(bool rms, const Fp8Tensor& q, float* mean, float* rstd, const T* x, const T* w,
+                  const T* b, int64_t N, int64_t C, unsigned long long* sat) {
+  return rms ? cuda::RmsNormForwardFp8(q, rstd, x, w, N, C, 1e-5f, sat, nullptr)
+             : cuda::LayerNormForwardFp8(q, mean, rstd, x, w, b, N, C, 1e-5f, sat, nullptr);
+}
+
+class NormForwardFp8Gpu : public test::GpuTest, public ::testing::WithParamInterface<Fp8NormCase> {
+ protected:
+  // Random rows with a far value in row 0 (saturates under the scale below, which saturates
+  // |y| > 2.5) and, with_nan, a NaN in row N / 2 (the amax becomes NaN). The fused forward, with
+  // out.data aligned and one byte off, and without statistics, against cuda::{LayerNorm,
+  // RmsNorm}Forward then cuda::Quantize: codes, mean, rstd, amax, saturation count and
+  // scale_inv bit for bit. Without NaN, against the CPU's fused forward too: statistics within
+  // the normalisation tolerance, codes at most one step apart (the fp64 reference rounds y
+  // differently near FP8 rounding boundaries).
+  template <typename T>
+  void Run(bool with_nan) {
+    const Fp8NormCase& c = GetParam();
+    const bool rms = c.rms;
+    const int64_t N = c.shape.rows, C = c.shape.cols, n = N * C;
+    std::vector<float> xf = test::RandomNormal(n, 71 + n, 0.3f, 1.5f);
+    xf[0] = 40.f;
+    if (with_nan) xf[(N / 2) * C + C / 3] = kNaN;
+    const std::vector<T> x = test::CastVector<T>(xf);
+    const std::vector<T> w = test::CastVector<T>(test::RandomNormal(C, 72, 1.f, 0.3f));
+    const std::vector<T> b = test::CastVector<T>(test::RandomNormal(C, 73, 0.f, 0.3f));
+    DeviceBuffer<T> d_x(x), d_w(w), d_b(b), d_y(n);
+    const float scale = Fp8MaxFinite(Fp8Format::kE4M3) / 2.5f;
+
+    DeviceBuffer<float> d_mean(N), d_rstd(N);
+    d_y.Poison();
+    d_mean.Poison();
+    d_rstd.Poison();
+    ASSERT_TRUE(Forward<T>(rms, d_y.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(),
+                           d_b.get(), N, C)
+                    .ok());
+    DeviceCodes want(N, C, scale);
+    DeviceBuffer<unsigned long long> want_sat(std::vector<unsigned long long>{5});
+    ASSERT_TRUE(cuda::Quantize(d_y.get(), want.t, want_sat.get(), nullptr).ok());
+    const std::vector<uint8_t> want_codes = want.Codes();
+    const std::vector<float> want_scalars = want.scalars.Download();
+    const std::vector<float> want_mean = d_mean.Download(), want_rstd = d_rstd.Download();
+    const uint64_t want_saturated = want_sat.Download()[0];
+    if (C >= 64) {
+      EXPECT_GT(want_saturated, 5u) << "the scale must saturate some outputs";
+    }
+    if (with_nan) {
+      EXPECT_TRUE(std::isnan(want_scalars[2])) << "amax of a NaN row";
+    }
+
+    for (int offset : {0, 1}) {
+      SCOPED_TRACE(offset == 0 ? "out.data aligned" : "out.data one byte off");
+      DeviceCodes got(N, C, scale, offset);
+      DeviceBuffer<float> g_mean(N), g_rstd(N);
+      g_mean.Poison();
+      g_rstd.Poison();
+      DeviceBuffer<unsigned long long> sat(std::vector<unsigned long long>{5});
+      const Status st = ForwardFp8<T>(rms, got.t, g_mean.get(), g_rstd.get(), d_x.get(), d_w.get(),
+                                      d_b.get(), N, C, sat.get());
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      EXPECT_TRUE(CodesMatch(got.Codes(), want_codes, "codes"));
+      if (!rms) {
+        EXPECT_TRUE(SameFloats(g_mean.Download(), want_mean, "mean"));
+      }
+      EXPECT_TRUE(SameFloats(g_rstd.Download(), want_rstd, "rstd"));
+      EXPECT_TRUE(SameFloats(got.scalars.Download(), want_scalars, "[scale, scale_inv, amax]"));
+      EXPECT_EQ(sat.Download()[0], want_saturated) << "saturated";
+    }
+    // Inference: no statistics, no saturation counter.
+    DeviceCodes bare(N, C, scale);
+    ASSERT_TRUE(
+        ForwardFp8<T>(rms, bare.t, nullptr, nullptr, d_x.get(), d_w.get(), d_b.get(), N, C, nullptr)
+            .ok());
+    EXPECT_TRUE(CodesMatch(bare.Codes(), want_codes, "codes (no statistics)"));
+    EXPECT_TRUE(SameFloats(bare.scalars.Download(), want_scalars, "scalars (no statistics)"));
+    if (with_nan) return;
+
+    // The CPU's fused forward (the CPU forward then cpu::Quantize).
+    std::vector<uint8_t> cpu_codes(n);
+    std::vector<float> cpu_mean(N), cpu_rstd(N);
+    float cpu_scale = scale, cpu_scale_inv = kNaN, cpu_amax = 0.125f;
+    Fp8Tensor q;
+    q.data = cpu_codes.data();
+    q.rows = N;
+    q.cols = C;
+    q.scale = &cpu_scale;
+    q.scale_inv = &cpu_scale_inv;
+    q.amax = &cpu_amax;
+    uint64_t cpu_sat = 5;
+    ASSERT_TRUE(
+        (rms ? cpu::RmsNormForwardFp8(q, cpu_rstd.data(), x.data(), w.data(), N, C, 1e-5f, &cpu_sat)
+             : cpu::LayerNormForwardFp8(q, cpu_mean.data(), cpu_rstd.data(), x.data(), w.data(),
+                                        b.data(), N, C, 1e-5f, &cpu_sat))
+            .ok());
+    const auto tol32 = ToleranceFor(OpKind::kNormalization, DType::kFloat32);
+    if (!rms) {
+      EXPECT_TRUE(test::AllClose(want_mean, cpu_mean, tol32, "mean vs CPU"));
+    }
+    EXPECT_TRUE(test::AllClose(want_rstd, cpu_rstd, tol32, "rstd vs CPU"));
+    EXPECT_TRUE(CodesMatch(want_codes, cpu_codes, "codes vs CPU", /*within_one_step=*/true));
+    EXPECT_TRUE(test::AllClose({want_scalars[2]}, {cpu_amax},
+                               ToleranceFor(OpKind::kNormalization, DTypeOf<T>()), "amax vs CPU"));
+    EXPECT_EQ(want_scalars[1], cpu_scale_inv) << "scale_inv vs CPU";
+    // Only outputs within rounding of the saturation threshold can count differently.
+    EXPECT_LE(std::abs(static_cast<double>(want_saturated) - static_cast<double>(cpu_sat)),
+              2 + n / 10000)
+        << "saturated vs CPU: " << want_saturated << " vs " << cpu_sat;
+  }
+};
+
+TEST_P(NormForwardFp8Gpu, MatchesTheForwardThenQuantize) {
+  for (bool with_nan : {false, true}) {
+    SCOPED_TRACE(with_nan ? "with a NaN row" : "finite");
+    if (GetParam().dtype == DType::kFloat32) {
+      Run<float>(with_nan);
+    } else {
+      Run<bf16>(with_nan);
+    }
+  }
+}
+
+// Every forward kernel variant (the kernel paths above) plus the model's widths with odd row
+// counts (register kernels of 16-byte vectors, exact and not, scalar loads at C = 1001, the wide
+// kernel with scalar loads at 2050 and 16-byte vectors at 8200).
+std::vector<Fp8NormCase> Fp8NormCases() {
+  std::vector<test::Shape2D> shapes = test::AwkwardShapes();
+  shapes.insert(shapes.end(), KernelPathShapes().begin(), KernelPathShapes().end());
+  for (const test::Shape2D& s : {test::Shape2D{7, 64, "7x64"},
+                                 {33, 128, "33x128"},
+                                 {200, 768, "200x768"},
+                                 {33, 2048, "33x2048"},
+                                 {7, 1001, "7x1001"},
+                                 {33, 2050, "33x2050"},
+                                 {7, 8200, "7x8200"}}) {
+    shapes.push_back(s);
+  }
+  std::vector<Fp8NormCase> cases;
+  for (bool rms : {false, true}) {
+    for (DType d : {DType::kFloat32, DType::kBFloat16}) {
+      for (const test::Shape2D& s : shapes) cases.push_back({d, s, rms});
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, NormForwardFp8Gpu, ::testing::ValuesIn(Fp8NormCases()),
+                         [](const auto& info) {
+                           const Fp8NormCase& c = info.param;
+                           return std::string(c.rms ? "RmsNorm_" : "LayerNorm_") +
+                                  DTypeName(c.dtype) + "_" + c.shape.name;
+                         });
+
 class LayerNormGpuArgs : public test::GpuTest {};
+
+// No rows: scale_inv alone (Quantize's empty cast). Refusals name the op.
+TEST_F(LayerNormGpuArgs, ForwardFp8EmptyAndRefusals) {
+  const int64_t N = 4, C = 64;
+  DeviceBuffer<float> buf(N * C), stat(N);
+  DeviceBuffer<unsigned long long> sat(std::vector<unsigned long long>{3});
+  for (bool rms : {false, true}) {
+    DeviceCodes empty(0, C, 4.f);
+    ASSERT_TRUE(ForwardFp8<float>(rms, empty.t, nullptr, nullptr, nullptr, buf.get(), buf.get(), 0,
+                                  C, sat.get())
+                    .ok());
+    const std::vector<float> scalars = empty.scalars.Download();
+    EXPECT_EQ(scalars[1], 0.25f);
+    EXPECT_EQ(scalars[2], 0.125f);
+    EXPECT_EQ(sat.Download()[0], 3u);
+
+    const std::string op = rms ? "RmsNormForwardFp8:" : "LayerNormForwardFp8:";
+    auto expect_refused = [&](const Fp8Tensor& t, const char* what) {
+      const Status s = ForwardFp8<float>(rms, t, stat.get(), stat.get(), buf.get(), buf.get(),
+                                         buf.get(), N, C, nullptr);
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what;
+      EXPECT_NE(s.message().find(op), std::string::npos) << what << ": " << s.message();
+    };
+    DeviceCodes with_t(N, C, 1.f);
+    DeviceBuffer<uint8_t> t_codes(N * C);
+    with_t.t.data_t = t_codes.get();
+    expect_refused(with_t.t, "data_t set");
+    DeviceCodes no_data(N, C, 1.f);
+    no_data.t.data = nullptr;
+    expect_refused(no_data.t, "data null");
+    DeviceCodes short_rows(N - 1, C, 1.f);
+    expect_refused(short_rows.t, "rows != N");
+  }
+}
 
 TEST_F(LayerNormGpuArgs, BackwardRejectsShortScratch) {
   const int64_t N = 4, C = 64;

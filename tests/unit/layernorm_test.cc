@@ -1,12 +1,19 @@
 // The reference LayerNorm: a hand-computed row and finite-difference checks of din, dweight, dbias.
+// The norms' forwards with the FP8 cast fused (LayerNormForwardFp8, RmsNormForwardFp8) against
+// the forward followed by Quantize, and their refusals.
 #include "kernels/layernorm.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <limits>
+#include <string>
 #include <vector>
 
+#include "kernels/quantize.h"
+#include "kernels/rmsnorm.h"
 #include "tests/common/finite_diff.h"
 #include "tests/common/test_util.h"
 
@@ -111,6 +118,166 @@ TEST(LayerNormReference, BackwardMatchesFiniteDifferences) {
                                      w.data(), mean0.data(), rstd0.data(), N, C, false)
                   .ok());
   EXPECT_EQ(din3, din);
+}
+
+// ---- the forwards with the FP8 cast fused ----
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// A host FP8 tensor with data alone; scale_inv starts NaN, amax at 0.125 (the cast
+// max-accumulates).
+struct HostCodes {
+  std::vector<uint8_t> data;
+  float scale, scale_inv = kNaN, amax = 0.125f;
+  Fp8Tensor t;
+
+  HostCodes(int64_t rows, int64_t cols, Fp8Format f, float s)
+      : data(static_cast<size_t>(rows * cols), 0xee), scale(s) {
+    t.data = data.data();
+    t.rows = rows;
+    t.cols = cols;
+    t.format = f;
+    t.scale = &scale;
+    t.scale_inv = &scale_inv;
+    t.amax = &amax;
+  }
+};
+
+bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+struct Fp8NormCase {
+  int64_t N, C;
+  Fp8Format format;
+};
+
+// Random rows (mean 0.3, spread 1.5) with one far value in row 0 and, with nan_row >= 0, a NaN in
+// that row; the scale saturates |y| > 2.5: row 0's far value, and a few others.
+template <typename T>
+void CheckFusedNorm(bool rms, const Fp8NormCase& c, int nan_row) {
+  const int64_t N = c.N, C = c.C;
+  std::vector<float> xf = test::RandomNormal(N * C, 31 + N * C, 0.3f, 1.5f);
+  xf[0] = 40.f;
+  if (nan_row >= 0) xf[nan_row * C + C / 2] = kNaN;
+  const std::vector<T> x = test::CastVector<T>(xf);
+  const std::vector<T> w = test::CastVector<T>(test::RandomNormal(C, 32, 1.f, 0.3f));
+  const std::vector<T> b = test::CastVector<T>(test::RandomNormal(C, 33, 0.f, 0.3f));
+  const float scale = Fp8MaxFinite(c.format) / 2.5f;
+
+  // The composition: the forward into y, then Quantize of y with data alone.
+  std::vector<T> y(N * C);
+  std::vector<float> mean(N, kNaN), rstd(N, kNaN);
+  HostCodes want(N, C, c.format, scale);
+  uint64_t want_sat = 5;
+  ASSERT_TRUE((rms ? cpu::RmsNormForward(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f)
+                   : cpu::LayerNormForward(y.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                                           b.data(), N, C, 1e-5f))
+                  .ok());
+  ASSERT_TRUE(cpu::Quantize(y.data(), want.t, &want_sat).ok());
+
+  std::vector<float> got_mean(N, kNaN), got_rstd(N, kNaN);
+  HostCodes got(N, C, c.format, scale);
+  uint64_t got_sat = 5;
+  const Status st =
+      rms ? cpu::RmsNormForwardFp8(got.t, got_rstd.data(), x.data(), w.data(), N, C, 1e-5f,
+                                   &got_sat)
+          : cpu::LayerNormForwardFp8(got.t, got_mean.data(), got_rstd.data(), x.data(), w.data(),
+                                     b.data(), N, C, 1e-5f, &got_sat);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(got.data, want.data) << "codes";
+  EXPECT_EQ(0, std::memcmp(got_mean.data(), mean.data(), N * sizeof(float))) << "mean";
+  EXPECT_EQ(0, std::memcmp(got_rstd.data(), rstd.data(), N * sizeof(float))) << "rstd";
+  EXPECT_TRUE(SameBits(got.amax, want.amax)) << got.amax << " vs " << want.amax;
+  EXPECT_TRUE(SameBits(got.scale_inv, want.scale_inv)) << got.scale_inv;
+  EXPECT_EQ(got_sat, want_sat);
+  if (nan_row >= 0) {
+    EXPECT_TRUE(std::isnan(got.amax)) << "a NaN output is never dropped from the amax";
+  }
+  if (C >= 64) {  // row 0's far value normalises to about sqrt(C) or more
+    EXPECT_GT(got_sat, 5u) << "the scale must saturate some outputs";
+  }
+}
+
+// Odd and vector-unfriendly widths, one row, many short rows, and the model's width.
+const Fp8NormCase kFp8NormCases[] = {
+    {1, 1, Fp8Format::kE4M3},     {7, 3, Fp8Format::kE5M2},    {1, 16, Fp8Format::kE4M3},
+    {33, 1001, Fp8Format::kE4M3}, {5, 2050, Fp8Format::kE5M2}, {217, 256, Fp8Format::kE5M2},
+    {60, 160, Fp8Format::kE4M3},  {16, 768, Fp8Format::kE4M3},
+};
+
+TEST(NormForwardFp8, LayerNormEqualsTheForwardThenQuantize) {
+  for (const Fp8NormCase& c : kFp8NormCases) {
+    SCOPED_TRACE(std::to_string(c.N) + "x" + std::to_string(c.C) + " " + Fp8FormatName(c.format));
+    CheckFusedNorm<float>(false, c, -1);
+    CheckFusedNorm<bf16>(false, c, -1);
+    CheckFusedNorm<double>(false, c, -1);
+    CheckFusedNorm<float>(false, c, static_cast<int>(c.N / 2));
+    CheckFusedNorm<bf16>(false, c, static_cast<int>(c.N - 1));
+  }
+}
+
+TEST(NormForwardFp8, RmsNormEqualsTheForwardThenQuantize) {
+  for (const Fp8NormCase& c : kFp8NormCases) {
+    SCOPED_TRACE(std::to_string(c.N) + "x" + std::to_string(c.C) + " " + Fp8FormatName(c.format));
+    CheckFusedNorm<float>(true, c, -1);
+    CheckFusedNorm<bf16>(true, c, -1);
+    CheckFusedNorm<double>(true, c, -1);
+    CheckFusedNorm<float>(true, c, static_cast<int>(c.N / 2));
+    CheckFusedNorm<bf16>(true, c, static_cast<int>(c.N - 1));
+  }
+}
+
+TEST(NormForwardFp8, NoRowsWriteScaleInvAlone) {
+  const std::vector<float> w(8, 1.f), b(8, 0.f);
+  for (bool rms : {false, true}) {
+    HostCodes q(0, 8, Fp8Format::kE4M3, 4.f);
+    uint64_t sat = 3;
+    const Status st =
+        rms ? cpu::RmsNormForwardFp8<float>(q.t, nullptr, nullptr, w.data(), 0, 8, 1e-5f, &sat)
+            : cpu::LayerNormForwardFp8<float>(q.t, nullptr, nullptr, nullptr, w.data(), b.data(), 0,
+                                              8, 1e-5f, &sat);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(q.scale_inv, 0.25f);
+    EXPECT_EQ(q.amax, 0.125f);
+    EXPECT_EQ(sat, 3u);
+  }
+}
+
+// Each refusal names the op: a transposed copy asked for, no data, a shape other than (N, C),
+// and the forward's own arguments.
+TEST(NormForwardFp8, RefusalsNameTheOp) {
+  const int64_t N = 2, C = 4;
+  std::vector<float> x(N * C, 1.f), w(C, 1.f), b(C, 0.f), mean(N), rstd(N);
+  std::vector<uint8_t> t_codes(N * C);
+  auto expect_refused = [](const Status& st, const std::string& op, const std::string& what) {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << what;
+    EXPECT_NE(st.message().find(op + ":"), std::string::npos) << what << ": " << st.message();
+  };
+  auto ln = [&](const Fp8Tensor& t, float* m, float* r, int64_t n) {
+    return cpu::LayerNormForwardFp8(t, m, r, x.data(), w.data(), b.data(), n, C, 1e-5f);
+  };
+  auto rms = [&](const Fp8Tensor& t, float* r, int64_t n) {
+    return cpu::RmsNormForwardFp8(t, r, x.data(), w.data(), n, C, 1e-5f);
+  };
+  HostCodes with_t(N, C, Fp8Format::kE4M3, 1.f);
+  with_t.t.data_t = t_codes.data();
+  expect_refused(ln(with_t.t, mean.data(), rstd.data(), N), "LayerNormForwardFp8", "data_t");
+  expect_refused(rms(with_t.t, rstd.data(), N), "RmsNormForwardFp8", "data_t");
+  HostCodes no_data(N, C, Fp8Format::kE4M3, 1.f);
+  no_data.t.data = nullptr;
+  expect_refused(ln(no_data.t, mean.data(), rstd.data(), N), "LayerNormForwardFp8", "no data");
+  expect_refused(rms(no_data.t, rstd.data(), N), "RmsNormForwardFp8", "no data");
+  HostCodes ok(N, C, Fp8Format::kE4M3, 1.f);
+  expect_refused(ln(ok.t, mean.data(), rstd.data(), 1), "LayerNormForwardFp8", "rows != N");
+  expect_refused(rms(ok.t, rstd.data(), 1), "RmsNormForwardFp8", "rows != N");
+  expect_refused(ln(ok.t, mean.data(), nullptr, N), "LayerNormForwardFp8", "mean without rstd");
+  expect_refused(cpu::LayerNormForwardFp8<float>(ok.t, nullptr, nullptr, x.data(), w.data(),
+                                                 nullptr, N, C, 1e-5f),
+                 "LayerNormForwardFp8", "no bias");
+  expect_refused(cpu::RmsNormForwardFp8<float>(ok.t, nullptr, nullptr, w.data(), N, C, 1e-5f),
+                 "RmsNormForwardFp8", "no input");
+  // Statistics are optional (inference), as in the plain forwards.
+  EXPECT_TRUE(ln(ok.t, nullptr, nullptr, N).ok());
+  EXPECT_TRUE(rms(ok.t, nullptr, N).ok());
 }
 
 }  // namespace
