@@ -206,10 +206,18 @@ class Gpt final : public GptModel {
   // GEMM's epilogue where cuBLASLt can (then *gelu_done is set; otherwise the caller applies
   // GELU itself).
   // With gelu_pre (an FP8 layer, FusesGeluIntoXCast), x = GELU(gelu_pre) is not read: the
-  // input's FP8 cast applies the GELU to gelu_pre in the same pass (QuantizeGelu).
+  // input's FP8 cast applies the GELU to gelu_pre in the same pass (QuantizeGelu). With x8_ready
+  // (NormForward fused the cast) the input's codes are in place already and x is not read.
   Status LinearForward(int l, int kind, T* y, const T* x, const T* b, bool cast_w,
                        T* gelu_out = nullptr, bool* gelu_done = nullptr,
-                       const T* residual = nullptr, const T* gelu_pre = nullptr);
+                       const T* residual = nullptr, const T* gelu_pre = nullptr,
+                       bool x8_ready = false);
+  // The norm (LayerNorm; llama's RMSNorm, mean and b unused) before linear `kind`: into out, or,
+  // where that linear's FP8 input is cast again in the backward (train.recompute) under delayed
+  // scaling outside the calibrating step, straight into its FP8 input codes (the norm's output
+  // never written: *x8_ready set), the same codes as the norm then the cast.
+  Status NormForward(int l, int kind, T* out, float* mean, float* rstd, const T* in, const T* w,
+                     const T* b, bool* x8_ready);
   // With dgelu_aux (the forward's pre-GELU input of this layer's input), dx comes out multiplied
   // by GELU'(dgelu_aux) from the dgrad GEMM's epilogue where cuBLASLt can (*dgelu_done set).
   // With dy_gelu_pre, this layer's output gradient is GELU'(dy_gelu_pre) * dy, applied by the

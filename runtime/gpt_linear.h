@@ -42,7 +42,7 @@ Status Gpt<Ops, T>::CurrentScale(int l, int kind, int role, const U* in, int64_t
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b, bool cast_w,
                                   T* gelu_out, bool* gelu_done, const T* residual,
-                                  const T* gelu_pre) {
+                                  const T* gelu_pre, bool x8_ready) {
   int64_t N, K;
   LinearShape(kind, &N, &K);
   const Param wp = WeightOf(o_.model, kind);
@@ -58,9 +58,10 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
     fused.aux = y;
     return GemmTryFused(fused, g, &gelu_epilogue_ok_, gelu_done);
   };
-  if (gelu_pre != nullptr && (!Fp8On(kind) || fp8_.block || fp8_.current || fp8_.calibrate_now)) {
+  if ((gelu_pre != nullptr || x8_ready) &&
+      (!Fp8On(kind) || fp8_.block || fp8_.current || fp8_.calibrate_now)) {
     return Status::Internal(StrCat("LinearForward: layer kind ", kind,
-                                   " cannot apply GELU in its input's cast"));
+                                   " cannot take its input's cast from elsewhere"));
   }
   if (!Fp8On(kind)) {
     ops_->Mark(kFpropNames[kind]);
@@ -84,7 +85,8 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
     FP8RT_RETURN_IF_ERROR(
         CurrentScale(l, kind, kRoleX, x, M_ * K, SplitOverTp(kind, kRoleX) ? tp : nullptr));
   }
-  if (gelu_pre != nullptr) {  // (delayed scaling: the cast is Quantize's)
+  if (x8_ready) {  // (NormForward wrote the codes, counted amax and saturation)
+  } else if (gelu_pre != nullptr) {  // (delayed scaling: the cast is Quantize's)
     ops_->Mark("fp8 cast x (+T, +gelu)");
     FP8RT_RETURN_IF_ERROR(ops_->QuantizeGelu(gelu_pre, xq, fp8_.SaturatedOf(l, kind, kRoleX)));
   } else {
@@ -123,6 +125,24 @@ Status Gpt<Ops, T>::CastWeight(int l, int kind, bool count, void* on) {
   }
   ++weight_casts_;
   return fp8_.Cast(w, wq, count ? fp8_.SaturatedOf(l, kind, kRoleW) : nullptr, on);
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::NormForward(int l, int kind, T* out, float* mean, float* rstd, const T* in,
+                                const T* w, const T* b, bool* x8_ready) {
+  const int64_t C = o_.model.n_embd;
+  *x8_ready = kind < kNumLinear && fp8_.recast[kind] && !fp8_.current && !fp8_.calibrate_now;
+  if (!*x8_ready) {
+    ops_->Mark(Llama() ? "rmsnorm fwd" : "layernorm fwd");
+    return Llama() ? ops_->RmsNormForward(out, rstd, in, w, M_, C)
+                   : ops_->LayerNormForward(out, mean, rstd, in, w, b, M_, C);
+  }
+  // (the layer's input codes: row-major only, the transposed copy is cast again in the backward)
+  const Fp8Tensor xq = fp8_.Of(l, kind, kRoleX, fp8_.x8, nullptr, M_, C);
+  typename Ops::Counter* const sat = fp8_.SaturatedOf(l, kind, kRoleX);
+  ops_->Mark(Llama() ? "rmsnorm fwd (+fp8 cast x)" : "layernorm fwd (+fp8 cast x)");
+  return Llama() ? ops_->RmsNormForwardFp8(xq, rstd, in, w, M_, C, sat)
+                 : ops_->LayerNormForwardFp8(xq, mean, rstd, in, w, b, M_, C, sat);
 }
 
 // train.recompute's FP8 input, transposed only, into the shared x8r_ (RecastsInput): the forward's

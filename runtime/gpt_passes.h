@@ -57,23 +57,22 @@ Status Gpt<Ops, T>::ForwardPass(const int32_t* x_host, const int32_t* y_host, bo
 // gpt2: LN -> QKV -> attention -> projection (+ residual) -> LN -> FC -> GELU -> FC2 (+ residual).
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::GptBlockForward(int l, const T* res, bool cast_weights) {
-  const int64_t C = o_.model.n_embd;
   // Under TP the projections' partial sums are added over the group; TP rank 0 alone adds the
   // bias and the residual first.
   const bool lead = o_.tp_rank() == 0;
-  ops_->Mark("layernorm fwd");
-  FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln1_[l], ln1_mean_[l], ln1_rstd_[l], res,
-                                               Wl(kLn1W, l), Wl(kLn1B, l), M_, C));
-  FP8RT_RETURN_IF_ERROR(LinearForward(l, kQkv, qkv_[l], ln1_[l], Wl(kQkvB, l), cast_weights));
+  bool x8_ready = false;
+  FP8RT_RETURN_IF_ERROR(NormForward(l, kQkv, ln1_[l], ln1_mean_[l], ln1_rstd_[l], res,
+                                    Wl(kLn1W, l), Wl(kLn1B, l), &x8_ready));
+  FP8RT_RETURN_IF_ERROR(LinearForward(l, kQkv, qkv_[l], ln1_[l], Wl(kQkvB, l), cast_weights,
+                                      nullptr, nullptr, nullptr, nullptr, x8_ready));
   ops_->Mark("attention fwd");
   FP8RT_RETURN_IF_ERROR(ops_->Attention(atty_[l], att_[l], qkv_[l], Att()));
   FP8RT_RETURN_IF_ERROR(LinearForward(l, kAttProj, res2_[l], atty_[l],
                                       lead ? Wl(kAttProjB, l) : nullptr, cast_weights, nullptr,
                                       nullptr, /*residual=*/lead ? res : nullptr));
   FP8RT_RETURN_IF_ERROR(TpAllReduce(res2_[l], "attention projection all-reduce (TP)"));
-  ops_->Mark("layernorm fwd");
-  FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln2_[l], ln2_mean_[l], ln2_rstd_[l], res2_[l],
-                                               Wl(kLn2W, l), Wl(kLn2B, l), M_, C));
+  FP8RT_RETURN_IF_ERROR(NormForward(l, kFc, ln2_[l], ln2_mean_[l], ln2_rstd_[l], res2_[l],
+                                    Wl(kLn2W, l), Wl(kLn2B, l), &x8_ready));
   bool gelu_done = false;
   // An FP8 FC2 reads GELU of FC's stored output: applied in its input's cast (delayed scaling), or
   // by the GELU kernel; FC's epilogue (GELU of the unrounded sum) serves the others, and current
@@ -85,7 +84,8 @@ Status Gpt<Ops, T>::GptBlockForward(int l, const T* res, bool cast_weights) {
     FP8RT_RETURN_IF_ERROR(ops_->WaitCast(static_cast<int>(o_.model.n_layer) + l - 1));
   }
   FP8RT_RETURN_IF_ERROR(LinearForward(l, kFc, fch_[l], ln2_[l], Wl(kFcB, l), cast_weights,
-                                      gelu_epilogue ? fch_gelu_[l] : nullptr, &gelu_done));
+                                      gelu_epilogue ? fch_gelu_[l] : nullptr, &gelu_done, nullptr,
+                                      nullptr, x8_ready));
   if (!gelu_done && !gelu_in_cast) {
     ops_->Mark("gelu fwd");
     FP8RT_RETURN_IF_ERROR(ops_->Gelu(fch_gelu_[l], fch_[l], M_ * PerLayer(kFcB)));

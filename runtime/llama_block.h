@@ -9,13 +9,15 @@ namespace fp8rt::gpt_detail {
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::LlamaBlockForward(int l, const T* res, bool cast_weights) {
   const ModelConfig& m = o_.model;
-  const int64_t C = m.n_embd, HS = m.head_size(), tp = o_.tp_size();
+  const int64_t HS = m.head_size(), tp = o_.tp_size();
   const int64_t NH = m.n_head / tp, KV = m.kv_heads() / tp, ld = (NH + 2 * KV) * HS;
   const int64_t F = m.ffn() / tp;
   const bool lead = o_.tp_rank() == 0;  // adds the residual before the TP sum
-  ops_->Mark("rmsnorm fwd");
-  FP8RT_RETURN_IF_ERROR(ops_->RmsNormForward(ln1_[l], ln1_rstd_[l], res, Wl(kLn1W, l), M_, C));
-  FP8RT_RETURN_IF_ERROR(LinearForward(l, kQkv, qkv_[l], ln1_[l], nullptr, cast_weights));
+  bool x8_ready = false;
+  FP8RT_RETURN_IF_ERROR(NormForward(l, kQkv, ln1_[l], nullptr, ln1_rstd_[l], res, Wl(kLn1W, l),
+                                    nullptr, &x8_ready));
+  FP8RT_RETURN_IF_ERROR(LinearForward(l, kQkv, qkv_[l], ln1_[l], nullptr, cast_weights, nullptr,
+                                      nullptr, nullptr, nullptr, x8_ready));
   ops_->Mark("rope fwd");  // the query heads and the key heads after them: one call
   FP8RT_RETURN_IF_ERROR(ops_->Rope(qkv_[l], o_.B, o_.T, NH + KV, HS, ld, m.rope_theta));
   if (Gqa()) {
@@ -27,10 +29,10 @@ Status Gpt<Ops, T>::LlamaBlockForward(int l, const T* res, bool cast_weights) {
   FP8RT_RETURN_IF_ERROR(LinearForward(l, kAttProj, res2_[l], atty_[l], nullptr, cast_weights,
                                       nullptr, nullptr, /*residual=*/lead ? res : nullptr));
   FP8RT_RETURN_IF_ERROR(TpAllReduce(res2_[l], "attention projection all-reduce (TP)"));
-  ops_->Mark("rmsnorm fwd");
-  FP8RT_RETURN_IF_ERROR(
-      ops_->RmsNormForward(ln2_[l], ln2_rstd_[l], res2_[l], Wl(kLn2W, l), M_, C));
-  FP8RT_RETURN_IF_ERROR(LinearForward(l, kFc, fch_[l], ln2_[l], nullptr, cast_weights));
+  FP8RT_RETURN_IF_ERROR(NormForward(l, kFc, ln2_[l], nullptr, ln2_rstd_[l], res2_[l],
+                                    Wl(kLn2W, l), nullptr, &x8_ready));
+  FP8RT_RETURN_IF_ERROR(LinearForward(l, kFc, fch_[l], ln2_[l], nullptr, cast_weights, nullptr,
+                                      nullptr, nullptr, nullptr, x8_ready));
   ops_->Mark("swiglu fwd");
   FP8RT_RETURN_IF_ERROR(ops_->SwiGlu(fch_gelu_[l], fch_[l], M_, F));
   FP8RT_RETURN_IF_ERROR(LinearForward(l, kFcProj, res3_[l], fch_gelu_[l], nullptr, cast_weights,

@@ -107,6 +107,17 @@ class CpuOps {
   Status RmsNormForward(T* out, float* rstd, const T* in, const T* w, int64_t N, int64_t C) {
     return cpu::RmsNormForward(out, rstd, in, w, N, C, 1e-5f);
   }
+  // The norms with their output cast to FP8 (out.data) in the same op (kernels/layernorm.h).
+  template <typename T>
+  Status LayerNormForwardFp8(const Fp8Tensor& out, float* mean, float* rstd, const T* in,
+                             const T* w, const T* b, int64_t N, int64_t C, Counter* saturated) {
+    return cpu::LayerNormForwardFp8(out, mean, rstd, in, w, b, N, C, 1e-5f, saturated);
+  }
+  template <typename T>
+  Status RmsNormForwardFp8(const Fp8Tensor& out, float* rstd, const T* in, const T* w, int64_t N,
+                           int64_t C, Counter* saturated) {
+    return cpu::RmsNormForwardFp8(out, rstd, in, w, N, C, 1e-5f, saturated);
+  }
   template <typename T>
   Status RmsNormBackward(T* din, float* dw, const T* dout, const T* in, const T* w,
                          const float* rstd, int64_t N, int64_t C, bool accumulate) {

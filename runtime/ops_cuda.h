@@ -274,6 +274,16 @@ class CudaOps {
     return cuda::RmsNormForward(out, rstd, in, w, N, C, 1e-5f, stream_);
   }
   template <typename T>
+  Status LayerNormForwardFp8(const Fp8Tensor& out, float* mean, float* rstd, const T* in,
+                             const T* w, const T* b, int64_t N, int64_t C, Counter* saturated) {
+    return cuda::LayerNormForwardFp8(out, mean, rstd, in, w, b, N, C, 1e-5f, saturated, stream_);
+  }
+  template <typename T>
+  Status RmsNormForwardFp8(const Fp8Tensor& out, float* rstd, const T* in, const T* w, int64_t N,
+                           int64_t C, Counter* saturated) {
+    return cuda::RmsNormForwardFp8(out, rstd, in, w, N, C, 1e-5f, saturated, stream_);
+  }
+  template <typename T>
   Status RmsNormBackward(T* din, float* dw, const T* dout, const T* in, const T* w,
                          const float* rstd, int64_t N, int64_t C, bool accumulate) {
     return cuda::RmsNormBackward(din, dw, dout, in, w, rstd, N, C, accumulate, scratch_,
