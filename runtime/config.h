@@ -96,7 +96,8 @@ struct Fp8Config {
   // backward's GELU'(x) reads x with 3 mantissa bits (an error of at most 1/16 of x; values
   // above 448 read as 448, where GELU' is 1). The forward is unchanged. With a BF16 FC2 and
   // train.recompute the GELU output that FC2's weight gradient reads is recomputed from the codes
-  // too (lossy there as well). No effect outside precision: fp8. The GELU backward fused into
+  // too (lossy there as well); an FP8 FC2 keeps its input's FP8 copy then (GELU of the codes is
+  // not what its forward read). No effect outside precision: fp8. The GELU backward fused into
   // the FC gradient's cast reads the codes directly; elsewhere (the calibrating first step,
   // current and block scaling, BF16 FC2) they are dequantized first. Not with llama (SwiGLU).
   // Default: false

@@ -158,6 +158,9 @@ class Gpt final : public GptModel {
         o_.fp8.mode == ScalingMode::kBlock) {
       return false;
     }
+    // (with fp8.gelu_input_fp8 FC's output is kept only as E4M3 codes: GELU of those is not the
+    // forward's FC2 input, so FC2 keeps its copy)
+    if (kind == kFcProj && GeluInputFp8()) return false;
     return kind != kAttProj || ops_->AttentionReadsOutput(Att(), kT);
   }
   // x8t of (l, kind) cast again from x, or with gelu_pre from GELU(gelu_pre) in the same pass.

@@ -59,7 +59,8 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
     return GemmTryFused(fused, g, &gelu_epilogue_ok_, gelu_done);
   };
   if ((gelu_pre != nullptr || x8_ready) &&
-      (!Fp8On(kind) || fp8_.block || fp8_.current || fp8_.calibrate_now)) {
+      (!Fp8On(kind) || fp8_.block || fp8_.current || fp8_.calibrate_now ||
+       (x8_ready && !(kind < kNumLinear && fp8_.recast[kind])))) {
     return Status::Internal(StrCat("LinearForward: layer kind ", kind,
                                    " cannot take its input's cast from elsewhere"));
   }

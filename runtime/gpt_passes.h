@@ -75,10 +75,12 @@ Status Gpt<Ops, T>::GptBlockForward(int l, const T* res, bool cast_weights) {
                                     Wl(kLn2W, l), Wl(kLn2B, l), &x8_ready));
   bool gelu_done = false;
   // An FP8 FC2 reads GELU of FC's stored output: applied in its input's cast (delayed scaling), or
-  // by the GELU kernel; FC's epilogue (GELU of the unrounded sum) serves the others, and current
-  // scaling without train.recompute (which casts the same GELU again in the backward).
+  // by the GELU kernel (the calibrating step; current scaling with train.recompute, which casts
+  // the same GELU again in the backward). FC's epilogue (GELU of the unrounded sum) serves a BF16
+  // FC2, block scaling and current scaling without train.recompute.
   const bool gelu_in_cast = FusesGeluIntoXCast();
-  const bool gelu_epilogue = !Fp8On(kFcProj) || (fp8_.current && !fp8_.recast[kFcProj]);
+  const bool gelu_epilogue =
+      !Fp8On(kFcProj) || fp8_.block || (fp8_.current && !fp8_.recast[kFcProj]);
   if (GeluInputFp8() && l > 0) {  // (layer l - 1's codes are cast from fch_: done before FC)
     ops_->Mark("wait for the gelu input's cast");
     FP8RT_RETURN_IF_ERROR(ops_->WaitCast(static_cast<int>(o_.model.n_layer) + l - 1));
@@ -166,7 +168,7 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
   // they are; any other reader gets them dequantized into fch_ first.
   const bool pre8_in_cast = GeluInputFp8() && Fp8On(kFcProj) && FusesGeluIntoDyCast(kFc);
   const bool* recast = fp8_.recast;  // train.recompute's FP8 inputs, cast again (RecastsInput)
-  if (GeluInputFp8() && (!pre8_in_cast || recast[kFcProj])) {
+  if (GeluInputFp8() && !pre8_in_cast) {
     ops_->Mark("fp8 dequantize gelu input");
     FP8RT_RETURN_IF_ERROR(ops_->Dequantize(GeluInputTensor(l), fch_[l]));
   }

@@ -14,9 +14,10 @@ __device__ __forceinline__ float GeluF(float x) {
 }
 
 // The same function from the hardware's approximate exp2 and reciprocal (a few ulp of fp32, far
-// below a bf16 rounding; __fdividef gives 0 for a divisor beyond 2^126, as the exact form's
-// overflow does): the FP8 casts that fuse the GELU (FC2's input) are bound by its instructions
-// otherwise. Used where the result is rounded to bf16.
+// below a bf16 rounding; for x below about -44, where 1 + e passes 2^126, __fdividef gives -0
+// where the exact form gives a value of about -1e-37): the FP8 casts that fuse the GELU (FC2's
+// input) are bound by the exact form's instructions. Used where the result is rounded to bf16;
+// the GELU kernel and those casts share it, so their results are the same bits.
 __device__ __forceinline__ float GeluFastF(float x) {
   const float u = kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x);
   return __fdividef(x, 1.0f + __expf(-2.0f * u));
