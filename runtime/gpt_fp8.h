@@ -83,8 +83,10 @@ class Fp8State {
         }
       }
       // (a layer's saved input: `alloc` may place it in the gradient memory of the layers below;
-      // none where the backward casts it again, recast[kind]: the model points it at its scratch)
-      if (kind == kLmHead || !recast[kind]) {
+      // none where the backward casts it again, recast[kind]: the model's one buffer instead)
+      if (kind != kLmHead && recast[kind]) {
+        x8t[s] = recast_to;
+      } else {
         FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&x8t[s]), M_ * K, kMemFp8Saved,
                                     kind == kLmHead ? -1 : s / kNumLinear));
       }
@@ -268,8 +270,10 @@ class Fp8State {
   // master weights, the backward's transposed only, also from them (CachesWeights false).
   std::vector<uint8_t*> w8, w8t, x8t;
   // Set before Setup: the block linears whose FP8 transposed input is not saved but cast again
-  // in the backward (train.recompute); their x8t is the model's one scratch buffer.
+  // in the backward (train.recompute); their x8t is recast_to, the model's one buffer for them
+  // (in the logits' arena).
   bool recast[kNumLinear] = {};
+  uint8_t* recast_to = nullptr;
   bool CachesWeights() const { return o_.fp8.cache_weights; }
   bool KeepsTranspose() const { return o_.fp8.keep_weight_transpose && CachesWeights(); }
   uint8_t* x8 = nullptr;  // the forward's row-major input cast, shared: only x8t is saved

@@ -150,19 +150,18 @@ class Gpt final : public GptModel {
   bool Recomputes(int kind) const { return o_.recompute && !Fp8On(kind); }
   // train.recompute in an FP8 block linear (per-tensor scaling): the FP8 transposed copy of its
   // input is not saved per layer; the backward casts it again (RecastInput), with the forward's
-  // scale, into one scratch buffer (x8r_), from the input recomputed as a non-FP8 layer's is
+  // scale, into one scratch buffer (fp8_.recast_to), from the input recomputed as a non-FP8 layer's is
   // (the norm's output; the GELU fused into the cast) or, for the attention projection, from the
-  // saved attention output (where attention keeps it, as cuDNN's does).
-  bool RecastsInput(int kind) const {
-    if (!o_.recompute || kind >= kNumLinear || !Fp8On(kind) ||
-        o_.fp8.mode == ScalingMode::kBlock) {
-      return false;
-    }
+  // saved attention output (where attention keeps it, as cuDNN's does). Decided once in Setup
+  // (DecideRecast, kept in fp8_.recast); RecastsInput reads that.
+  bool DecideRecast(int kind) const {
+    if (!o_.recompute || !Fp8On(kind) || o_.fp8.mode == ScalingMode::kBlock) return false;
     // (with fp8.gelu_input_fp8 FC's output is kept only as E4M3 codes: GELU of those is not the
     // forward's FC2 input, so FC2 keeps its copy)
     if (kind == kFcProj && GeluInputFp8()) return false;
     return kind != kAttProj || ops_->AttentionReadsOutput(Att(), kT);
   }
+  bool RecastsInput(int kind) const { return kind < kNumLinear && fp8_.recast[kind]; }
   // x8t of (l, kind) cast again from x, or with gelu_pre from GELU(gelu_pre) in the same pass.
   Status RecastInput(int l, int kind, const T* x, const T* gelu_pre = nullptr);
   // x8t of (l, kind) cast again from the norm's output, recomputed from its input `in` and the
@@ -170,6 +169,9 @@ class Gpt final : public GptModel {
   // can (scratch: the recomputed output's place where it cannot, the CPU).
   Status RecastNormOutput(int l, int kind, const T* in, const float* mean, const float* rstd,
                           const T* w, const T* b, T* scratch);
+  // What both recasts write: (l, kind)'s transposed input alone, with the forward's scale, no
+  // amax (the forward's cast counted it).
+  Fp8Tensor RecastTarget(int l, int kind) const;
   void LinearShape(int kind, int64_t* N, int64_t* K) const {
     gpt_detail::LinearShape(o_.model, kind, N, K, o_.tp_size());
   }
@@ -251,17 +253,17 @@ class Gpt final : public GptModel {
   // Whether layer kind's FP8 cast of its output gradient can also apply the GELU backward (an FP8
   // layer with a bias, outside the calibrating first step and current scaling, whose casts
   // measure dy first).
-  bool FusesGeluIntoDyCast(int kind) const {
-    return Fp8On(kind) && !fp8_.calibrate_now && !fp8_.current && !fp8_.block;
-  }
+  bool FusesGeluIntoDyCast(int kind) const { return Fp8On(kind) && CastsUnmeasured(); }
+  // Whether this pass's per-tensor FP8 casts use a scale known before them (delayed scaling
+  // outside the calibrating first step), so another op may do a cast (the norm's forward, the
+  // GELU's) in its own pass; current scaling and calibration measure each input first.
+  bool CastsUnmeasured() const { return !fp8_.calibrate_now && !fp8_.current && !fp8_.block; }
   // Whether gpt2's FP8 FC2 casts its input from FC's output with the GELU in the cast (the GELU
   // output is then never written): under delayed scaling, outside the calibrating first step
   // (the others measure the input first). Its GELU is then always GELU of FC's stored output, the
   // GELU kernel's where the cast cannot apply it, never the FC epilogue's from the unrounded sum
   // (but under current scaling without train.recompute, which keeps the epilogue).
-  bool FusesGeluIntoXCast() const {
-    return !Llama() && Fp8On(kFcProj) && !fp8_.calibrate_now && !fp8_.current && !fp8_.block;
-  }
+  bool FusesGeluIntoXCast() const { return !Llama() && Fp8On(kFcProj) && CastsUnmeasured(); }
   // fp8.scaling: block (runtime/gpt_block_scaling.h): the forward of FP8 linear layer (l, kind)
   // (its input cast by rows for the GEMM and by columns for wgrad, the weight's 128x128 cast
   // when cast_w; bias and residual as LinearForward's, no fused GELU) and its backward from dy
@@ -356,9 +358,6 @@ class Gpt final : public GptModel {
   // buffer for every layer); pre_scale_: that scale and its inverse, [1, 1].
   std::vector<uint8_t*> fch8_;
   float* pre_scale_ = nullptr;
-  // train.recompute's FP8 transposed inputs, cast again in the backward (RecastsInput): one
-  // buffer for every layer, in the logits' arena.
-  uint8_t* x8r_ = nullptr;
   bool GeluInputFp8() const { return o_.precision == Precision::kFp8 && o_.fp8.gelu_input_fp8; }
   Fp8Tensor GeluInputTensor(int l) const {
     int64_t N, K;

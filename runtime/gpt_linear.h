@@ -59,8 +59,7 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
     return GemmTryFused(fused, g, &gelu_epilogue_ok_, gelu_done);
   };
   if ((gelu_pre != nullptr || x8_ready) &&
-      (!Fp8On(kind) || fp8_.block || fp8_.current || fp8_.calibrate_now ||
-       (x8_ready && !(kind < kNumLinear && fp8_.recast[kind])))) {
+      (!Fp8On(kind) || !CastsUnmeasured() || (x8_ready && !RecastsInput(kind)))) {
     return Status::Internal(StrCat("LinearForward: layer kind ", kind,
                                    " cannot take its input's cast from elsewhere"));
   }
@@ -78,9 +77,9 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
   }
   if (fp8_.block) return BlockLinearForward(l, kind, y, x, b, cast_w, residual);
   const int slot = fp8_.Slot(l, kind);
-  // (no transposed copy where the backward casts it again: RecastsInput)
-  const bool recast = kind < kNumLinear && fp8_.recast[kind];
-  const Fp8Tensor xq = fp8_.Of(l, kind, kRoleX, fp8_.x8, recast ? nullptr : fp8_.x8t[slot], M_, K);
+  // (no transposed copy where the backward casts it again)
+  const Fp8Tensor xq =
+      fp8_.Of(l, kind, kRoleX, fp8_.x8, RecastsInput(kind) ? nullptr : fp8_.x8t[slot], M_, K);
   comm::Communicator* const tp = o_.tp;
   if (fp8_.current) {
     FP8RT_RETURN_IF_ERROR(
@@ -132,7 +131,7 @@ template <typename Ops, typename T>
 Status Gpt<Ops, T>::NormForward(int l, int kind, T* out, float* mean, float* rstd, const T* in,
                                 const T* w, const T* b, bool* x8_ready) {
   const int64_t C = o_.model.n_embd;
-  *x8_ready = kind < kNumLinear && fp8_.recast[kind] && !fp8_.current && !fp8_.calibrate_now;
+  *x8_ready = RecastsInput(kind) && CastsUnmeasured();
   if (!*x8_ready) {
     ops_->Mark(Llama() ? "rmsnorm fwd" : "layernorm fwd");
     return Llama() ? ops_->RmsNormForward(out, rstd, in, w, M_, C)
@@ -146,16 +145,22 @@ Status Gpt<Ops, T>::NormForward(int l, int kind, T* out, float* mean, float* rst
                  : ops_->LayerNormForwardFp8(xq, mean, rstd, in, w, b, M_, C, sat);
 }
 
-// train.recompute's FP8 input, transposed only, into the shared x8r_ (RecastsInput): the forward's
+// train.recompute's FP8 input, transposed only, into the shared fp8_.recast_to: the forward's
 // codes, since the forward cast the same values (x recomputed, or kept) with the same scale,
 // which nothing changes before the step's scaling update. With gelu_pre, x = GELU(gelu_pre) in
 // the same pass. The amax and saturation were the forward's to count.
 template <typename Ops, typename T>
-Status Gpt<Ops, T>::RecastInput(int l, int kind, const T* x, const T* gelu_pre) {
+Fp8Tensor Gpt<Ops, T>::RecastTarget(int l, int kind) const {
   int64_t N, K;
   LinearShape(kind, &N, &K);
   Fp8Tensor t = fp8_.Of(l, kind, kRoleX, nullptr, fp8_.x8t[fp8_.Slot(l, kind)], M_, K);
   t.amax = nullptr;
+  return t;
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::RecastInput(int l, int kind, const T* x, const T* gelu_pre) {
+  const Fp8Tensor t = RecastTarget(l, kind);
   if (gelu_pre != nullptr) {
     ops_->Mark("fp8 recast x (T only, +gelu)");
     return ops_->QuantizeGelu(gelu_pre, t, nullptr);
@@ -167,12 +172,9 @@ Status Gpt<Ops, T>::RecastInput(int l, int kind, const T* x, const T* gelu_pre) 
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::RecastNormOutput(int l, int kind, const T* in, const float* mean,
                                      const float* rstd, const T* w, const T* b, T* scratch) {
-  int64_t N, K;
-  LinearShape(kind, &N, &K);
-  Fp8Tensor t = fp8_.Of(l, kind, kRoleX, nullptr, fp8_.x8t[fp8_.Slot(l, kind)], M_, K);
-  t.amax = nullptr;
+  const Fp8Tensor t = RecastTarget(l, kind);
   ops_->Mark(b != nullptr ? "fp8 recast x (T only, +layernorm)" : "fp8 recast x (T only, +rmsnorm)");
-  return ops_->QuantizeNormOutput(in, mean, rstd, w, b, M_, K, scratch, t);
+  return ops_->QuantizeNormOutput(in, mean, rstd, w, b, M_, t.cols, scratch, t);
 }
 
 // The transposed copy alone, cast again from the FP32 master weights with the scale the forward's

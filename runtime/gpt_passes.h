@@ -80,7 +80,7 @@ Status Gpt<Ops, T>::GptBlockForward(int l, const T* res, bool cast_weights) {
   // FC2, block scaling and current scaling without train.recompute.
   const bool gelu_in_cast = FusesGeluIntoXCast();
   const bool gelu_epilogue =
-      !Fp8On(kFcProj) || fp8_.block || (fp8_.current && !fp8_.recast[kFcProj]);
+      !Fp8On(kFcProj) || fp8_.block || (fp8_.current && !RecastsInput(kFcProj));
   if (GeluInputFp8() && l > 0) {  // (layer l - 1's codes are cast from fch_: done before FC)
     ops_->Mark("wait for the gelu input's cast");
     FP8RT_RETURN_IF_ERROR(ops_->WaitCast(static_cast<int>(o_.model.n_layer) + l - 1));
@@ -167,7 +167,6 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
   // fp8.gelu_input_fp8: the FC output's codes go to the GELU backward fused into FC's dY cast as
   // they are; any other reader gets them dequantized into fch_ first.
   const bool pre8_in_cast = GeluInputFp8() && Fp8On(kFcProj) && FusesGeluIntoDyCast(kFc);
-  const bool* recast = fp8_.recast;  // train.recompute's FP8 inputs, cast again (RecastsInput)
   if (GeluInputFp8() && !pre8_in_cast) {
     ops_->Mark("fp8 dequantize gelu input");
     FP8RT_RETURN_IF_ERROR(ops_->Dequantize(GeluInputTensor(l), fch_[l]));
@@ -176,7 +175,7 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
     ops_->Mark("gelu recompute");
     FP8RT_RETURN_IF_ERROR(ops_->Gelu(fch_gelu_[l], fch_[l], M_ * PerLayer(kFcB)));
   }
-  if (recast[kFcProj]) FP8RT_RETURN_IF_ERROR(RecastInput(l, kFcProj, nullptr, fch_[l]));
+  if (RecastsInput(kFcProj)) FP8RT_RETURN_IF_ERROR(RecastInput(l, kFcProj, nullptr, fch_[l]));
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFcProj, d4c_, Gl(kFcProjW, l), Gl(kFcProjB, l), dres_,
                                        fch_gelu_[l], fch_[l], &dgelu_done));
   // The GELU backward: in fc_proj's dgrad epilogue (BF16), else in fc's FP8 cast of its output
@@ -191,7 +190,7 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln2_[l], ln2_mean_[l], ln2_rstd_[l], res2_[l],
                                                  Wl(kLn2W, l), Wl(kLn2B, l), M_, C));
   }
-  if (recast[kFc]) {
+  if (RecastsInput(kFc)) {
     FP8RT_RETURN_IF_ERROR(RecastNormOutput(l, kFc, res2_[l], ln2_mean_[l], ln2_rstd_[l],
                                            Wl(kLn2W, l), Wl(kLn2B, l), ln2_[l]));
   }
@@ -204,7 +203,7 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
                                                 Wl(kLn2W, l), ln2_mean_[l], ln2_rstd_[l], M_, C,
                                                 true));
   // dres_ is now the gradient of res2.
-  if (recast[kAttProj]) FP8RT_RETURN_IF_ERROR(RecastInput(l, kAttProj, atty_[l]));
+  if (RecastsInput(kAttProj)) FP8RT_RETURN_IF_ERROR(RecastInput(l, kAttProj, atty_[l]));
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kAttProj, dc2_, Gl(kAttProjW, l), Gl(kAttProjB, l),
                                        dres_, atty_[l]));
   ops_->Mark("attention bwd");
@@ -214,7 +213,7 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln1_[l], ln1_mean_[l], ln1_rstd_[l], res_in,
                                                  Wl(kLn1W, l), Wl(kLn1B, l), M_, C));
   }
-  if (recast[kQkv]) {
+  if (RecastsInput(kQkv)) {
     FP8RT_RETURN_IF_ERROR(RecastNormOutput(l, kQkv, res_in, ln1_mean_[l], ln1_rstd_[l],
                                            Wl(kLn1W, l), Wl(kLn1B, l), ln1_[l]));
   }

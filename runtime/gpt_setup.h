@@ -224,15 +224,15 @@ Status Gpt<Ops, T>::Setup() {
     for (const auto& [v, n] : transient_layers) b += aligned(n);
     // train.recompute's FP8 transposed inputs, cast again in the backward: one shared buffer
     // (written and read within one linear layer's backward), the widest such input's.
-    int64_t x8r_bytes = 0;
+    int64_t recast_bytes = 0;
     for (int kind = 0; kind < kNumLinear; ++kind) {
-      fp8_.recast[kind] = RecastsInput(kind);
+      fp8_.recast[kind] = DecideRecast(kind);
       if (!fp8_.recast[kind]) continue;
       int64_t N, K;
       LinearShape(kind, &N, &K);
-      x8r_bytes = std::max(x8r_bytes, up(M_ * K));
+      recast_bytes = std::max(recast_bytes, up(M_ * K));
     }
-    b += x8r_bytes;
+    b += recast_bytes;
     size_t fwd_ws = 0, bwd_ws = 0;
     ops_->AttentionWorkspaceBytes(Att(), kT, &fwd_ws, &bwd_ws);
     const int64_t bwd_at = a;
@@ -259,7 +259,7 @@ Status Gpt<Ops, T>::Setup() {
       v->assign(L, reinterpret_cast<T*>(arena + at));
       at += aligned(n);
     }
-    if (x8r_bytes > 0) x8r_ = arena + at;
+    if (recast_bytes > 0) fp8_.recast_to = arena + at;
     if (fwd_ws + bwd_ws > 0) {
       ops_->SetAttentionWorkspaces(arena + fwd_at, fwd_ws, arena + bwd_at, bwd_ws);
     }
@@ -305,9 +305,6 @@ Status Gpt<Ops, T>::Setup() {
       }));
   FP8RT_RETURN_IF_ERROR(PlaceLayerRequests());
   if (!Gqa()) attq_ = qkv_;  // (the placed pointers)
-  for (int s = 0; s < L * kNumLinear; ++s) {
-    if (fp8_.recast[s % kNumLinear]) fp8_.x8t[s] = x8r_;
-  }
 
   {
     size_t scratch = 0;

@@ -46,12 +46,11 @@ Status Gpt<Ops, T>::LlamaBlockBackward(int l, const T* res_in) {
   const int64_t C = m.n_embd, HS = m.head_size(), tp = o_.tp_size();
   const int64_t NH = m.n_head / tp, KV = m.kv_heads() / tp, ld = (NH + 2 * KV) * HS;
   const int64_t F = m.ffn() / tp;
-  const bool* recast = fp8_.recast;  // train.recompute's FP8 inputs, cast again (RecastsInput)
-  if (Recomputes(kFcProj) || recast[kFcProj]) {
+  if (Recomputes(kFcProj) || RecastsInput(kFcProj)) {
     ops_->Mark("swiglu recompute");
     FP8RT_RETURN_IF_ERROR(ops_->SwiGlu(fch_gelu_[l], fch_[l], M_, F));
   }
-  if (recast[kFcProj]) FP8RT_RETURN_IF_ERROR(RecastInput(l, kFcProj, fch_gelu_[l]));
+  if (RecastsInput(kFcProj)) FP8RT_RETURN_IF_ERROR(RecastInput(l, kFcProj, fch_gelu_[l]));
   FP8RT_RETURN_IF_ERROR(
       LinearBackward(l, kFcProj, dffn_, Gl(kFcProjW, l), nullptr, dres_, fch_gelu_[l]));
   ops_->Mark("swiglu bwd");
@@ -61,7 +60,7 @@ Status Gpt<Ops, T>::LlamaBlockBackward(int l, const T* res_in) {
     FP8RT_RETURN_IF_ERROR(
         ops_->RmsNormForward(ln2_[l], ln2_rstd_[l], res2_[l], Wl(kLn2W, l), M_, C));
   }
-  if (recast[kFc]) {
+  if (RecastsInput(kFc)) {
     FP8RT_RETURN_IF_ERROR(RecastNormOutput(l, kFc, res2_[l], nullptr, ln2_rstd_[l],
                                            Wl(kLn2W, l), nullptr, ln2_[l]));
   }
@@ -71,7 +70,7 @@ Status Gpt<Ops, T>::LlamaBlockBackward(int l, const T* res_in) {
   FP8RT_RETURN_IF_ERROR(ops_->RmsNormBackward(dres_, Gl(kLn2W, l), dc1_, res2_[l], Wl(kLn2W, l),
                                               ln2_rstd_[l], M_, C, true));
   // dres_ is now the gradient of res2.
-  if (recast[kAttProj]) FP8RT_RETURN_IF_ERROR(RecastInput(l, kAttProj, atty_[l]));
+  if (RecastsInput(kAttProj)) FP8RT_RETURN_IF_ERROR(RecastInput(l, kAttProj, atty_[l]));
   FP8RT_RETURN_IF_ERROR(
       LinearBackward(l, kAttProj, dc2_, Gl(kAttProjW, l), nullptr, dres_, atty_[l]));
   ops_->Mark("attention bwd");
@@ -88,7 +87,7 @@ Status Gpt<Ops, T>::LlamaBlockBackward(int l, const T* res_in) {
     ops_->Mark("rmsnorm recompute");
     FP8RT_RETURN_IF_ERROR(ops_->RmsNormForward(ln1_[l], ln1_rstd_[l], res_in, Wl(kLn1W, l), M_, C));
   }
-  if (recast[kQkv]) {
+  if (RecastsInput(kQkv)) {
     FP8RT_RETURN_IF_ERROR(RecastNormOutput(l, kQkv, res_in, nullptr, ln1_rstd_[l], Wl(kLn1W, l),
                                            nullptr, ln1_[l]));
   }
