@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/dtype.h"
+#include "kernels/fp8.h"
 
 namespace fp8rt::test {
 
@@ -67,5 +68,29 @@ std::vector<float> ToFloatVector(const std::vector<T>& v) {
                                       const std::vector<float>& want, Tolerance tol,
                                       const std::string& what);
 double RelL2(const std::vector<float>& got, const std::vector<float>& want);
+
+// Host buffers of one quantized (rows, cols) tensor, poisoned so unwritten bytes show; amax
+// starts at amax0 (the casts max-accumulate into it). Not copyable: t points into it.
+struct HostFp8 {
+  std::vector<uint8_t> data, data_t;
+  float scale = 1, scale_inv = -1, amax = 0;
+  Fp8Tensor t;
+
+  HostFp8(int64_t rows, int64_t cols, Fp8Format f, float s, bool transpose = true,
+          float amax0 = 0.0f)
+      : data(rows * cols, 0xAA), data_t(transpose ? rows * cols : 0, 0xAA), scale(s),
+        amax(amax0) {
+    t.data = data.data();
+    t.data_t = transpose ? data_t.data() : nullptr;
+    t.rows = rows;
+    t.cols = cols;
+    t.format = f;
+    t.scale = &scale;
+    t.scale_inv = &scale_inv;
+    t.amax = &amax;
+  }
+  HostFp8(const HostFp8&) = delete;
+  HostFp8& operator=(const HostFp8&) = delete;
+};
 
 }  // namespace fp8rt::test

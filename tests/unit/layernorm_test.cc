@@ -124,23 +124,10 @@ TEST(LayerNormReference, BackwardMatchesFiniteDifferences) {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// A host FP8 tensor with data alone; scale_inv starts NaN, amax at 0.125 (the cast
-// max-accumulates).
-struct HostCodes {
-  std::vector<uint8_t> data;
-  float scale, scale_inv = kNaN, amax = 0.125f;
-  Fp8Tensor t;
-
+// A host FP8 tensor with data alone, amax starting at 0.125 (the casts max-accumulate).
+struct HostCodes : test::HostFp8 {
   HostCodes(int64_t rows, int64_t cols, Fp8Format f, float s)
-      : data(static_cast<size_t>(rows * cols), 0xee), scale(s) {
-    t.data = data.data();
-    t.rows = rows;
-    t.cols = cols;
-    t.format = f;
-    t.scale = &scale;
-    t.scale_inv = &scale_inv;
-    t.amax = &amax;
-  }
+      : test::HostFp8(rows, cols, f, s, /*transpose=*/false, /*amax0=*/0.125f) {}
 };
 
 bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }

@@ -18,24 +18,7 @@
 namespace fp8rt {
 namespace {
 
-// Host buffers of one quantized (rows, cols) tensor, poisoned so unwritten bytes show.
-struct HostFp8 {
-  std::vector<uint8_t> data, data_t;
-  float scale = 1, scale_inv = -1, amax = 0;
-  Fp8Tensor t;
-
-  HostFp8(int64_t rows, int64_t cols, Fp8Format f, float s, bool transpose = true)
-      : data(rows * cols, 0xAA), data_t(transpose ? rows * cols : 0, 0xAA), scale(s) {
-    t.data = data.data();
-    t.data_t = transpose ? data_t.data() : nullptr;
-    t.rows = rows;
-    t.cols = cols;
-    t.format = f;
-    t.scale = &scale;
-    t.scale_inv = &scale_inv;
-    t.amax = &amax;
-  }
-};
+using test::HostFp8;
 
 TEST(QuantizeCpu, HandCheckedE4M3CodesSaturationAmaxAndScaleInv) {
   // scale 2: 1 -> 2 (0x40), -0.25 -> -0.5 (0xb0), 300 -> 600 saturates to 448 (0x7e),
