@@ -172,6 +172,53 @@ void BenchScalingUpdate(Context& ctx) {
   DeviceFree(blob);
 }
 
+// The backward's FC dY cast (bias gradient and GELU backward fused) and train.recompute's FC2
+// input recast (GELU fused, transposed only) at 8192x8192 bf16: apart, then in one pass
+// (QuantizeDbiasGeluGrad's gelu_out), whose codes must equal the separate calls'.
+void BenchGeluGradCasts(Context& ctx, const bf16* dout, const bf16* pre) {
+  const int64_t n = kRows * kCols;
+  const std::string shape = StrCat(kRows, "x", kCols);
+  auto* bytes = static_cast<uint8_t*>(DeviceAlloc(3 * n));
+  auto* scalars = static_cast<float*>(DeviceAlloc(8 * sizeof(float)));
+  auto* dbias = static_cast<float*>(DeviceAlloc(kCols * sizeof(float)));
+  const size_t scratch_bytes = cuda::QuantizeDbiasScratchBytes(kRows, kCols);
+  void* scratch = DeviceAlloc(scratch_bytes);
+  const float init[8] = {57344.f / 8, 1.f, 0.f, 0.f, 448.f / kRange, 1.f, 0.f, 0.f};
+  FP8RT_CUDA_CHECK(cudaMemcpy(scalars, init, sizeof(init), cudaMemcpyHostToDevice));
+  FP8RT_CUDA_CHECK(cudaMemset(dbias, 0, kCols * sizeof(float)));
+  Fp8Tensor dy;  // the output gradient's codes, both orientations
+  dy.data = bytes, dy.data_t = bytes + n, dy.rows = kRows, dy.cols = kCols;
+  dy.format = Fp8Format::kE5M2;
+  dy.scale = scalars, dy.scale_inv = scalars + 1, dy.amax = scalars + 2;
+  Fp8Tensor x;  // FC2's input, transposed only, no amax (the forward's cast took it)
+  x.data_t = bytes + 2 * n, x.rows = kRows, x.cols = kCols, x.format = Fp8Format::kE4M3;
+  x.scale = scalars + 4, x.scale_inv = scalars + 5;
+
+  const double apart_dy = MedianMs(ctx, [&] {
+    FP8RT_CHECK_OK(cuda::QuantizeDbiasGeluGrad(dout, pre, dy, dbias, nullptr, scratch,
+                                               scratch_bytes, ctx.stream));
+  });
+  AddRow(ctx, "dbias+gelu bwd cast+T bf16->e5m2", shape, apart_dy, 4.0 * n + 2.0 * n, false, "");
+  const double apart_x = MedianMs(
+      ctx, [&] { FP8RT_CHECK_OK(cuda::QuantizeGelu(pre, x, nullptr, ctx.stream)); });
+  AddRow(ctx, "gelu recast (T only) bf16->e4m3", shape, apart_x, 2.0 * n + n, false, "");
+  std::vector<uint8_t> want(3 * n), got(3 * n);
+  FP8RT_CUDA_CHECK(cudaMemcpy(want.data(), bytes, 3 * n, cudaMemcpyDeviceToHost));
+  FP8RT_CUDA_CHECK(cudaMemset(bytes, 0, 3 * n));
+  const double fused = MedianMs(ctx, [&] {
+    FP8RT_CHECK_OK(cuda::QuantizeDbiasGeluGrad(dout, pre, dy, dbias, nullptr, scratch,
+                                               scratch_bytes, ctx.stream, &x));
+  });
+  FP8RT_CUDA_CHECK(cudaMemcpy(got.data(), bytes, 3 * n, cudaMemcpyDeviceToHost));
+  // (the two rows above add up to the separate casts' time)
+  AddRow(ctx, "dbias+gelu bwd cast+T + gelu recast T, one pass", shape, fused, 4.0 * n + 3.0 * n,
+         false, got == want ? "" : "codes differ from the separate casts'");
+  for (void* p : {static_cast<void*>(bytes), static_cast<void*>(scalars),
+                  static_cast<void*>(dbias), scratch}) {
+    DeviceFree(p);
+  }
+}
+
 }  // namespace
 
 void BenchQuantize(Context& ctx) {
@@ -190,6 +237,12 @@ void BenchQuantize(Context& ctx) {
 
   BenchCasts<float>(ctx, in_f32, data, data_t, scalars, saturated, static_cast<float*>(deq));
   BenchCasts<bf16>(ctx, in_bf16, data, data_t, scalars, saturated, static_cast<bf16*>(deq));
+  {
+    void* pre = DeviceAlloc(n * sizeof(bf16));
+    FillUniformBf16(pre, n, -4.f, 4.f, 13, ctx.stream);
+    BenchGeluGradCasts(ctx, static_cast<const bf16*>(in_bf16), static_cast<const bf16*>(pre));
+    DeviceFree(pre);
+  }
   BenchScalingUpdate(ctx);
 
   for (void* p : {in_f32, in_bf16, static_cast<void*>(data), static_cast<void*>(data_t), deq,

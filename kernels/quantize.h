@@ -44,6 +44,12 @@ namespace fp8rt {
 //   followed by cuda::QuantizeDbias. With pre_e4m3, pre[i] = Fp8Decode(pre_e4m3[i], E4M3) (scale
 //   1: a GELU input saved in FP8, fp8.gelu_input_fp8), whose values T holds exactly: the result
 //   is the T version's for those values, bit for bit.
+//   With gelu_out (the T version only): also QuantizeGelu(pre, *gelu_out) from the same read of
+//   pre, without telemetry: GELU's codes transposed (gelu_out.data null, data_t set) with
+//   gelu_out's own scale and format, and its scale_inv; gelu_out.amax must be null (the
+//   forward's cast of those values measured them). gelu_out has out's shape. The input of the
+//   layer whose output gradient dout is (FC2's, under train.recompute) cast again in the pass
+//   that reads its pre-activation anyway. The codes equal QuantizeGelu's, bit for bit.
 // QuantizeGelu: Quantize of in[i] = T(GELU(pre[i])) (GeluForward's output, kernels/gelu.h),
 //   computed in the same pass: FC2's FP8 input cast straight from FC's output in the forward
 //   (out.data alone, the GEMM operand), or its transposed input recomputed from the saved
@@ -72,6 +78,8 @@ namespace fp8rt {
 // The tensor preconditions above; op prefixes the message. transposed_only_ok: data may be null
 // when data_t is not (Quantize's transposed-only cast).
 Status ValidateFp8Tensor(const char* op, const Fp8Tensor& t, bool transposed_only_ok = false);
+// QuantizeDbiasGeluGrad's gelu_out preconditions above (both backends), out being its out.
+Status ValidateGeluOut(const char* op, const Fp8Tensor& out, const Fp8Tensor& gelu_out);
 // QuantizeLayerNorm's preconditions above (both backends).
 Status ValidateQuantizeLayerNorm(const void* in, const float* mean, const float* rstd,
                                  const void* weight, const void* bias, const Fp8Tensor& out);
@@ -88,7 +96,7 @@ Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias,
                      uint64_t* saturated = nullptr);
 template <typename T>
 Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, float* dbias,
-                             uint64_t* saturated = nullptr);
+                             uint64_t* saturated = nullptr, const Fp8Tensor* gelu_out = nullptr);
 template <typename T>
 Status QuantizeDbiasGeluGrad(const T* dout, const uint8_t* pre_e4m3, const Fp8Tensor& out,
                              float* dbias, uint64_t* saturated = nullptr);
@@ -131,10 +139,11 @@ template <typename T>
 Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias,
                      unsigned long long* saturated, void* scratch, size_t scratch_bytes,
                      cudaStream_t stream);
+// With gelu_out, one cast+transpose pass writes both tensors (see above).
 template <typename T>
 Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, float* dbias,
                              unsigned long long* saturated, void* scratch, size_t scratch_bytes,
-                             cudaStream_t stream);
+                             cudaStream_t stream, const Fp8Tensor* gelu_out = nullptr);
 template <typename T>
 Status QuantizeDbiasGeluGrad(const T* dout, const uint8_t* pre_e4m3, const Fp8Tensor& out,
                              float* dbias, unsigned long long* saturated, void* scratch,

@@ -48,6 +48,32 @@ Status ValidateQuantizeLayerNorm(const void* in, const float* mean, const float*
   return Status::Ok();
 }
 
+Status ValidateGeluOut(const char* op, const Fp8Tensor& out, const Fp8Tensor& gelu_out) {
+  FP8RT_RETURN_IF_ERROR(
+      ValidateFp8Tensor(StrCat(op, " (gelu_out)").c_str(), gelu_out, /*transposed_only_ok=*/true));
+  if (gelu_out.data != nullptr || (gelu_out.numel() > 0 && gelu_out.data_t == nullptr)) {
+    return Status::InvalidArgument(StrCat(
+        op, ": gelu_out is written transposed only: its data must be null and data_t set"));
+  }
+  if (gelu_out.amax != nullptr) {
+    return Status::InvalidArgument(
+        StrCat(op, ": gelu_out.amax is set; the GELU output's amax is not taken here (the "
+                   "forward's cast measured it)"));
+  }
+  if (gelu_out.rows != out.rows || gelu_out.cols != out.cols) {
+    return Status::InvalidArgument(StrCat(op, ": gelu_out is (", gelu_out.rows, ", ",
+                                          gelu_out.cols, "); out is (", out.rows, ", ", out.cols,
+                                          ")"));
+  }
+  if (gelu_out.data_t != nullptr && (gelu_out.data_t == out.data || gelu_out.data_t == out.data_t)) {
+    return Status::InvalidArgument(StrCat(op, ": gelu_out.data_t must not alias out's codes"));
+  }
+  if (gelu_out.scale_inv == out.scale_inv) {
+    return Status::InvalidArgument(StrCat(op, ": gelu_out.scale_inv must not alias out's"));
+  }
+  return Status::Ok();
+}
+
 Status ValidateFp8RowMajorOutput(const char* op, const Fp8Tensor& out, int64_t rows, int64_t cols) {
   FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor(op, out));
   if (out.data_t != nullptr) {
@@ -179,15 +205,19 @@ Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias, uint64_t* 
 
 template <typename T>
 Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, float* dbias,
-                             uint64_t* saturated) {
+                             uint64_t* saturated, const Fp8Tensor* gelu_out) {
   FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor("QuantizeDbiasGeluGrad", out));
+  if (gelu_out != nullptr) {
+    FP8RT_RETURN_IF_ERROR(ValidateGeluOut("QuantizeDbiasGeluGrad", out, *gelu_out));
+  }
   const int64_t n = out.numel();
   if (n > 0 && (dout == nullptr || pre == nullptr)) {
     return Status::InvalidArgument("QuantizeDbiasGeluGrad: dout and pre must be non-null");
   }
   std::vector<T> in(static_cast<size_t>(n));
   if (n > 0) FP8RT_RETURN_IF_ERROR(GeluBackward(in.data(), pre, dout, n));
-  return QuantizeDbias(in.data(), out, dbias, saturated);
+  FP8RT_RETURN_IF_ERROR(QuantizeDbias(in.data(), out, dbias, saturated));
+  return gelu_out != nullptr ? QuantizeGelu(pre, *gelu_out, nullptr) : Status::Ok();
 }
 
 template <typename T>
@@ -234,7 +264,7 @@ Status QuantizeLayerNorm(const T* in, const float* mean, const float* rstd, cons
   template Status QuantizeDbiasGeluGrad<T>(const T*, const uint8_t*, const Fp8Tensor&, float*,   \
                                            uint64_t*);                                           \
   template Status QuantizeDbiasGeluGrad<T>(const T*, const T*, const Fp8Tensor&, float*,         \
-                                           uint64_t*);                                           \
+                                           uint64_t*, const Fp8Tensor*);                         \
   template Status QuantizeDbias<T>(const T*, const Fp8Tensor&, float*, uint64_t*);               \
   template Status QuantizeGelu<T>(const T*, const Fp8Tensor&, uint64_t*);                        \
   template Status QuantizeLayerNorm<T>(const T*, const float*, const float*, const T*, const T*, \

@@ -88,12 +88,26 @@ constexpr int kCtSmemPieces = kSubC * kWarpSize * kPitch;
 enum class InputOp {
   kNone,
   kGeluGrad,   // GELU'(pre) * in, as GeluBackward (the GELU backward fused into its output's cast)
+  kGeluGradAndGelu,  // kGeluGrad, and GELU(pre) cast to a second tensor, transposed only (below)
   kGelu,       // GELU(in), as GeluForward (FC2's input cast from FC's output, or recomputed)
   kLayerNorm,  // fmaf((in - mean) * rstd, weight, bias), as the LayerNorm forward kernels
   kRmsNorm,    // in * rstd * weight, as RmsNormForward
 };
 
 constexpr bool IsNorm(InputOp op) { return op == InputOp::kLayerNorm || op == InputOp::kRmsNorm; }
+constexpr bool ReadsPre(InputOp op) {
+  return op == InputOp::kGeluGrad || op == InputOp::kGeluGradAndGelu;
+}
+
+// kGeluGradAndGelu's second output: GELU(pre), as QuantizeGelu casts it, with its own scale,
+// written transposed only (the input of the layer whose output gradient the first output is:
+// train.recompute's FC2 input, cast again in the backward). No telemetry: the forward's cast
+// counted those values.
+struct GeluT {
+  uint8_t* data_t = nullptr;
+  const float* scale = nullptr;
+  float* scale_inv = nullptr;
+};
 
 // Whether the tile may skip data_t (a row-major-only cast). The plain cast writes data alone in
 // quantize.cu's flat kernel and the bias gradient needs data_t, so only the fused forward ops
@@ -110,16 +124,57 @@ struct NormParams {
   const T* bias = nullptr;
 };
 
+// Transposes a thread's 8 x 4 codes (w[i]: row r0 + i, column c0 in the low byte) in registers
+// into 4 pieces (piece j = column c0 + j, rows r0 .. r0 + 7, row r0 in the low byte) and parks
+// them in shared memory for StoreTransposed, after a barrier.
+__device__ __forceinline__ void ParkTransposed(const uint32_t (&w)[kSubR], uint2* smem) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  uint32_t lo[4] = {w[0], w[1], w[2], w[3]};
+  uint32_t hi[4] = {w[4], w[5], w[6], w[7]};
+  Transpose4x4(lo);
+  Transpose4x4(hi);
+#pragma unroll
+  for (int j = 0; j < kSubC; ++j) {
+    smem[(j * kWarpSize + lane) * kPitch + warp] = make_uint2(lo[j], hi[j]);
+  }
+}
+
+// Stores the tile's parked pieces into data_t: lane = (piece p of the row, which of
+// kRowsPerStore rows), so a warp-wide store writes 64 contiguous bytes into each of 4 data_t
+// rows.
+template <bool kFull>
+__device__ __forceinline__ void StoreTransposed(const uint2* smem, uint8_t* __restrict__ data_t,
+                                                int64_t rows, int64_t cols, int64_t tile_r,
+                                                int64_t tile_c) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int p = lane % kPiecesPerRow;
+  const int64_t row0 = tile_r + p * kSubR;
+#pragma unroll
+  for (int j = 0; j < kSubC; ++j) {
+    const int sub_col = warp * kRowsPerStore + lane / kPiecesPerRow;  // 0..31
+    const uint2 piece = smem[(j * kWarpSize + sub_col) * kPitch + p];
+    const int64_t col = tile_c + sub_col * kSubC + j;
+    if constexpr (kFull) {
+      *reinterpret_cast<uint2*>(data_t + col * rows + row0) = piece;
+    } else if (col < cols) {
+#pragma unroll
+      for (int b = 0; b < kSubR; ++b) {
+        if (row0 + b < rows) data_t[col * rows + row0 + b] = ByteOf(piece, b);
+      }
+    }
+  }
+}
+
 // One tile. kFull: the tile lies inside the tensor and every pointer/stride allows vector
 // access; otherwise every element is bounds-checked (edge tiles and odd shapes).
 // kOp: see InputOp; only kGeluGrad reads pre, only the norm ops norm. P: pre's type, T or
 // uint8_t (E4M3 codes at scale 1, whose values T holds exactly).
-template <typename T, typename P, Fp8Format F, bool kFull, InputOp kOp>
+template <typename T, typename P, Fp8Format F, bool kFull, InputOp kOp, Fp8Format FX>
 __device__ __forceinline__ void CastTransposeTile(
     const T* __restrict__ in, const P* __restrict__ pre, const NormParams<T>& norm,
     uint8_t* __restrict__ data, uint8_t* __restrict__ data_t, int64_t rows, int64_t cols,
     float scale, int64_t tile_r, int64_t tile_c, uint2* smem, Telemetry& tel, float* colsum,
-    float* partials) {
+    float* partials, uint8_t* __restrict__ gelu_t, float gelu_scale) {
   const float fp8_max = Fp8MaxFinite(F);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int64_t r0 = tile_r + warp * kSubR;
@@ -128,7 +183,7 @@ __device__ __forceinline__ void CastTransposeTile(
   // Load the sub-tile: all 8 rows first (and, with kGeluGrad, their pre-activations; with a
   // norm, the rows' statistics and the columns' weight and bias), so every load is in flight
   // together.
-  constexpr bool kPre = kOp == InputOp::kGeluGrad;
+  constexpr bool kPre = ReadsPre(kOp);
   constexpr bool kNorm = IsNorm(kOp), kLn = kOp == InputOp::kLayerNorm;
   float x[kSubR][kSubC];
   float pre_x[kPre ? kSubR : 1][kSubC];
@@ -164,14 +219,25 @@ __device__ __forceinline__ void CastTransposeTile(
       }
     }
   }
-  if constexpr (kOp == InputOp::kGeluGrad) {
+  // kGeluGradAndGelu's second output's codes (wg[i]: row r0 + i, as w below), encoded here so
+  // that pre's values die with this loop (kept to the end, they cost the kernel two thirds of
+  // its occupancy).
+  constexpr bool kGeluOut = kOp == InputOp::kGeluGradAndGelu;
+  uint32_t wg[kGeluOut ? kSubR : 1];
+  if constexpr (kPre) {
 #pragma unroll
     for (int i = 0; i < kSubR; ++i) {
+      float gy[kSubC];
 #pragma unroll
       for (int j = 0; j < kSubC; ++j) {
         const T g = Round<T>(x[i][j] * GeluGradFor<T>(pre_x[i][j]));
         x[i][j] = LoadF(&g);
+        if constexpr (kGeluOut) {  // GELU(pre), as the kGelu op computes and encodes it
+          const T ge = Round<T>(GeluFor<T>(pre_x[i][j]));
+          gy[j] = LoadF(&ge) * gelu_scale;
+        }
       }
+      if constexpr (kGeluOut) wg[i] = Encode4<FX>(gy[0], gy[1], gy[2], gy[3]);
     }
   } else if constexpr (kOp == InputOp::kGelu) {
     // Out-of-bounds elements load as 0 and GELU(0) = 0: they add nothing to the telemetry.
@@ -238,15 +304,8 @@ __device__ __forceinline__ void CastTransposeTile(
   if constexpr (RowMajorOnlyOk(kOp)) {
     if (data_t == nullptr) return;  // (a row-major-only cast, no partials: the same for the grid)
   }
-  // Transpose in registers: piece j = column c0 + j, rows r0 .. r0 + 7 (row r0 in the low byte).
-  uint32_t lo[4] = {w[0], w[1], w[2], w[3]};
-  uint32_t hi[4] = {w[4], w[5], w[6], w[7]};
-  Transpose4x4(lo);
-  Transpose4x4(hi);
-#pragma unroll
-  for (int j = 0; j < kSubC; ++j) {
-    smem[(j * kWarpSize + lane) * kPitch + warp] = make_uint2(lo[j], hi[j]);
-  }
+  ParkTransposed(w, smem);
+  if constexpr (kGeluOut) ParkTransposed(wg, smem + kCtSmemPieces);  // (the second half)
   __syncthreads();
   if (partials != nullptr && threadIdx.x < kTileC && tile_c + threadIdx.x < cols) {
     float sum = 0.0f;
@@ -254,24 +313,9 @@ __device__ __forceinline__ void CastTransposeTile(
     for (int w8 = 0; w8 < kCtWarps; ++w8) sum += colsum[w8 * kTileC + threadIdx.x];
     partials[(tile_r / kTileR) * cols + tile_c + threadIdx.x] = sum;  // one per (tile row, column)
   }
-
-  // Store data_t: lane = (piece p of the row, which of kRowsPerStore rows), so a warp-wide
-  // store writes 64 contiguous bytes into each of 4 data_t rows.
-  const int p = lane % kPiecesPerRow;
-  const int64_t row0 = tile_r + p * kSubR;
-#pragma unroll
-  for (int j = 0; j < kSubC; ++j) {
-    const int sub_col = warp * kRowsPerStore + lane / kPiecesPerRow;  // 0..31
-    const uint2 piece = smem[(j * kWarpSize + sub_col) * kPitch + p];
-    const int64_t col = tile_c + sub_col * kSubC + j;
-    if constexpr (kFull) {
-      *reinterpret_cast<uint2*>(data_t + col * rows + row0) = piece;
-    } else if (col < cols) {
-#pragma unroll
-      for (int b = 0; b < kSubR; ++b) {
-        if (row0 + b < rows) data_t[col * rows + row0 + b] = ByteOf(piece, b);
-      }
-    }
+  StoreTransposed<kFull>(smem, data_t, rows, cols, tile_r, tile_c);
+  if constexpr (kGeluOut) {
+    StoreTransposed<kFull>(smem + kCtSmemPieces, gelu_t, rows, cols, tile_r, tile_c);
   }
 }
 
@@ -280,15 +324,17 @@ __device__ __forceinline__ void CastTransposeTile(
 // the right band (columns full_c..) of the rows above; full_r = full_c = 0 makes that every
 // tile. Two kernels rather than one branch, so the guarded code does not cost the fast path
 // registers.
-template <typename T, typename P, Fp8Format F, bool kFull, InputOp kOp>
-__global__ void __launch_bounds__(kCtThreads)
+// FX: gelu's format (kGeluGradAndGelu; F otherwise, unused).
+template <typename T, typename P, Fp8Format F, bool kFull, InputOp kOp, Fp8Format FX>
+__global__ void __launch_bounds__(kCtThreads, kOp == InputOp::kGeluGradAndGelu ? 3 : 1)
     CastTransposeKernel(const T* __restrict__ in, const P* __restrict__ pre,
                         uint8_t* __restrict__ data, uint8_t* __restrict__ data_t, int64_t rows,
                         int64_t cols, const float* __restrict__ scale_ptr,
                         float* __restrict__ scale_inv, float* amax, unsigned long long* saturated,
                         int64_t full_r, int64_t full_c, int64_t tiles_c, bool write_scale_inv,
-                        float* partials, NormParams<T> norm) {
-  __shared__ uint2 smem[kCtSmemPieces];
+                        float* partials, NormParams<T> norm, GeluT gelu) {
+  // (kGeluGradAndGelu parks its second output's pieces in a second half)
+  __shared__ uint2 smem[(kOp == InputOp::kGeluGradAndGelu ? 2 : 1) * kCtSmemPieces];
   __shared__ float colsum[kCtWarps * kTileC];
   const float scale = *scale_ptr;
   const int64_t b = blockIdx.x;
@@ -306,24 +352,31 @@ __global__ void __launch_bounds__(kCtThreads)
       tc = full_c + (b - bottom) % (tiles_c - full_c);
     }
   }
+  float gelu_scale = 0.0f;
+  if constexpr (kOp == InputOp::kGeluGradAndGelu) gelu_scale = *gelu.scale;
   Telemetry tel;
-  CastTransposeTile<T, P, F, kFull, kOp>(in, pre, norm, data, data_t, rows, cols, scale,
-                                         tr * kTileR, tc * kTileC, smem, tel, colsum, partials);
+  CastTransposeTile<T, P, F, kFull, kOp, FX>(in, pre, norm, data, data_t, rows, cols, scale,
+                                             tr * kTileR, tc * kTileC, smem, tel, colsum,
+                                             partials, gelu.data_t, gelu_scale);
   CommitTelemetry<kCtThreads>(tel, amax, saturated);
-  if (write_scale_inv && blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = ScaleInv(scale);
+  if (write_scale_inv && blockIdx.x == 0 && threadIdx.x == 0) {
+    *scale_inv = ScaleInv(scale);
+    if constexpr (kOp == InputOp::kGeluGradAndGelu) *gelu.scale_inv = ScaleInv(gelu_scale);
+  }
 }
 
-template <InputOp kOp, typename T, typename P, Fp8Format F, bool kFull>
+template <InputOp kOp, typename T, typename P, Fp8Format F, Fp8Format FX, bool kFull>
 cudaError_t LaunchCastTransposeKernel(int64_t blocks, const T* in, const P* pre,
                                       const Fp8Tensor& out, unsigned long long* saturated,
                                       int64_t full_r, int64_t full_c, int64_t tiles_c,
                                       bool write_scale_inv, float* partials,
-                                      const NormParams<T>& norm, cudaStream_t stream) {
+                                      const NormParams<T>& norm, const GeluT& gelu,
+                                      cudaStream_t stream) {
   if (blocks == 0) return cudaSuccess;
-  auto* kernel = CastTransposeKernel<T, P, F, kFull, kOp>;
+  auto* kernel = CastTransposeKernel<T, P, F, kFull, kOp, FX>;
   kernel<<<static_cast<unsigned>(blocks), kCtThreads, 0, stream>>>(
       in, pre, out.data, out.data_t, out.rows, out.cols, out.scale, out.scale_inv, out.amax,
-      saturated, full_r, full_c, tiles_c, write_scale_inv, partials, norm);
+      saturated, full_r, full_c, tiles_c, write_scale_inv, partials, norm, gelu);
   return cudaGetLastError();
 }
 
@@ -349,11 +402,12 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// pre: kGeluGrad's second input (null otherwise); norm: the norm ops' (empty otherwise).
+// pre: kGeluGrad's second input (null otherwise); norm: the norm ops' (empty otherwise);
+// gelu_out: kGeluGradAndGelu's second output (validated by the caller; null otherwise).
 template <InputOp kOp, typename T, typename P = T>
 Status LaunchCastTranspose(const T* in, const Fp8Tensor& out, unsigned long long* saturated,
                            cudaStream_t stream, float* partials = nullptr, const P* pre = nullptr,
-                           const NormParams<T>& norm = {}) {
+                           const NormParams<T>& norm = {}, const Fp8Tensor* gelu_out = nullptr) {
   const int64_t rows = out.rows, cols = out.cols;
   // The fast kernel needs vector access everywhere: input rows (and a norm's weight and bias)
   // aligned for kSubC-element loads, data rows for 4-byte stores, and 8-row pieces of data_t for
@@ -362,7 +416,8 @@ Status LaunchCastTranspose(const T* in, const Fp8Tensor& out, unsigned long long
                          (pre == nullptr || Aligned(pre, kSubC * sizeof(P))) &&
                          Aligned(norm.weight, kSubC * sizeof(T)) &&
                          Aligned(norm.bias, kSubC * sizeof(T)) && Aligned(out.data, kSubC) &&
-                         Aligned(out.data_t, kSubR);
+                         Aligned(out.data_t, kSubR) &&
+                         (gelu_out == nullptr || Aligned(gelu_out->data_t, kSubR));
   const int64_t tiles_r = (rows + kTileR - 1) / kTileR;
   const int64_t tiles_c = (cols + kTileC - 1) / kTileC;
   const int64_t full_r = vector_ok ? rows / kTileR : 0;
@@ -374,14 +429,28 @@ Status LaunchCastTranspose(const T* in, const Fp8Tensor& out, unsigned long long
                                           ") needs more than 2^31-1 tiles of ", kTileR, "x",
                                           kTileC));
   }
+  const GeluT gelu = gelu_out == nullptr
+                         ? GeluT{}
+                         : GeluT{gelu_out->data_t, gelu_out->scale, gelu_out->scale_inv};
   cudaError_t err = cudaSuccess;
-  cuda_detail::DispatchFp8(out.format, [&]<Fp8Format F>() {
-    err = LaunchCastTransposeKernel<kOp, T, P, F, true>(
-        interior, in, pre, out, saturated, full_r, full_c, tiles_c, true, partials, norm, stream);
+  auto launch = [&]<Fp8Format F, Fp8Format FX>() {
+    err = LaunchCastTransposeKernel<kOp, T, P, F, FX, true>(interior, in, pre, out, saturated,
+                                                            full_r, full_c, tiles_c, true,
+                                                            partials, norm, gelu, stream);
     if (err != cudaSuccess) return;
-    err = LaunchCastTransposeKernel<kOp, T, P, F, false>(edge, in, pre, out, saturated, full_r,
-                                                         full_c, tiles_c, interior == 0, partials,
-                                                         norm, stream);
+    err = LaunchCastTransposeKernel<kOp, T, P, F, FX, false>(edge, in, pre, out, saturated,
+                                                             full_r, full_c, tiles_c,
+                                                             interior == 0, partials, norm, gelu,
+                                                             stream);
+  };
+  cuda_detail::DispatchFp8(out.format, [&]<Fp8Format F>() {
+    if constexpr (kOp == InputOp::kGeluGradAndGelu) {
+      cuda_detail::DispatchFp8(gelu_out->format, [&]<Fp8Format FX>() {
+        launch.template operator()<F, FX>();
+      });
+    } else {
+      launch.template operator()<F, F>();
+    }
   });
   if (err != cudaSuccess) {
     return Status::Internal(
@@ -418,7 +487,8 @@ namespace {
 template <InputOp kOp, typename T, typename P>
 Status QuantizeDbiasImpl(const char* op, const T* in, const P* pre, const Fp8Tensor& out,
                          float* dbias, unsigned long long* saturated, void* scratch,
-                         size_t scratch_bytes, cudaStream_t stream) {
+                         size_t scratch_bytes, cudaStream_t stream,
+                         const Fp8Tensor* gelu_out = nullptr) {
   FP8RT_RETURN_IF_ERROR(ValidateFp8Tensor(op, out));
   if (out.data_t == nullptr) {
     return Status::InvalidArgument(StrCat(
@@ -434,7 +504,8 @@ Status QuantizeDbiasImpl(const char* op, const T* in, const P* pre, const Fp8Ten
                                           " (QuantizeDbiasScratchBytes)"));
   }
   float* partials = static_cast<float*>(scratch);
-  FP8RT_RETURN_IF_ERROR(LaunchCastTranspose<kOp>(in, out, saturated, stream, partials, pre));
+  FP8RT_RETURN_IF_ERROR(
+      LaunchCastTranspose<kOp>(in, out, saturated, stream, partials, pre, {}, gelu_out));
   const int64_t tiles_r = (out.rows + kTileR - 1) / kTileR;
   AddColumnPartialsKernel<<<static_cast<unsigned>((out.cols + 31) / 32), dim3(32, 32), 0,
                             stream>>>(dbias, partials, tiles_r, out.cols);
@@ -454,13 +525,22 @@ Status QuantizeDbias(const T* in, const Fp8Tensor& out, float* dbias,
 template <typename T>
 Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, float* dbias,
                              unsigned long long* saturated, void* scratch, size_t scratch_bytes,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, const Fp8Tensor* gelu_out) {
   if (out.numel() > 0 && pre == nullptr) {
     return Status::InvalidArgument("QuantizeDbiasGeluGrad: pre is null");
   }
-  return QuantizeDbiasImpl<InputOp::kGeluGrad, T, T>("QuantizeDbiasGeluGrad", dout, pre, out,
-                                                     dbias, saturated, scratch, scratch_bytes,
-                                                     stream);
+  if (gelu_out == nullptr) {
+    return QuantizeDbiasImpl<InputOp::kGeluGrad, T, T>("QuantizeDbiasGeluGrad", dout, pre, out,
+                                                       dbias, saturated, scratch, scratch_bytes,
+                                                       stream);
+  }
+  FP8RT_RETURN_IF_ERROR(ValidateGeluOut("QuantizeDbiasGeluGrad", out, *gelu_out));
+  if (out.numel() == 0) {  // (scale_inv only, for both)
+    FP8RT_RETURN_IF_ERROR(QuantizeGelu(pre, *gelu_out, nullptr, stream));
+  }
+  return QuantizeDbiasImpl<InputOp::kGeluGradAndGelu, T, T>("QuantizeDbiasGeluGrad", dout, pre,
+                                                            out, dbias, saturated, scratch,
+                                                            scratch_bytes, stream, gelu_out);
 }
 
 template <typename T>
@@ -504,7 +584,8 @@ Status QuantizeLayerNorm(const T* in, const float* mean, const float* rstd, cons
   template Status QuantizeDbias<T>(const T*, const Fp8Tensor&, float*, unsigned long long*, void*, \
                                    size_t, cudaStream_t);                                          \
   template Status QuantizeDbiasGeluGrad<T>(const T*, const T*, const Fp8Tensor&, float*,           \
-                                           unsigned long long*, void*, size_t, cudaStream_t);      \
+                                           unsigned long long*, void*, size_t, cudaStream_t,       \
+                                           const Fp8Tensor*);                                      \
   template Status QuantizeDbiasGeluGrad<T>(const T*, const uint8_t*, const Fp8Tensor&, float*,     \
                                            unsigned long long*, void*, size_t, cudaStream_t);      \
   template Status QuantizeGelu<T>(const T*, const Fp8Tensor&, unsigned long long*, cudaStream_t);  \

@@ -178,6 +178,80 @@ class QuantizeDbiasGpu : public test::QuantizeCaseGpuTest {
     EXPECT_TRUE(test::AllClose(got_db, want_db, tol, "dbias vs CPU"));
   }
 
+  // With gelu_out (train.recompute's FC2 input cast again in FC's dY cast): out, its telemetry
+  // and dbias exactly as without it; gelu_out's transposed codes and scale_inv cuda::QuantizeGelu's
+  // (and so the CPU's cast of cuda::GeluForward's output), in either format beside either of
+  // out's; gelu_out's data and amax untouched.
+  template <typename T>
+  void RunDbiasGeluGradWithGeluOut() {
+    const Case& c = GetParam();
+    const int64_t rows = c.shape.rows, cols = c.shape.cols, n = rows * cols;
+    const std::vector<T> dout = test::CastVector<T>(Inputs(n, 57 + n));
+    std::vector<float> x = test::RandomUniform(n, 59 + n, -4.f, 4.f);
+    x[0] = 1e4f;  // GELU saturates gelu_out's cast
+    if (n > 2) x[n / 2] = -40.f;
+    const std::vector<T> pre = test::CastVector<T>(x);
+    const float scale = SaturatingScale(c.format);
+    const std::vector<float> db0 = test::RandomNormal(cols, 58);
+    DeviceBuffer<T> d_dout(dout), d_pre(pre);
+    DeviceBuffer<uint8_t> scratch(cuda::QuantizeDbiasScratchBytes(rows, cols));
+    for (const Fp8Format gf : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+      SCOPED_TRACE(gf == Fp8Format::kE4M3 ? "gelu_out e4m3" : "gelu_out e5m2");
+      const float gscale = SaturatingScale(gf);
+      DeviceFp8 fused(rows, cols, c.format, true, scale, 0.125f);
+      DeviceFp8 plain(rows, cols, c.format, true, scale, 0.125f);
+      DeviceFp8 got_g(rows, cols, gf, true, gscale, 0.25f);
+      DeviceFp8 want_g(rows, cols, gf, true, gscale, 0.25f);
+      const std::vector<uint8_t> poison = got_g.data.Download();
+      got_g.t.data = nullptr, got_g.t.amax = nullptr;
+      want_g.t.data = nullptr, want_g.t.amax = nullptr;
+      DeviceBuffer<float> db_fused(db0), db_plain(db0);
+      DeviceBuffer<unsigned long long> sat_fused(std::vector<unsigned long long>{0});
+      DeviceBuffer<unsigned long long> sat_plain(std::vector<unsigned long long>{0});
+      Status st = cuda::QuantizeDbiasGeluGrad(d_dout.get(), d_pre.get(), fused.t, db_fused.get(),
+                                              sat_fused.get(), scratch.get(), scratch.size(),
+                                              nullptr, &got_g.t);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      st = cuda::QuantizeDbiasGeluGrad(d_dout.get(), d_pre.get(), plain.t, db_plain.get(),
+                                       sat_plain.get(), scratch.get(), scratch.size(), nullptr);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      st = cuda::QuantizeGelu(d_pre.get(), want_g.t, nullptr, nullptr);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      EXPECT_TRUE(SameCodes(fused.data.Download(), plain.data.Download(), "data"));
+      EXPECT_TRUE(SameCodes(fused.data_t.Download(), plain.data_t.Download(), "data_t"));
+      const std::vector<float> a = fused.scalars.Download(), b = plain.scalars.Download();
+      EXPECT_TRUE(SameBits(a[1], b[1], "scale_inv"));
+      EXPECT_TRUE(SameBits(a[2], b[2], "amax"));
+      EXPECT_EQ(sat_fused.Download()[0], sat_plain.Download()[0]) << "saturated";
+      const std::vector<float> got_db = db_fused.Download(), plain_db = db_plain.Download();
+      for (int64_t i = 0; i < cols; ++i) {
+        ASSERT_TRUE(SameBits(got_db[i], plain_db[i], "dbias")) << "column " << i;
+      }
+      const std::vector<uint8_t> g_t = got_g.data_t.Download();
+      EXPECT_TRUE(SameCodes(g_t, want_g.data_t.Download(), "gelu_out.data_t"));
+      EXPECT_TRUE(SameCodes(got_g.data.Download(), poison, "gelu_out.data (not written)"));
+      const std::vector<float> g = got_g.scalars.Download();
+      EXPECT_TRUE(SameBits(g[1], want_g.scalars.Download()[1], "gelu_out.scale_inv"));
+      EXPECT_TRUE(SameBits(g[2], 0.25f, "the amax slot beside gelu_out (not written)"));
+      // The CPU's cast of the GPU's GELU output: the same transposed codes.
+      DeviceBuffer<T> d_gelu{std::vector<T>(static_cast<size_t>(n))};
+      ASSERT_TRUE(cuda::GeluForward(d_gelu.get(), d_pre.get(), n, nullptr).ok());
+      const std::vector<T> gelu = d_gelu.Download();
+      HostFp8 host(rows, cols, gf, gscale, true, 0.25f);
+      host.t.data = nullptr;
+      ASSERT_TRUE(cpu::Quantize(gelu.data(), host.t).ok());
+      EXPECT_TRUE(SameCodes(g_t, host.data_t, "gelu_out.data_t vs CPU"));
+      // A wrong gelu_out is refused before anything is written.
+      Fp8Tensor bad = got_g.t;
+      bad.amax = got_g.scalars.get() + 2;
+      st = cuda::QuantizeDbiasGeluGrad(d_dout.get(), d_pre.get(), fused.t, db_fused.get(),
+                                       sat_fused.get(), scratch.get(), scratch.size(), nullptr,
+                                       &bad);
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+      EXPECT_NE(st.message().find("gelu_out.amax is set"), std::string::npos) << st.message();
+    }
+  }
+
   // The GELU input as E4M3 codes at scale 1 (fp8.gelu_input_fp8): bit for bit the T version
   // given the codes' values (which T holds exactly), on the GPU; and the CPU's codes version
   // within the GELU's float tolerance.
@@ -318,6 +392,14 @@ TEST_P(QuantizeDbiasGpu, GeluGradFusedMatchesGeluBackwardThenQuantizeDbias) {
     RunDbiasGeluGrad<float>();
   } else {
     RunDbiasGeluGrad<bf16>();
+  }
+}
+
+TEST_P(QuantizeDbiasGpu, GeluGradWithGeluOutAlsoCastsTheGeluOutputTransposed) {
+  if (GetParam().dtype == DType::kFloat32) {
+    RunDbiasGeluGradWithGeluOut<float>();
+  } else {
+    RunDbiasGeluGradWithGeluOut<bf16>();
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <utility>
@@ -249,6 +250,67 @@ TEST(QuantizeCpu, DbiasGeluGradIsGeluBackwardThenDbias) {
                                         db2.data());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("pre"), std::string::npos) << st.ToString();
+}
+
+// With gelu_out, the GELU forward's codes ride along (train.recompute's FC2 input, cast again
+// in FC's dY cast): out exactly as without it, gelu_out's transposed codes and scale_inv
+// QuantizeGelu's, its data untouched; and each wrong gelu_out is named.
+TEST(QuantizeCpu, DbiasGeluGradWithGeluOutAlsoWritesQuantizeGelusTransposedCodes) {
+  const int64_t rows = 6, cols = 5, n = rows * cols;
+  std::vector<float> dout(n), pre(n);
+  for (int64_t i = 0; i < n; ++i) {
+    dout[i] = 0.3f * static_cast<float>(i % 7) - 0.9f;
+    pre[i] = 0.37f * static_cast<float>(i) - 4.0f;
+  }
+  pre[7] = 900.f;  // GELU(900) * 2 saturates E4M3
+  for (const Fp8Format gf : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+    HostFp8 plain(rows, cols, Fp8Format::kE5M2, 8.f), fused(rows, cols, Fp8Format::kE5M2, 8.f);
+    HostFp8 want_g(rows, cols, gf, 2.f), got_g(rows, cols, gf, 2.f, true, 0.5f);
+    want_g.t.data = nullptr, want_g.t.amax = nullptr;
+    got_g.t.data = nullptr, got_g.t.amax = nullptr;
+    std::vector<float> db1(cols, 1.f), db2(cols, 1.f);
+    uint64_t sat1 = 0, sat2 = 0;
+    ASSERT_TRUE(cpu::QuantizeDbiasGeluGrad(dout.data(), pre.data(), plain.t, db1.data(), &sat1).ok());
+    ASSERT_TRUE(cpu::QuantizeGelu(pre.data(), want_g.t).ok());
+    const Status st =
+        cpu::QuantizeDbiasGeluGrad(dout.data(), pre.data(), fused.t, db2.data(), &sat2, &got_g.t);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(fused.data, plain.data);
+    EXPECT_EQ(fused.data_t, plain.data_t);
+    EXPECT_EQ(fused.amax, plain.amax);
+    EXPECT_EQ(sat2, sat1);
+    EXPECT_EQ(db2, db1);
+    EXPECT_EQ(got_g.data_t, want_g.data_t);
+    EXPECT_EQ(got_g.data, std::vector<uint8_t>(n, 0xAA)) << "gelu_out.data is not written";
+    EXPECT_EQ(got_g.scale_inv, 0.5f);
+  }
+
+  HostFp8 out(rows, cols, Fp8Format::kE5M2, 8.f);
+  std::vector<float> db(cols, 0.f);
+  auto error_of = [&](const Fp8Tensor& g) {
+    return cpu::QuantizeDbiasGeluGrad(dout.data(), pre.data(), out.t, db.data(), nullptr, &g);
+  };
+  HostFp8 g(rows, cols, Fp8Format::kE4M3, 2.f);
+  g.t.amax = nullptr;
+  const std::pair<std::function<void(Fp8Tensor&)>, std::string> cases[] = {
+      {[](Fp8Tensor&) {}, "its data must be null and data_t set"},
+      {[](Fp8Tensor& t) { t.data = nullptr, t.data_t = nullptr; },
+       "(gelu_out): data is null for a (6, 5) tensor (and so is data_t)"},
+      {[&](Fp8Tensor& t) { t.data = nullptr, t.amax = &g.amax; }, "gelu_out.amax is set"},
+      {[](Fp8Tensor& t) { t.data = nullptr, t.cols = 4; }, "gelu_out is (6, 4); out is (6, 5)"},
+      {[&](Fp8Tensor& t) { t.data = nullptr, t.data_t = out.t.data_t; },
+       "gelu_out.data_t must not alias out's codes"},
+      {[&](Fp8Tensor& t) { t.data = nullptr, t.scale_inv = out.t.scale_inv; },
+       "gelu_out.scale_inv must not alias out's"},
+  };
+  for (const auto& [mutate, want] : cases) {
+    Fp8Tensor bad = g.t;
+    mutate(bad);
+    const Status st = error_of(bad);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << want;
+    EXPECT_NE(st.message().find("QuantizeDbiasGeluGrad"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
+  }
 }
 
 // The GELU input as E4M3 codes at scale 1 (fp8.gelu_input_fp8): the same result as the T
