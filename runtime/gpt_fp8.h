@@ -274,6 +274,9 @@ class Fp8State {
   // (in the logits' arena).
   bool recast[kNumLinear] = {};
   uint8_t* recast_to = nullptr;
+  // FC2's transposed dY codes while FC's dY cast runs before FC2's wgrad (FusesRecastIntoDyCast;
+  // in the arena after recast_to), else null.
+  uint8_t* dy8t_held = nullptr;
   bool CachesWeights() const { return o_.fp8.cache_weights; }
   bool KeepsTranspose() const { return o_.fp8.keep_weight_transpose && CachesWeights(); }
   uint8_t* x8 = nullptr;  // the forward's row-major input cast, shared: only x8t is saved

@@ -162,6 +162,18 @@ class Gpt final : public GptModel {
     return kind != kAttProj || ops_->AttentionReadsOutput(Att(), kT);
   }
   bool RecastsInput(int kind) const { return kind < kNumLinear && fp8_.recast[kind]; }
+  // gpt2's FC2 input, cast again, from FC's dY cast, which reads FC's output (GELU's input) for
+  // the GELU backward anyway (QuantizeDbiasGeluGrad's gelu_out): one read of it instead of two.
+  // FC2's wgrad then runs after FC's dY cast, with FC2's transposed dY kept apart meanwhile
+  // (fp8_.dy8t_held). MayFuse...: the model's setting (delayed scaling), which Setup sizes the
+  // arena for; Fuses...: this pass (outside the calibrating first step).
+  bool MayFuseRecastIntoDyCast() const {
+    return !Llama() && RecastsInput(kFcProj) && Fp8On(kFc) &&
+           o_.fp8.mode == ScalingMode::kDelayed;
+  }
+  bool FusesRecastIntoDyCast() const {
+    return MayFuseRecastIntoDyCast() && FusesGeluIntoDyCast(kFc);
+  }
   // x8t of (l, kind) cast again from x, or with gelu_pre from GELU(gelu_pre) in the same pass.
   Status RecastInput(int l, int kind, const T* x, const T* gelu_pre = nullptr);
   // x8t of (l, kind) cast again from the norm's output, recomputed from its input `in` and the
@@ -228,9 +240,25 @@ class Gpt final : public GptModel {
   // With dy_gelu_pre, this layer's output gradient is GELU'(dy_gelu_pre) * dy, applied by the
   // FP8 cast of dy (QuantizeDbiasGeluGrad): only where FusesGeluIntoDyCast(kind).
   // dy_gelu_pre8: the same from the E4M3 codes of fp8.gelu_input_fp8.
+  // split: an FP8 layer's backward in pieces (FusesRecastIntoDyCast), below.
+  struct Fp8BwdSplit {
+    bool dy_cast_done = false;           // dY was cast already (CastDy): do not cast it here
+    uint8_t* dy8t = nullptr;             // the transposed dY codes' place (null: fp8_.dy8t)
+    GemmArgs* deferred_wgrad = nullptr;  // set: the wgrad GEMM is returned here, not run
+  };
   Status LinearBackward(int l, int kind, T* dx, float* dw, float* db, const T* dy, const T* x,
                         const T* dgelu_aux = nullptr, bool* dgelu_done = nullptr,
-                        const T* dy_gelu_pre = nullptr, const uint8_t* dy_gelu_pre8 = nullptr);
+                        const T* dy_gelu_pre = nullptr, const uint8_t* dy_gelu_pre8 = nullptr,
+                        const Fp8BwdSplit& split = {});
+  // An FP8 layer's output gradient dy cast to dyq (DyTensor), with the bias gradient into db,
+  // and the GELU backward as LinearBackward's dy_gelu_pre / dy_gelu_pre8. gelu_recast (with
+  // dy_gelu_pre only): also GELU(dy_gelu_pre)'s codes into that tensor, transposed only (FC2's
+  // input cast again, RecastTarget).
+  Status CastDy(int l, int kind, const Fp8Tensor& dyq, float* db, const T* dy,
+                const T* dy_gelu_pre, const uint8_t* dy_gelu_pre8,
+                const Fp8Tensor* gelu_recast = nullptr);
+  // (l, kind)'s FP8 output gradient: the shared dY buffers, the transposed codes at dy8t if set.
+  Fp8Tensor DyTensor(int l, int kind, uint8_t* dy8t = nullptr) const;
   // The FP8 weights' casts from the FP32 master. CastWeight: (l, kind)'s for the forward GEMM
   // (with its kept transposed copy), counting saturation when `count` (the step's first cast);
   // CastWeightT: the transposed copy alone, for the dgrad, of a weight not kept between the

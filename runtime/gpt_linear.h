@@ -223,7 +223,13 @@ Status Gpt<Ops, T>::MakeDgradWeight(int l, int kind, void* on) {
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db, const T* dy,
                                    const T* x, const T* dgelu_aux, bool* dgelu_done,
-                                   const T* dy_gelu_pre, const uint8_t* dy_gelu_pre8) {
+                                   const T* dy_gelu_pre, const uint8_t* dy_gelu_pre8,
+                                   const Fp8BwdSplit& split) {
+  if ((split.dy_cast_done || split.dy8t != nullptr || split.deferred_wgrad != nullptr) &&
+      (!Fp8On(kind) || fp8_.block)) {
+    return Status::Internal(StrCat("LinearBackward: layer kind ", kind,
+                                   " is not a per-tensor FP8 layer; its backward is not split"));
+  }
   if ((dy_gelu_pre != nullptr || dy_gelu_pre8 != nullptr) &&
       (db == nullptr || !FusesGeluIntoDyCast(kind))) {
     return Status::Internal(StrCat("LinearBackward: layer kind ", kind,
@@ -273,29 +279,9 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
   }
   if (fp8_.block) return BlockLinearBackward(l, kind, dx, dw, dy);
   const int slot = fp8_.Slot(l, kind);
-  const Fp8Tensor dyq = fp8_.Of(l, kind, kRoleDy, fp8_.dy8, fp8_.dy8t, M_, N);
-  typename Ops::Counter* const dy_saturated = fp8_.SaturatedOf(l, kind, kRoleDy);
-  if (fp8_.current) {  // (never with dy_gelu_pre: FusesGeluIntoDyCast)
-    FP8RT_RETURN_IF_ERROR(CurrentScale(l, kind, kRoleDy, dy, M_ * N,
-                                       SplitOverTp(kind, kRoleDy) ? o_.tp : nullptr));
-  }
-  if (dy_gelu_pre8 != nullptr) {  // (the same, the GELU input's FP8 codes read directly)
-    ops_->Mark("fp8 cast dy (+T, +dbias, +gelu bwd)");
-    FP8RT_RETURN_IF_ERROR(ops_->QuantizeDbiasGeluGrad(dy, dy_gelu_pre8, dyq, db, dy_saturated));
-  } else if (dy_gelu_pre != nullptr) {  // never while calibrating (FusesGeluIntoDyCast)
-    ops_->Mark("fp8 cast dy (+T, +dbias, +gelu bwd)");
-    FP8RT_RETURN_IF_ERROR(ops_->QuantizeDbiasGeluGrad(dy, dy_gelu_pre, dyq, db, dy_saturated));
-  } else if (db != nullptr) {
-    if (fp8_.calibrate_now) {  // the first step: this tensor's scale from its own amax, cast again
-                               // below
-      ops_->Mark("fp8 calibrate dy");
-      FP8RT_RETURN_IF_ERROR(fp8_.Cast(dy, dyq, nullptr));
-    }
-    ops_->Mark("fp8 cast dy (+T, +dbias)");
-    FP8RT_RETURN_IF_ERROR(ops_->QuantizeDbias(dy, dyq, db, dy_saturated));
-  } else {
-    ops_->Mark("fp8 cast dy (+T)");
-    FP8RT_RETURN_IF_ERROR(fp8_.Cast(dy, dyq, dy_saturated));
+  const Fp8Tensor dyq = DyTensor(l, kind, split.dy8t);
+  if (!split.dy_cast_done) {
+    FP8RT_RETURN_IF_ERROR(CastDy(l, kind, dyq, db, dy, dy_gelu_pre, dy_gelu_pre8));
   }
   const Fp8Tensor wq = fp8_.Of(l, kind, kRoleW, fp8_.w8[slot], fp8_.w8t[slot], N, K);
   const Fp8Tensor xq = fp8_.Of(l, kind, kRoleX, nullptr, fp8_.x8t[slot], M_, K);
@@ -305,8 +291,55 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
   ops_->Mark(kDgradNames[kind]);
   FP8RT_RETURN_IF_ERROR(run_dgrad(gd));
   FP8RT_ASSIGN_OR_RETURN(GemmArgs gw, Fp8Wgrad(dyq, xq, dw, /*accumulate=*/!wgrad_overwrites_));
+  if (split.deferred_wgrad != nullptr) {
+    *split.deferred_wgrad = gw;
+    return Status::Ok();
+  }
   ops_->Mark(kWgradNames[kind]);
   return ops_->Gemm(gw);
+}
+
+template <typename Ops, typename T>
+Fp8Tensor Gpt<Ops, T>::DyTensor(int l, int kind, uint8_t* dy8t) const {
+  int64_t N, K;
+  LinearShape(kind, &N, &K);
+  return fp8_.Of(l, kind, kRoleDy, fp8_.dy8, dy8t != nullptr ? dy8t : fp8_.dy8t, M_, N);
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::CastDy(int l, int kind, const Fp8Tensor& dyq, float* db, const T* dy,
+                           const T* dy_gelu_pre, const uint8_t* dy_gelu_pre8,
+                           const Fp8Tensor* gelu_recast) {
+  if (gelu_recast != nullptr && dy_gelu_pre == nullptr) {
+    return Status::Internal(StrCat("CastDy: layer kind ", kind,
+                                   " casts an input again only beside the GELU backward"));
+  }
+  const int64_t N = dyq.cols;
+  typename Ops::Counter* const dy_saturated = fp8_.SaturatedOf(l, kind, kRoleDy);
+  if (fp8_.current) {  // (never with dy_gelu_pre: FusesGeluIntoDyCast)
+    FP8RT_RETURN_IF_ERROR(CurrentScale(l, kind, kRoleDy, dy, M_ * N,
+                                       SplitOverTp(kind, kRoleDy) ? o_.tp : nullptr));
+  }
+  if (dy_gelu_pre8 != nullptr) {  // (the same, the GELU input's FP8 codes read directly)
+    ops_->Mark("fp8 cast dy (+T, +dbias, +gelu bwd)");
+    return ops_->QuantizeDbiasGeluGrad(dy, dy_gelu_pre8, dyq, db, dy_saturated);
+  }
+  if (dy_gelu_pre != nullptr) {  // never while calibrating (FusesGeluIntoDyCast)
+    ops_->Mark(gelu_recast != nullptr ? "fp8 cast dy (+T, +dbias, +gelu bwd, +recast x)"
+                                      : "fp8 cast dy (+T, +dbias, +gelu bwd)");
+    return ops_->QuantizeDbiasGeluGrad(dy, dy_gelu_pre, dyq, db, dy_saturated, gelu_recast);
+  }
+  if (db != nullptr) {
+    if (fp8_.calibrate_now) {  // the first step: this tensor's scale from its own amax, cast again
+                               // below
+      ops_->Mark("fp8 calibrate dy");
+      FP8RT_RETURN_IF_ERROR(fp8_.Cast(dy, dyq, nullptr));
+    }
+    ops_->Mark("fp8 cast dy (+T, +dbias)");
+    return ops_->QuantizeDbias(dy, dyq, db, dy_saturated);
+  }
+  ops_->Mark("fp8 cast dy (+T)");
+  return fp8_.Cast(dy, dyq, dy_saturated);
 }
 
 }  // namespace fp8rt::gpt_detail

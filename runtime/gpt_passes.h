@@ -175,15 +175,33 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
     ops_->Mark("gelu recompute");
     FP8RT_RETURN_IF_ERROR(ops_->Gelu(fch_gelu_[l], fch_[l], M_ * PerLayer(kFcB)));
   }
-  if (RecastsInput(kFcProj)) FP8RT_RETURN_IF_ERROR(RecastInput(l, kFcProj, nullptr, fch_[l]));
+  // FC2's input cast again: by FC's dY cast below, FC2's wgrad waiting for it, or here.
+  const bool recast_in_dy_cast = FusesRecastIntoDyCast();
+  if (RecastsInput(kFcProj) && !recast_in_dy_cast) {
+    FP8RT_RETURN_IF_ERROR(RecastInput(l, kFcProj, nullptr, fch_[l]));
+  }
+  GemmArgs fc2_wgrad;
+  Fp8BwdSplit fc2_split, fc_split;
+  if (recast_in_dy_cast) fc2_split = {false, fp8_.dy8t_held, &fc2_wgrad};
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFcProj, d4c_, Gl(kFcProjW, l), Gl(kFcProjB, l), dres_,
-                                       fch_gelu_[l], fch_[l], &dgelu_done));
+                                       fch_gelu_[l], fch_[l], &dgelu_done, nullptr, nullptr,
+                                       fc2_split));
   // The GELU backward: in fc_proj's dgrad epilogue (BF16), else in fc's FP8 cast of its output
   // gradient, else a kernel of its own.
   const bool gelu_in_cast = !dgelu_done && FusesGeluIntoDyCast(kFc);
   if (!dgelu_done && !gelu_in_cast) {
     ops_->Mark("gelu bwd");
     FP8RT_RETURN_IF_ERROR(ops_->GeluBackward(d4c_, fch_[l], d4c_, M_ * PerLayer(kFcB)));
+  }
+  if (recast_in_dy_cast) {
+    // FC's dY cast with the GELU backward, casting FC2's input again from the same read of FC's
+    // output; then FC2's wgrad, before FC's input takes the recast buffer.
+    const Fp8Tensor fc2_x = RecastTarget(l, kFcProj);
+    FP8RT_RETURN_IF_ERROR(
+        CastDy(l, kFc, DyTensor(l, kFc), Gl(kFcB, l), d4c_, fch_[l], nullptr, &fc2_x));
+    ops_->Mark(kWgradNames[kFcProj]);
+    FP8RT_RETURN_IF_ERROR(ops_->Gemm(fc2_wgrad));
+    fc_split.dy_cast_done = true;
   }
   if (Recomputes(kFc)) {
     ops_->Mark("layernorm recompute");
@@ -196,7 +214,8 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
   }
   FP8RT_RETURN_IF_ERROR(LinearBackward(
       l, kFc, dc1_, Gl(kFcW, l), Gl(kFcB, l), d4c_, ln2_[l], nullptr, nullptr,
-      gelu_in_cast && !pre8_in_cast ? fch_[l] : nullptr, pre8_in_cast ? fch8_[l] : nullptr));
+      gelu_in_cast && !pre8_in_cast ? fch_[l] : nullptr, pre8_in_cast ? fch8_[l] : nullptr,
+      fc_split));
   FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "FC input-gradient all-reduce (TP)"));
   ops_->Mark("layernorm bwd");
   FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, Gl(kLn2W, l), Gl(kLn2B, l), dc1_, res2_[l],

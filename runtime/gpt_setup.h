@@ -232,7 +232,14 @@ Status Gpt<Ops, T>::Setup() {
       LinearShape(kind, &N, &K);
       recast_bytes = std::max(recast_bytes, up(M_ * K));
     }
-    b += recast_bytes;
+    // (FC2's transposed dY, held from its cast to its wgrad across FC's dY cast)
+    int64_t held_bytes = 0;
+    if (MayFuseRecastIntoDyCast()) {
+      int64_t N, K;
+      LinearShape(kFcProj, &N, &K);
+      held_bytes = up(M_ * N);
+    }
+    b += recast_bytes + held_bytes;
     size_t fwd_ws = 0, bwd_ws = 0;
     ops_->AttentionWorkspaceBytes(Att(), kT, &fwd_ws, &bwd_ws);
     const int64_t bwd_at = a;
@@ -260,6 +267,7 @@ Status Gpt<Ops, T>::Setup() {
       at += aligned(n);
     }
     if (recast_bytes > 0) fp8_.recast_to = arena + at;
+    if (held_bytes > 0) fp8_.dy8t_held = arena + at + recast_bytes;
     if (fwd_ws + bwd_ws > 0) {
       ops_->SetAttentionWorkspaces(arena + fwd_at, fwd_ws, arena + bwd_at, bwd_ws);
     }

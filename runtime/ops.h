@@ -213,10 +213,11 @@ class CpuOps {
   Status ScaleFromAmax(const float* amax, float* scale, Fp8Format format, int margin) {
     return cpu::ScaleFromAmax(amax, scale, format, margin);
   }
+  // With gelu_out, also GELU(pre)'s codes, transposed only (FC2's input under train.recompute).
   template <typename T>
   Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, float* dbias,
-                               Counter* saturated) {
-    return cpu::QuantizeDbiasGeluGrad(dout, pre, out, dbias, saturated);
+                               Counter* saturated, const Fp8Tensor* gelu_out = nullptr) {
+    return cpu::QuantizeDbiasGeluGrad(dout, pre, out, dbias, saturated, gelu_out);
   }
   // pre as E4M3 codes at scale 1 (fp8.gelu_input_fp8).
   template <typename T>

@@ -432,11 +432,12 @@ class CudaOps {
   Status ScaleFromAmax(const float* amax, float* scale, Fp8Format format, int margin) {
     return cuda::ScaleFromAmax(amax, scale, format, margin, stream_);
   }
+  // With gelu_out, also GELU(pre)'s codes, transposed only (FC2's input under train.recompute).
   template <typename T>
   Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, float* dbias,
-                               Counter* saturated) {
+                               Counter* saturated, const Fp8Tensor* gelu_out = nullptr) {
     return cuda::QuantizeDbiasGeluGrad(dout, pre, out, dbias, saturated, scratch_, scratch_bytes_,
-                                       stream_);
+                                       stream_, gelu_out);
   }
   // pre as E4M3 codes at scale 1 (fp8.gelu_input_fp8).
   template <typename T>

@@ -120,19 +120,21 @@ if [[ $parts == *memory* ]]; then
   # recompute = train.recompute: true, keep_t, lean = without kept FP8 weight transposes,
   # uncached = fp8.cache_weights: false, gelu8 = fp8.gelu_input_fp8: true, uncachedgelu8 = both,
   # uncachedrecompute = fp8.cache_weights: false and train.recompute: true; start = this build's
-  # config on bundle/bin/fp8train.start, the binary of an older commit, e.g. an issue's start).
+  # config on bundle/bin/fp8train.start, the binary of an older commit, e.g. an issue's start;
+  # base_X = variant X's config on the baseline binary).
   for r in $(seq "$REPS"); do
     for pv in ${MEM_VARIANTS:-bf16:base bf16:new bf16:recompute fp8:base fp8:new fp8:lean}; do
       p=${pv%:*}; v=${pv#*:}; bin=$B/fp8train; cfg=configs/gpt-1.3b.yaml
       [ $v = base ] && bin=$BASELINE
-      [ $v = saved ] && cfg=configs/_saved.yaml
-      [ $v = recompute ] && cfg=configs/_recompute.yaml
-      [ $v = keep_t ] && cfg=configs/_keep_t.yaml
-      [ $v = lean ] && cfg=configs/_lean.yaml
-      [ $v = uncached ] && cfg=configs/_uncached.yaml
-      [ $v = gelu8 ] && cfg=configs/_gelu8.yaml
-      [ $v = uncachedgelu8 ] && cfg=configs/_uncached_gelu8.yaml
-      [ $v = uncachedrecompute ] && cfg=configs/_uncached_recompute.yaml
+      [[ $v == base_* ]] && bin=$BASELINE
+      [ ${v#base_} = saved ] && cfg=configs/_saved.yaml
+      [ ${v#base_} = recompute ] && cfg=configs/_recompute.yaml
+      [ ${v#base_} = keep_t ] && cfg=configs/_keep_t.yaml
+      [ ${v#base_} = lean ] && cfg=configs/_lean.yaml
+      [ ${v#base_} = uncached ] && cfg=configs/_uncached.yaml
+      [ ${v#base_} = gelu8 ] && cfg=configs/_gelu8.yaml
+      [ ${v#base_} = uncachedgelu8 ] && cfg=configs/_uncached_gelu8.yaml
+      [ ${v#base_} = uncachedrecompute ] && cfg=configs/_uncached_recompute.yaml
       [ $v = start ] && bin=$B/fp8train.start
       timeout 240 "$bin" --config $cfg --device cuda:0 --precision $p --steps "$STEPS_13B" \
         --memory-report --metrics "$OUT/mem_${v}_${p}_$r.jsonl" > "$OUT/mem_${v}_${p}_$r.log" 2>&1
