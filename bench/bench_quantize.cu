@@ -178,7 +178,7 @@ void BenchScalingUpdate(Context& ctx) {
 void BenchGeluGradCasts(Context& ctx, const bf16* dout, const bf16* pre) {
   const int64_t n = kRows * kCols;
   const std::string shape = StrCat(kRows, "x", kCols);
-  auto* bytes = static_cast<uint8_t*>(DeviceAlloc(3 * n));
+  auto* bytes = static_cast<uint8_t*>(DeviceAlloc(5 * n));
   auto* scalars = static_cast<float*>(DeviceAlloc(8 * sizeof(float)));
   auto* dbias = static_cast<float*>(DeviceAlloc(kCols * sizeof(float)));
   const size_t scratch_bytes = cuda::QuantizeDbiasScratchBytes(kRows, kCols);
@@ -199,6 +199,20 @@ void BenchGeluGradCasts(Context& ctx, const bf16* dout, const bf16* pre) {
                                                scratch_bytes, ctx.stream));
   });
   AddRow(ctx, "dbias+gelu bwd cast+T bf16->e5m2", shape, apart_dy, 4.0 * n + 2.0 * n, false, "");
+  Fp8Tensor x_fwd;  // the forward's cast of FC2's input under train.recompute: row-major only
+  x_fwd.data = bytes + 2 * n, x_fwd.rows = kRows, x_fwd.cols = kCols;
+  x_fwd.format = Fp8Format::kE4M3;
+  x_fwd.scale = scalars + 4, x_fwd.scale_inv = scalars + 5, x_fwd.amax = scalars + 6;
+  const double fwd = MedianMs(
+      ctx, [&] { FP8RT_CHECK_OK(cuda::QuantizeGelu(pre, x_fwd, nullptr, ctx.stream)); });
+  Fp8Tensor x_both = x_fwd;  // the same cast with its transposed copy (the tiled kernel)
+  x_both.data = bytes + 3 * n, x_both.data_t = bytes + 4 * n;
+  FP8RT_CHECK_OK(cuda::QuantizeGelu(pre, x_both, nullptr, ctx.stream));
+  std::vector<uint8_t> flat_codes(n), tiled_codes(n);
+  FP8RT_CUDA_CHECK(cudaMemcpy(flat_codes.data(), x_fwd.data, n, cudaMemcpyDeviceToHost));
+  FP8RT_CUDA_CHECK(cudaMemcpy(tiled_codes.data(), x_both.data, n, cudaMemcpyDeviceToHost));
+  AddRow(ctx, "gelu cast+amax (no T) bf16->e4m3", shape, fwd, 2.0 * n + n, false,
+         flat_codes == tiled_codes ? "" : "codes differ from the cast+transpose's");
   const double apart_x = MedianMs(
       ctx, [&] { FP8RT_CHECK_OK(cuda::QuantizeGelu(pre, x, nullptr, ctx.stream)); });
   AddRow(ctx, "gelu recast (T only) bf16->e4m3", shape, apart_x, 2.0 * n + n, false, "");

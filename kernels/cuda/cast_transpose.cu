@@ -127,8 +127,8 @@ struct NormParams {
 // Transposes a thread's 8 x 4 codes (w[i]: row r0 + i, column c0 in the low byte) in registers
 // into 4 pieces (piece j = column c0 + j, rows r0 .. r0 + 7, row r0 in the low byte) and parks
 // them in shared memory for StoreTransposed, after a barrier.
-__device__ __forceinline__ void ParkTransposed(const uint32_t (&w)[kSubR], uint2* smem) {
-  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+__device__ __forceinline__ void ParkTransposed(const uint32_t (&w)[kSubR], uint2* smem, int lane,
+                                               int warp) {
   uint32_t lo[4] = {w[0], w[1], w[2], w[3]};
   uint32_t hi[4] = {w[4], w[5], w[6], w[7]};
   Transpose4x4(lo);
@@ -145,8 +145,7 @@ __device__ __forceinline__ void ParkTransposed(const uint32_t (&w)[kSubR], uint2
 template <bool kFull>
 __device__ __forceinline__ void StoreTransposed(const uint2* smem, uint8_t* __restrict__ data_t,
                                                 int64_t rows, int64_t cols, int64_t tile_r,
-                                                int64_t tile_c) {
-  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+                                                int64_t tile_c, int lane, int warp) {
   const int p = lane % kPiecesPerRow;
   const int64_t row0 = tile_r + p * kSubR;
 #pragma unroll
@@ -250,7 +249,7 @@ __device__ __forceinline__ void CastTransposeTile(
       }
     }
   } else if constexpr (kNorm) {
-    // The forward kernels' fp32 expressions, operation for operation (layernorm.cu, rmsnorm.cu),
+    // The forward kernels' fp32 expressions, operation for operation (layernorm_fwd.cu, rmsnorm.cu),
     // rounded to T as they store it. Out-of-bounds elements are zeroed: they would add bias.
 #pragma unroll
     for (int i = 0; i < kSubR; ++i) {
@@ -304,8 +303,8 @@ __device__ __forceinline__ void CastTransposeTile(
   if constexpr (RowMajorOnlyOk(kOp)) {
     if (data_t == nullptr) return;  // (a row-major-only cast, no partials: the same for the grid)
   }
-  ParkTransposed(w, smem);
-  if constexpr (kGeluOut) ParkTransposed(wg, smem + kCtSmemPieces);  // (the second half)
+  ParkTransposed(w, smem, lane, warp);
+  if constexpr (kGeluOut) ParkTransposed(wg, smem + kCtSmemPieces, lane, warp);  // (second half)
   __syncthreads();
   if (partials != nullptr && threadIdx.x < kTileC && tile_c + threadIdx.x < cols) {
     float sum = 0.0f;
@@ -313,9 +312,9 @@ __device__ __forceinline__ void CastTransposeTile(
     for (int w8 = 0; w8 < kCtWarps; ++w8) sum += colsum[w8 * kTileC + threadIdx.x];
     partials[(tile_r / kTileR) * cols + tile_c + threadIdx.x] = sum;  // one per (tile row, column)
   }
-  StoreTransposed<kFull>(smem, data_t, rows, cols, tile_r, tile_c);
+  StoreTransposed<kFull>(smem, data_t, rows, cols, tile_r, tile_c, lane, warp);
   if constexpr (kGeluOut) {
-    StoreTransposed<kFull>(smem + kCtSmemPieces, gelu_t, rows, cols, tile_r, tile_c);
+    StoreTransposed<kFull>(smem + kCtSmemPieces, gelu_t, rows, cols, tile_r, tile_c, lane, warp);
   }
 }
 
@@ -324,15 +323,14 @@ __device__ __forceinline__ void CastTransposeTile(
 // the right band (columns full_c..) of the rows above; full_r = full_c = 0 makes that every
 // tile. Two kernels rather than one branch, so the guarded code does not cost the fast path
 // registers.
-// FX: gelu's format (kGeluGradAndGelu; F otherwise, unused).
+// FX: gelu's format (kGeluGradAndGelu; F otherwise, unused). The body of the kernels below.
 template <typename T, typename P, Fp8Format F, bool kFull, InputOp kOp, Fp8Format FX>
-__global__ void __launch_bounds__(kCtThreads, kOp == InputOp::kGeluGradAndGelu ? 3 : 1)
-    CastTransposeKernel(const T* __restrict__ in, const P* __restrict__ pre,
-                        uint8_t* __restrict__ data, uint8_t* __restrict__ data_t, int64_t rows,
-                        int64_t cols, const float* __restrict__ scale_ptr,
-                        float* __restrict__ scale_inv, float* amax, unsigned long long* saturated,
-                        int64_t full_r, int64_t full_c, int64_t tiles_c, bool write_scale_inv,
-                        float* partials, NormParams<T> norm, GeluT gelu) {
+__device__ __forceinline__ void CastTransposeBody(
+    const T* __restrict__ in, const P* __restrict__ pre, uint8_t* __restrict__ data,
+    uint8_t* __restrict__ data_t, int64_t rows, int64_t cols, const float* __restrict__ scale_ptr,
+    float* __restrict__ scale_inv, float* amax, unsigned long long* saturated, int64_t full_r,
+    int64_t full_c, int64_t tiles_c, bool write_scale_inv, float* partials,
+    const NormParams<T>& norm, const GeluT& gelu) {
   // (kGeluGradAndGelu parks its second output's pieces in a second half)
   __shared__ uint2 smem[(kOp == InputOp::kGeluGradAndGelu ? 2 : 1) * kCtSmemPieces];
   __shared__ float colsum[kCtWarps * kTileC];
@@ -365,6 +363,30 @@ __global__ void __launch_bounds__(kCtThreads, kOp == InputOp::kGeluGradAndGelu ?
   }
 }
 
+#define FP8RT_CT_PARAMS                                                                           \
+  const T *__restrict__ in, const P *__restrict__ pre, uint8_t *__restrict__ data,                \
+      uint8_t *__restrict__ data_t, int64_t rows, int64_t cols, const float *__restrict__ scale_ptr, \
+      float *__restrict__ scale_inv, float *amax, unsigned long long *saturated, int64_t full_r,  \
+      int64_t full_c, int64_t tiles_c, bool write_scale_inv, float *partials,                     \
+      NormParams<T> norm, GeluT gelu
+#define FP8RT_CT_ARGS                                                                         \
+  in, pre, data, data_t, rows, cols, scale_ptr, scale_inv, amax, saturated, full_r, full_c, \
+      tiles_c, write_scale_inv, partials, norm, gelu
+
+template <typename T, typename P, Fp8Format F, bool kFull, InputOp kOp, Fp8Format FX>
+__global__ void __launch_bounds__(kCtThreads) CastTransposeKernel(FP8RT_CT_PARAMS) {
+  CastTransposeBody<T, P, F, kFull, kOp, FX>(FP8RT_CT_ARGS);
+}
+
+// kGeluGradAndGelu's: three blocks per SM, as the other ops' register use gives them (its own,
+// 115 registers, gave two; capped at 80 it spills 20 bytes, for bf16, in the interior tiles).
+template <typename T, typename P, Fp8Format F, bool kFull, InputOp kOp, Fp8Format FX>
+__global__ void __launch_bounds__(kCtThreads, 3) CastTransposeGeluOutKernel(FP8RT_CT_PARAMS) {
+  CastTransposeBody<T, P, F, kFull, kOp, FX>(FP8RT_CT_ARGS);
+}
+#undef FP8RT_CT_PARAMS
+#undef FP8RT_CT_ARGS
+
 template <InputOp kOp, typename T, typename P, Fp8Format F, Fp8Format FX, bool kFull>
 cudaError_t LaunchCastTransposeKernel(int64_t blocks, const T* in, const P* pre,
                                       const Fp8Tensor& out, unsigned long long* saturated,
@@ -374,6 +396,9 @@ cudaError_t LaunchCastTransposeKernel(int64_t blocks, const T* in, const P* pre,
                                       cudaStream_t stream) {
   if (blocks == 0) return cudaSuccess;
   auto* kernel = CastTransposeKernel<T, P, F, kFull, kOp, FX>;
+  if constexpr (kOp == InputOp::kGeluGradAndGelu) {
+    kernel = CastTransposeGeluOutKernel<T, P, F, kFull, kOp, FX>;
+  }
   kernel<<<static_cast<unsigned>(blocks), kCtThreads, 0, stream>>>(
       in, pre, out.data, out.data_t, out.rows, out.cols, out.scale, out.scale_inv, out.amax,
       saturated, full_r, full_c, tiles_c, write_scale_inv, partials, norm, gelu);
@@ -562,6 +587,8 @@ Status QuantizeGelu(const T* pre, const Fp8Tensor& out, unsigned long long* satu
   const int64_t n = out.numel();
   if (n == 0) return Quantize(pre, out, saturated, stream);  // scale_inv only
   if (pre == nullptr) return Status::InvalidArgument("QuantizeGelu: pre is null");
+  // (row-major only: the flat kernel, whose occupancy hides the GELU's arithmetic better)
+  if (out.data_t == nullptr) return cuda_detail::QuantizeGeluRowMajor(pre, out, saturated, stream);
   return LaunchCastTranspose<InputOp::kGelu>(pre, out, saturated, stream);
 }
 

@@ -434,7 +434,6 @@ BwdShape BackwardShape(int64_t N, int64_t C, int pack, int elem) {
   return s;
 }
 
-// The current device's compute capability major, looked up once per device.
 // Whether the partials' reduction may be launched early (programmatic dependent launch): only
 // where the code loaded for it on this device is sm_90 or later, i.e. contains its
 // griddepcontrol.wait (a binary with sm_80 code only, JIT-run on Hopper, must not). Per device.

@@ -5,6 +5,7 @@
 
 #include "common/cuda_check.h"
 #include "kernels/cuda/fp8_device.cuh"
+#include "kernels/cuda/gelu_math.cuh"
 #include "kernels/cuda/quantize_device.cuh"
 #include "kernels/quantize.h"
 #include "kernels/scaling.h"
@@ -17,9 +18,11 @@ using cuda_detail::Aligned;
 using cuda_detail::CommitTelemetry;
 using cuda_detail::Decode2;
 using cuda_detail::Encode4;
+using cuda_detail::GeluFor;
 using cuda_detail::kWarpSize;
 using cuda_detail::LoadF;
 using cuda_detail::LoadVec;
+using cuda_detail::Round;
 using cuda_detail::StoreF;
 using cuda_detail::Telemetry;
 
@@ -74,7 +77,19 @@ struct FlatIndex {
   }
 };
 
-template <typename T, Fp8Format F, bool kVec>
+// kGelu: the cast of GELU(in) rounded to T, as GeluForward stores it (QuantizeGelu's row-major
+// cast: FC2's input under train.recompute, whose transposed copy the backward casts again).
+template <typename T, bool kGelu>
+__device__ __forceinline__ float FlatInput(float x) {
+  if constexpr (kGelu) {
+    const T g = Round<T>(GeluFor<T>(x));
+    return LoadF(&g);
+  } else {
+    return x;
+  }
+}
+
+template <typename T, Fp8Format F, bool kVec, bool kGelu = false>
 __global__ void __launch_bounds__(kFlatThreads)
     QuantizeFlatKernel(const T* __restrict__ in, uint8_t* __restrict__ data, int64_t n,
                        const float* __restrict__ scale_ptr, float* __restrict__ scale_inv,
@@ -101,6 +116,7 @@ __global__ void __launch_bounds__(kFlatThreads)
           float y[4];
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
+            x[g][4 * k + j] = FlatInput<T, kGelu>(x[g][4 * k + j]);
             y[j] = x[g][4 * k + j] * scale;
             tel.Add(x[g][4 * k + j], y[j], fp8_max);
           }
@@ -112,7 +128,7 @@ __global__ void __launch_bounds__(kFlatThreads)
     done = chunks * WarpChunk<T>();
   }
   for (int64_t i = done + ix.tid; i < n; i += ix.stride) {
-    const float x = LoadF(in + i);
+    const float x = FlatInput<T, kGelu>(LoadF(in + i));
     const float y = x * scale;
     tel.Add(x, y, fp8_max);
     data[i] = cuda_detail::Encode<F>(y);
@@ -236,6 +252,32 @@ Status Quantize(const T* in, const Fp8Tensor& out, unsigned long long* saturated
   FP8RT_CUDA_TRY_LAUNCH("Quantize");
   return Status::Ok();
 }
+
+}  // namespace cuda
+
+namespace cuda_detail {
+
+template <typename T>
+Status QuantizeGeluRowMajor(const T* pre, const Fp8Tensor& out, unsigned long long* saturated,
+                            cudaStream_t stream) {
+  const int64_t n = out.numel();
+  const bool vec = Aligned(pre, 16) && Aligned(out.data, 16 / sizeof(T));
+  DispatchFp8(out.format, [&]<Fp8Format F>() {
+    auto kernel = vec ? QuantizeFlatKernel<T, F, true, true> : QuantizeFlatKernel<T, F, false, true>;
+    kernel<<<FlatGrid<T>(n), kFlatThreads, 0, stream>>>(pre, out.data, n, out.scale,
+                                                        out.scale_inv, out.amax, saturated);
+  });
+  FP8RT_CUDA_TRY_LAUNCH("QuantizeGelu");
+  return Status::Ok();
+}
+template Status QuantizeGeluRowMajor<float>(const float*, const Fp8Tensor&, unsigned long long*,
+                                            cudaStream_t);
+template Status QuantizeGeluRowMajor<bf16>(const bf16*, const Fp8Tensor&, unsigned long long*,
+                                           cudaStream_t);
+
+}  // namespace cuda_detail
+
+namespace cuda {
 
 template <typename T>
 Status Dequantize(const Fp8Tensor& in, T* out, cudaStream_t stream) {

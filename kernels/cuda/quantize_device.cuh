@@ -255,4 +255,11 @@ template <typename T>
 Status CastTranspose(const T* in, const Fp8Tensor& out, unsigned long long* saturated,
                      cudaStream_t stream);
 
+// cuda::QuantizeGelu writing out.data alone (validated by the caller, a non-empty tensor): the
+// flat kernel of quantize.cu with the GELU applied to each loaded element (one launch; the
+// tiled kernel's codes, amax, saturation and scale_inv). Instantiated for T in {float, bf16}.
+template <typename T>
+Status QuantizeGeluRowMajor(const T* pre, const Fp8Tensor& out, unsigned long long* saturated,
+                            cudaStream_t stream);
+
 }  // namespace fp8rt::cuda_detail

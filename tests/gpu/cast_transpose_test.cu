@@ -596,6 +596,51 @@ TEST_F(CastTransposeGpuMisc, GeluCastNanAndInfMatchTheSplitCast) {
   EXPECT_NE(s.message().find("QuantizeGelu: pre is null"), std::string::npos) << s.message();
 }
 
+// QuantizeGelu's row-major-only cast runs the flat kernel (quantize.cu): aligned (vector loop
+// and element tail) and one element off alignment (element-wise throughout), with NaN, +-inf and
+// saturating inputs, it gives the cast+transpose kernel's data, amax, saturation and scale_inv.
+template <typename T>
+void ExpectRowMajorGeluCastMatchesTheTiledOne(int64_t rows, int64_t cols, int offset) {
+  SCOPED_TRACE(::testing::Message() << DTypeName(DTypeOf<T>()) << " " << rows << "x" << cols
+                                    << " offset " << offset);
+  const int64_t n = rows * cols;
+  std::vector<float> x = test::RandomNormal(n + offset, 17 + n, 0.f, 3.f);
+  x[offset] = 1e4f;  // saturates
+  if (n > 5) x[offset + 5] = std::numeric_limits<float>::quiet_NaN();
+  if (n > 9) x[offset + n - 2] = INFINITY, x[offset + n / 2] = -INFINITY;
+  DeviceBuffer<T> d_pre(test::CastVector<T>(x));
+  DeviceFp8 flat(rows, cols, Fp8Format::kE4M3, true, 32.f, 0.5f);
+  DeviceFp8 tiled(rows, cols, Fp8Format::kE4M3, true, 32.f, 0.5f);
+  DeviceBuffer<uint8_t> shifted(n + offset);  // data one byte off its alignment
+  shifted.Poison();
+  flat.t.data = shifted.get() + offset;
+  flat.t.data_t = nullptr;
+  DeviceBuffer<unsigned long long> sat_flat(std::vector<unsigned long long>{3});
+  DeviceBuffer<unsigned long long> sat_tiled(std::vector<unsigned long long>{3});
+  Status st = cuda::QuantizeGelu(d_pre.get() + offset, flat.t, sat_flat.get(), nullptr);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  st = cuda::QuantizeGelu(d_pre.get() + offset, tiled.t, sat_tiled.get(), nullptr);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  const std::vector<uint8_t> got = shifted.Download();
+  EXPECT_TRUE(SameCodes(std::vector<uint8_t>(got.begin() + offset, got.end()),
+                        tiled.data.Download(), "data"));
+  const std::vector<float> a = flat.scalars.Download(), b = tiled.scalars.Download();
+  EXPECT_TRUE(SameBits(a[1], b[1], "scale_inv"));
+  EXPECT_TRUE(SameBits(a[2], b[2], "amax"));
+  EXPECT_EQ(sat_flat.Download()[0], sat_tiled.Download()[0]) << "saturated";
+  EXPECT_GT(sat_tiled.Download()[0], 3u) << "the inputs must saturate";
+}
+
+TEST_F(CastTransposeGpuMisc, RowMajorGeluCastTakesTheFlatKernelAlignedOrNot) {
+  for (const auto& [rows, cols] :
+       {std::pair<int64_t, int64_t>{7, 13}, {64, 1029}, {256, 1024}, {1, 1}}) {
+    for (const int offset : {0, 1}) {
+      ExpectRowMajorGeluCastMatchesTheTiledOne<bf16>(rows, cols, offset);
+      ExpectRowMajorGeluCastMatchesTheTiledOne<float>(rows, cols, offset);
+    }
+  }
+}
+
 // QuantizeLayerNorm with weight and bias one element off their alignment: no vector path (the
 // forward then takes its scalar kernel too), the same codes as the forward then the cast. Then
 // its preconditions, which name the op.
