@@ -203,8 +203,8 @@ void BenchGeluGradCasts(Context& ctx, const bf16* dout, const bf16* pre) {
   x_fwd.data = bytes + 2 * n, x_fwd.rows = kRows, x_fwd.cols = kCols;
   x_fwd.format = Fp8Format::kE4M3;
   x_fwd.scale = scalars + 4, x_fwd.scale_inv = scalars + 5, x_fwd.amax = scalars + 6;
-  const double fwd = MedianMs(
-      ctx, [&] { FP8RT_CHECK_OK(cuda::QuantizeGelu(pre, x_fwd, nullptr, ctx.stream)); });
+  const double fwd =
+      MedianMs(ctx, [&] { FP8RT_CHECK_OK(cuda::QuantizeGelu(pre, x_fwd, nullptr, ctx.stream)); });
   Fp8Tensor x_both = x_fwd;  // the same cast with its transposed copy (the tiled kernel)
   x_both.data = bytes + 3 * n, x_both.data_t = bytes + 4 * n;
   FP8RT_CHECK_OK(cuda::QuantizeGelu(pre, x_both, nullptr, ctx.stream));
@@ -213,8 +213,8 @@ void BenchGeluGradCasts(Context& ctx, const bf16* dout, const bf16* pre) {
   FP8RT_CUDA_CHECK(cudaMemcpy(tiled_codes.data(), x_both.data, n, cudaMemcpyDeviceToHost));
   AddRow(ctx, "gelu cast+amax (no T) bf16->e4m3", shape, fwd, 2.0 * n + n, false,
          flat_codes == tiled_codes ? "" : "codes differ from the cast+transpose's");
-  const double apart_x = MedianMs(
-      ctx, [&] { FP8RT_CHECK_OK(cuda::QuantizeGelu(pre, x, nullptr, ctx.stream)); });
+  const double apart_x =
+      MedianMs(ctx, [&] { FP8RT_CHECK_OK(cuda::QuantizeGelu(pre, x, nullptr, ctx.stream)); });
   AddRow(ctx, "gelu recast (T only) bf16->e4m3", shape, apart_x, 2.0 * n + n, false, "");
   std::vector<uint8_t> want(3 * n), got(3 * n);
   FP8RT_CUDA_CHECK(cudaMemcpy(want.data(), bytes, 3 * n, cudaMemcpyDeviceToHost));
@@ -227,8 +227,8 @@ void BenchGeluGradCasts(Context& ctx, const bf16* dout, const bf16* pre) {
   // (the two rows above add up to the separate casts' time)
   AddRow(ctx, "dbias+gelu bwd cast+T + gelu recast T, one pass", shape, fused, 4.0 * n + 3.0 * n,
          false, got == want ? "" : "codes differ from the separate casts'");
-  for (void* p : {static_cast<void*>(bytes), static_cast<void*>(scalars),
-                  static_cast<void*>(dbias), scratch}) {
+  for (void* p : {static_cast<void*>(bytes), static_cast<void*>(scalars), static_cast<void*>(dbias),
+                  scratch}) {
     DeviceFree(p);
   }
 }

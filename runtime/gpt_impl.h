@@ -168,8 +168,7 @@ class Gpt final : public GptModel {
   // (fp8_.dy8t_held). MayFuse...: the model's setting (delayed scaling), which Setup sizes the
   // arena for; Fuses...: this pass (outside the calibrating first step).
   bool MayFuseRecastIntoDyCast() const {
-    return !Llama() && RecastsInput(kFcProj) && Fp8On(kFc) &&
-           o_.fp8.mode == ScalingMode::kDelayed;
+    return !Llama() && RecastsInput(kFcProj) && Fp8On(kFc) && o_.fp8.mode == ScalingMode::kDelayed;
   }
   bool FusesRecastIntoDyCast() const {
     return MayFuseRecastIntoDyCast() && FusesGeluIntoDyCast(kFc);
@@ -254,9 +253,8 @@ class Gpt final : public GptModel {
   // and the GELU backward as LinearBackward's dy_gelu_pre / dy_gelu_pre8. gelu_recast (with
   // dy_gelu_pre only): also GELU(dy_gelu_pre)'s codes into that tensor, transposed only (FC2's
   // input cast again, RecastTarget).
-  Status CastDy(int l, int kind, const Fp8Tensor& dyq, float* db, const T* dy,
-                const T* dy_gelu_pre, const uint8_t* dy_gelu_pre8,
-                const Fp8Tensor* gelu_recast = nullptr);
+  Status CastDy(int l, int kind, const Fp8Tensor& dyq, float* db, const T* dy, const T* dy_gelu_pre,
+                const uint8_t* dy_gelu_pre8, const Fp8Tensor* gelu_recast = nullptr);
   // (l, kind)'s FP8 output gradient: the shared dY buffers, the transposed codes at dy8t if set.
   Fp8Tensor DyTensor(int l, int kind, uint8_t* dy8t = nullptr) const;
   // The FP8 weights' casts from the FP32 master. CastWeight: (l, kind)'s for the forward GEMM

@@ -230,6 +230,10 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
     return Status::Internal(StrCat("LinearBackward: layer kind ", kind,
                                    " is not a per-tensor FP8 layer; its backward is not split"));
   }
+  if (split.deferred_wgrad != nullptr && split.dy8t == nullptr) {  // (the next dY cast's buffer)
+    return Status::Internal(StrCat("LinearBackward: layer kind ", kind,
+                                   " defers its wgrad without a place of its own for dY's codes"));
+  }
   if ((dy_gelu_pre != nullptr || dy_gelu_pre8 != nullptr) &&
       (db == nullptr || !FusesGeluIntoDyCast(kind))) {
     return Status::Internal(StrCat("LinearBackward: layer kind ", kind,
@@ -311,8 +315,8 @@ Status Gpt<Ops, T>::CastDy(int l, int kind, const Fp8Tensor& dyq, float* db, con
                            const T* dy_gelu_pre, const uint8_t* dy_gelu_pre8,
                            const Fp8Tensor* gelu_recast) {
   if (gelu_recast != nullptr && dy_gelu_pre == nullptr) {
-    return Status::Internal(StrCat("CastDy: layer kind ", kind,
-                                   " casts an input again only beside the GELU backward"));
+    return Status::Internal(
+        StrCat("CastDy: layer kind ", kind, " casts an input again only beside the GELU backward"));
   }
   const int64_t N = dyq.cols;
   typename Ops::Counter* const dy_saturated = fp8_.SaturatedOf(l, kind, kRoleDy);

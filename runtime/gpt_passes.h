@@ -212,10 +212,10 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
     FP8RT_RETURN_IF_ERROR(RecastNormOutput(l, kFc, res2_[l], ln2_mean_[l], ln2_rstd_[l],
                                            Wl(kLn2W, l), Wl(kLn2B, l), ln2_[l]));
   }
-  FP8RT_RETURN_IF_ERROR(LinearBackward(
-      l, kFc, dc1_, Gl(kFcW, l), Gl(kFcB, l), d4c_, ln2_[l], nullptr, nullptr,
-      gelu_in_cast && !pre8_in_cast ? fch_[l] : nullptr, pre8_in_cast ? fch8_[l] : nullptr,
-      fc_split));
+  FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFc, dc1_, Gl(kFcW, l), Gl(kFcB, l), d4c_, ln2_[l],
+                                       nullptr, nullptr,
+                                       gelu_in_cast && !pre8_in_cast ? fch_[l] : nullptr,
+                                       pre8_in_cast ? fch8_[l] : nullptr, fc_split));
   FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "FC input-gradient all-reduce (TP)"));
   ops_->Mark("layernorm bwd");
   FP8RT_RETURN_IF_ERROR(ops_->LayerNormBackward(dres_, Gl(kLn2W, l), Gl(kLn2B, l), dc1_, res2_[l],

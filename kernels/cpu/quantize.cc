@@ -52,20 +52,24 @@ Status ValidateGeluOut(const char* op, const Fp8Tensor& out, const Fp8Tensor& ge
   FP8RT_RETURN_IF_ERROR(
       ValidateFp8Tensor(StrCat(op, " (gelu_out)").c_str(), gelu_out, /*transposed_only_ok=*/true));
   if (gelu_out.data != nullptr || (gelu_out.numel() > 0 && gelu_out.data_t == nullptr)) {
-    return Status::InvalidArgument(StrCat(
-        op, ": gelu_out is written transposed only: its data must be null and data_t set"));
+    return Status::InvalidArgument(
+        StrCat(op, ": gelu_out is written transposed only: its data must be null and data_t set"));
   }
   if (gelu_out.amax != nullptr) {
     return Status::InvalidArgument(
-        StrCat(op, ": gelu_out.amax is set; the GELU output's amax is not taken here (the "
-                   "forward's cast measured it)"));
+        StrCat(op,
+               ": gelu_out.amax is set; the GELU output's amax is not taken here (the "
+               "forward's cast measured it)"));
   }
   if (gelu_out.rows != out.rows || gelu_out.cols != out.cols) {
-    return Status::InvalidArgument(StrCat(op, ": gelu_out is (", gelu_out.rows, ", ",
-                                          gelu_out.cols, "); out is (", out.rows, ", ", out.cols,
-                                          ")"));
+    return Status::InvalidArgument(StrCat(op, ": gelu_out is (", gelu_out.rows, ", ", gelu_out.cols,
+                                          "); out is (", out.rows, ", ", out.cols, ")"));
   }
-  if (gelu_out.data_t != nullptr && (gelu_out.data_t == out.data || gelu_out.data_t == out.data_t)) {
+  const int64_t n = gelu_out.numel();
+  const auto overlaps = [n](const uint8_t* a, const uint8_t* b) {
+    return n > 0 && a != nullptr && b != nullptr && a < b + n && b < a + n;
+  };
+  if (overlaps(gelu_out.data_t, out.data) || overlaps(gelu_out.data_t, out.data_t)) {
     return Status::InvalidArgument(StrCat(op, ": gelu_out.data_t must not alias out's codes"));
   }
   if (gelu_out.scale_inv == out.scale_inv) {

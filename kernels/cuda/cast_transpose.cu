@@ -87,11 +87,11 @@ constexpr int kCtSmemPieces = kSubC * kWarpSize * kPitch;
 // same pass and rounded to T as the unfused op would store it (the same bits).
 enum class InputOp {
   kNone,
-  kGeluGrad,   // GELU'(pre) * in, as GeluBackward (the GELU backward fused into its output's cast)
+  kGeluGrad,  // GELU'(pre) * in, as GeluBackward (the GELU backward fused into its output's cast)
   kGeluGradAndGelu,  // kGeluGrad, and GELU(pre) cast to a second tensor, transposed only (below)
-  kGelu,       // GELU(in), as GeluForward (FC2's input cast from FC's output, or recomputed)
-  kLayerNorm,  // fmaf((in - mean) * rstd, weight, bias), as the LayerNorm forward kernels
-  kRmsNorm,    // in * rstd * weight, as RmsNormForward
+  kGelu,             // GELU(in), as GeluForward (FC2's input cast from FC's output, or recomputed)
+  kLayerNorm,        // fmaf((in - mean) * rstd, weight, bias), as the LayerNorm forward kernels
+  kRmsNorm,          // in * rstd * weight, as RmsNormForward
 };
 
 constexpr bool IsNorm(InputOp op) { return op == InputOp::kLayerNorm || op == InputOp::kRmsNorm; }
@@ -109,9 +109,9 @@ struct GeluT {
   float* scale_inv = nullptr;
 };
 
-// Whether the tile may skip data_t (a row-major-only cast). The plain cast writes data alone in
-// quantize.cu's flat kernel and the bias gradient needs data_t, so only the fused forward ops
-// compile the check: the other kernels' code is unchanged.
+// Whether the tile may skip data_t (a row-major-only cast). The plain cast and QuantizeGelu write
+// data alone in quantize.cu's flat kernel and the bias gradient needs data_t, so only the fused
+// forward ops compile the check (kGelu's is then unused: its code is kept as it was).
 constexpr bool RowMajorOnlyOk(InputOp op) { return op == InputOp::kGelu || IsNorm(op); }
 
 // The norm ops' other inputs: the forward's saved per-row statistics (rows) and the per-column
@@ -166,8 +166,8 @@ __device__ __forceinline__ void StoreTransposed(const uint2* smem, uint8_t* __re
 
 // One tile. kFull: the tile lies inside the tensor and every pointer/stride allows vector
 // access; otherwise every element is bounds-checked (edge tiles and odd shapes).
-// kOp: see InputOp; only kGeluGrad reads pre, only the norm ops norm. P: pre's type, T or
-// uint8_t (E4M3 codes at scale 1, whose values T holds exactly).
+// kOp: see InputOp; only kGeluGrad and kGeluGradAndGelu read pre, only the norm ops norm. P: pre's
+// type, T or uint8_t (E4M3 codes at scale 1, whose values T holds exactly).
 template <typename T, typename P, Fp8Format F, bool kFull, InputOp kOp, Fp8Format FX>
 __device__ __forceinline__ void CastTransposeTile(
     const T* __restrict__ in, const P* __restrict__ pre, const NormParams<T>& norm,
@@ -179,7 +179,7 @@ __device__ __forceinline__ void CastTransposeTile(
   const int64_t r0 = tile_r + warp * kSubR;
   const int64_t c0 = tile_c + lane * kSubC;
 
-  // Load the sub-tile: all 8 rows first (and, with kGeluGrad, their pre-activations; with a
+  // Load the sub-tile: all 8 rows first (and, reading pre, their pre-activations; with a
   // norm, the rows' statistics and the columns' weight and bias), so every load is in flight
   // together.
   constexpr bool kPre = ReadsPre(kOp);
@@ -249,8 +249,9 @@ __device__ __forceinline__ void CastTransposeTile(
       }
     }
   } else if constexpr (kNorm) {
-    // The forward kernels' fp32 expressions, operation for operation (layernorm_fwd.cu, rmsnorm.cu),
-    // rounded to T as they store it. Out-of-bounds elements are zeroed: they would add bias.
+    // The forward kernels' fp32 expressions, operation for operation (layernorm_fwd.cu,
+    // rmsnorm.cu), rounded to T as they store it. Out-of-bounds elements are zeroed: they would add
+    // bias.
 #pragma unroll
     for (int i = 0; i < kSubR; ++i) {
 #pragma unroll
@@ -354,8 +355,8 @@ __device__ __forceinline__ void CastTransposeBody(
   if constexpr (kOp == InputOp::kGeluGradAndGelu) gelu_scale = *gelu.scale;
   Telemetry tel;
   CastTransposeTile<T, P, F, kFull, kOp, FX>(in, pre, norm, data, data_t, rows, cols, scale,
-                                             tr * kTileR, tc * kTileC, smem, tel, colsum,
-                                             partials, gelu.data_t, gelu_scale);
+                                             tr * kTileR, tc * kTileC, smem, tel, colsum, partials,
+                                             gelu.data_t, gelu_scale);
   CommitTelemetry<kCtThreads>(tel, amax, saturated);
   if (write_scale_inv && blockIdx.x == 0 && threadIdx.x == 0) {
     *scale_inv = ScaleInv(scale);
@@ -363,13 +364,13 @@ __device__ __forceinline__ void CastTransposeBody(
   }
 }
 
-#define FP8RT_CT_PARAMS                                                                           \
-  const T *__restrict__ in, const P *__restrict__ pre, uint8_t *__restrict__ data,                \
-      uint8_t *__restrict__ data_t, int64_t rows, int64_t cols, const float *__restrict__ scale_ptr, \
-      float *__restrict__ scale_inv, float *amax, unsigned long long *saturated, int64_t full_r,  \
-      int64_t full_c, int64_t tiles_c, bool write_scale_inv, float *partials,                     \
-      NormParams<T> norm, GeluT gelu
-#define FP8RT_CT_ARGS                                                                         \
+#define FP8RT_CT_PARAMS                                                                \
+  const T *__restrict__ in, const P *__restrict__ pre, uint8_t *__restrict__ data,     \
+      uint8_t *__restrict__ data_t, int64_t rows, int64_t cols,                        \
+      const float *__restrict__ scale_ptr, float *__restrict__ scale_inv, float *amax, \
+      unsigned long long *saturated, int64_t full_r, int64_t full_c, int64_t tiles_c,  \
+      bool write_scale_inv, float *partials, NormParams<T> norm, GeluT gelu
+#define FP8RT_CT_ARGS                                                                       \
   in, pre, data, data_t, rows, cols, scale_ptr, scale_inv, amax, saturated, full_r, full_c, \
       tiles_c, write_scale_inv, partials, norm, gelu
 
@@ -379,7 +380,8 @@ __global__ void __launch_bounds__(kCtThreads) CastTransposeKernel(FP8RT_CT_PARAM
 }
 
 // kGeluGradAndGelu's: three blocks per SM, as the other ops' register use gives them (its own,
-// 115 registers, gave two; capped at 80 it spills 20 bytes, for bf16, in the interior tiles).
+// 115 registers, gave two). Capped at 80 registers it spills 20 bytes in bf16's interior tiles,
+// none in fp32's, and 44 (bf16) or 92 (fp32) bytes in the guarded edge tiles (sm_90a, ptxas 13.0).
 template <typename T, typename P, Fp8Format F, bool kFull, InputOp kOp, Fp8Format FX>
 __global__ void __launch_bounds__(kCtThreads, 3) CastTransposeGeluOutKernel(FP8RT_CT_PARAMS) {
   CastTransposeBody<T, P, F, kFull, kOp, FX>(FP8RT_CT_ARGS);
@@ -395,13 +397,16 @@ cudaError_t LaunchCastTransposeKernel(int64_t blocks, const T* in, const P* pre,
                                       const NormParams<T>& norm, const GeluT& gelu,
                                       cudaStream_t stream) {
   if (blocks == 0) return cudaSuccess;
-  auto* kernel = CastTransposeKernel<T, P, F, kFull, kOp, FX>;
+  const auto launch = [&](auto* kernel) {
+    kernel<<<static_cast<unsigned>(blocks), kCtThreads, 0, stream>>>(
+        in, pre, out.data, out.data_t, out.rows, out.cols, out.scale, out.scale_inv, out.amax,
+        saturated, full_r, full_c, tiles_c, write_scale_inv, partials, norm, gelu);
+  };
   if constexpr (kOp == InputOp::kGeluGradAndGelu) {
-    kernel = CastTransposeGeluOutKernel<T, P, F, kFull, kOp, FX>;
+    launch(CastTransposeGeluOutKernel<T, P, F, kFull, kOp, FX>);
+  } else {
+    launch(CastTransposeKernel<T, P, F, kFull, kOp, FX>);
   }
-  kernel<<<static_cast<unsigned>(blocks), kCtThreads, 0, stream>>>(
-      in, pre, out.data, out.data_t, out.rows, out.cols, out.scale, out.scale_inv, out.amax,
-      saturated, full_r, full_c, tiles_c, write_scale_inv, partials, norm, gelu);
   return cudaGetLastError();
 }
 
@@ -454,25 +459,22 @@ Status LaunchCastTranspose(const T* in, const Fp8Tensor& out, unsigned long long
                                           ") needs more than 2^31-1 tiles of ", kTileR, "x",
                                           kTileC));
   }
-  const GeluT gelu = gelu_out == nullptr
-                         ? GeluT{}
-                         : GeluT{gelu_out->data_t, gelu_out->scale, gelu_out->scale_inv};
+  const GeluT gelu =
+      gelu_out == nullptr ? GeluT{} : GeluT{gelu_out->data_t, gelu_out->scale, gelu_out->scale_inv};
   cudaError_t err = cudaSuccess;
   auto launch = [&]<Fp8Format F, Fp8Format FX>() {
     err = LaunchCastTransposeKernel<kOp, T, P, F, FX, true>(interior, in, pre, out, saturated,
-                                                            full_r, full_c, tiles_c, true,
-                                                            partials, norm, gelu, stream);
+                                                            full_r, full_c, tiles_c, true, partials,
+                                                            norm, gelu, stream);
     if (err != cudaSuccess) return;
-    err = LaunchCastTransposeKernel<kOp, T, P, F, FX, false>(edge, in, pre, out, saturated,
-                                                             full_r, full_c, tiles_c,
-                                                             interior == 0, partials, norm, gelu,
-                                                             stream);
+    err = LaunchCastTransposeKernel<kOp, T, P, F, FX, false>(edge, in, pre, out, saturated, full_r,
+                                                             full_c, tiles_c, interior == 0,
+                                                             partials, norm, gelu, stream);
   };
   cuda_detail::DispatchFp8(out.format, [&]<Fp8Format F>() {
     if constexpr (kOp == InputOp::kGeluGradAndGelu) {
-      cuda_detail::DispatchFp8(gelu_out->format, [&]<Fp8Format FX>() {
-        launch.template operator()<F, FX>();
-      });
+      cuda_detail::DispatchFp8(gelu_out->format,
+                               [&]<Fp8Format FX>() { launch.template operator()<F, FX>(); });
     } else {
       launch.template operator()<F, F>();
     }
@@ -555,17 +557,16 @@ Status QuantizeDbiasGeluGrad(const T* dout, const T* pre, const Fp8Tensor& out, 
     return Status::InvalidArgument("QuantizeDbiasGeluGrad: pre is null");
   }
   if (gelu_out == nullptr) {
-    return QuantizeDbiasImpl<InputOp::kGeluGrad, T, T>("QuantizeDbiasGeluGrad", dout, pre, out,
-                                                       dbias, saturated, scratch, scratch_bytes,
-                                                       stream);
+    return QuantizeDbiasImpl<InputOp::kGeluGrad, T, T>(
+        "QuantizeDbiasGeluGrad", dout, pre, out, dbias, saturated, scratch, scratch_bytes, stream);
   }
   FP8RT_RETURN_IF_ERROR(ValidateGeluOut("QuantizeDbiasGeluGrad", out, *gelu_out));
-  if (out.numel() == 0) {  // (scale_inv only, for both)
-    FP8RT_RETURN_IF_ERROR(QuantizeGelu(pre, *gelu_out, nullptr, stream));
-  }
-  return QuantizeDbiasImpl<InputOp::kGeluGradAndGelu, T, T>("QuantizeDbiasGeluGrad", dout, pre,
-                                                            out, dbias, saturated, scratch,
-                                                            scratch_bytes, stream, gelu_out);
+  const Status st = QuantizeDbiasImpl<InputOp::kGeluGradAndGelu, T, T>(
+      "QuantizeDbiasGeluGrad", dout, pre, out, dbias, saturated, scratch, scratch_bytes, stream,
+      gelu_out);
+  FP8RT_RETURN_IF_ERROR(st);
+  // (an empty tensor: out's scale_inv was written above, once out was validated; now gelu_out's)
+  return out.numel() == 0 ? QuantizeGelu(pre, *gelu_out, nullptr, stream) : Status::Ok();
 }
 
 template <typename T>

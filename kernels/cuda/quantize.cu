@@ -263,9 +263,10 @@ Status QuantizeGeluRowMajor(const T* pre, const Fp8Tensor& out, unsigned long lo
   const int64_t n = out.numel();
   const bool vec = Aligned(pre, 16) && Aligned(out.data, 16 / sizeof(T));
   DispatchFp8(out.format, [&]<Fp8Format F>() {
-    auto kernel = vec ? QuantizeFlatKernel<T, F, true, true> : QuantizeFlatKernel<T, F, false, true>;
-    kernel<<<FlatGrid<T>(n), kFlatThreads, 0, stream>>>(pre, out.data, n, out.scale,
-                                                        out.scale_inv, out.amax, saturated);
+    auto kernel =
+        vec ? QuantizeFlatKernel<T, F, true, true> : QuantizeFlatKernel<T, F, false, true>;
+    kernel<<<FlatGrid<T>(n), kFlatThreads, 0, stream>>>(pre, out.data, n, out.scale, out.scale_inv,
+                                                        out.amax, saturated);
   });
   FP8RT_CUDA_TRY_LAUNCH("QuantizeGelu");
   return Status::Ok();

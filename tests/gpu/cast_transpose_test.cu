@@ -113,8 +113,8 @@ class QuantizeDbiasGpu : public test::QuantizeCaseGpuTest {
     DeviceBuffer<float> d_db(db0);
     DeviceBuffer<uint8_t> scratch(cuda::QuantizeDbiasScratchBytes(rows, cols));
     scratch.Poison();
-    const Status st = cuda::QuantizeDbias(d_in.get(), got.t, d_db.get(), d_sat.get(),
-                                          scratch.get(), scratch.size(), nullptr);
+    const Status st = cuda::QuantizeDbias(d_in.get(), got.t, d_db.get(), d_sat.get(), scratch.get(),
+                                          scratch.size(), nullptr);
     ASSERT_TRUE(st.ok()) << st.ToString();
     EXPECT_TRUE(SameCodes(got.data.Download(), want.data, "data"));
     EXPECT_TRUE(SameCodes(got.data_t.Download(), want.data_t, "data_t"));
@@ -145,10 +145,11 @@ class QuantizeDbiasGpu : public test::QuantizeCaseGpuTest {
                    DeviceBuffer<unsigned long long>& sat) {
       const Status st = [&]() -> Status {
         if (fused) {
-          return cuda::QuantizeDbiasGeluGrad(d_dout.get(), d_pre.get(), out.t, db.get(),
-                                             sat.get(), scratch.get(), scratch.size(), nullptr);
+          return cuda::QuantizeDbiasGeluGrad(d_dout.get(), d_pre.get(), out.t, db.get(), sat.get(),
+                                             scratch.get(), scratch.size(), nullptr);
         }
-        FP8RT_RETURN_IF_ERROR(cuda::GeluBackward(d_tmp.get(), d_pre.get(), d_dout.get(), n, nullptr));
+        FP8RT_RETURN_IF_ERROR(
+            cuda::GeluBackward(d_tmp.get(), d_pre.get(), d_dout.get(), n, nullptr));
         return cuda::QuantizeDbias(d_tmp.get(), out.t, db.get(), sat.get(), scratch.get(),
                                    scratch.size(), nullptr);
       }();
@@ -241,6 +242,19 @@ class QuantizeDbiasGpu : public test::QuantizeCaseGpuTest {
       host.t.data = nullptr;
       ASSERT_TRUE(cpu::Quantize(gelu.data(), host.t).ok());
       EXPECT_TRUE(SameCodes(g_t, host.data_t, "gelu_out.data_t vs CPU"));
+      // gelu_out's codes one byte off their 8-byte alignment: every tile takes the guarded path,
+      // with the same codes.
+      DeviceBuffer<uint8_t> shifted(n + 1);
+      shifted.Poison();
+      Fp8Tensor off = want_g.t;
+      off.data_t = shifted.get() + 1;
+      st = cuda::QuantizeDbiasGeluGrad(d_dout.get(), d_pre.get(), fused.t, db_fused.get(),
+                                       sat_fused.get(), scratch.get(), scratch.size(), nullptr,
+                                       &off);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      const std::vector<uint8_t> off_t = shifted.Download();
+      EXPECT_TRUE(SameCodes(std::vector<uint8_t>(off_t.begin() + 1, off_t.end()), g_t,
+                            "gelu_out.data_t, unaligned"));
       // A wrong gelu_out is refused before anything is written.
       Fp8Tensor bad = got_g.t;
       bad.amax = got_g.scalars.get() + 2;
@@ -277,16 +291,17 @@ class QuantizeDbiasGpu : public test::QuantizeCaseGpuTest {
     DeviceBuffer<float> db_codes(db0), db_values(db0);
     DeviceBuffer<unsigned long long> sat_codes(std::vector<unsigned long long>{0});
     DeviceBuffer<unsigned long long> sat_values(std::vector<unsigned long long>{0});
-    Status st = cuda::QuantizeDbiasGeluGrad(d_dout.get(), d_codes.get(), from_codes.t,
-                                            db_codes.get(), sat_codes.get(), scratch.get(),
-                                            scratch.size(), nullptr);
+    Status st =
+        cuda::QuantizeDbiasGeluGrad(d_dout.get(), d_codes.get(), from_codes.t, db_codes.get(),
+                                    sat_codes.get(), scratch.get(), scratch.size(), nullptr);
     ASSERT_TRUE(st.ok()) << st.ToString();
     st = cuda::QuantizeDbiasGeluGrad(d_dout.get(), d_dec.get(), from_values.t, db_values.get(),
                                      sat_values.get(), scratch.get(), scratch.size(), nullptr);
     ASSERT_TRUE(st.ok()) << st.ToString();
     EXPECT_TRUE(SameCodes(from_codes.data.Download(), from_values.data.Download(), "data"));
     EXPECT_TRUE(SameCodes(from_codes.data_t.Download(), from_values.data_t.Download(), "data_t"));
-    EXPECT_TRUE(SameBits(from_codes.scalars.Download()[2], from_values.scalars.Download()[2], "amax"));
+    EXPECT_TRUE(
+        SameBits(from_codes.scalars.Download()[2], from_values.scalars.Download()[2], "amax"));
     EXPECT_EQ(sat_codes.Download()[0], sat_values.Download()[0]) << "saturated";
     const std::vector<float> got_db = db_codes.Download(), values_db = db_values.Download();
     for (int64_t i = 0; i < cols; ++i) {
@@ -601,8 +616,8 @@ TEST_F(CastTransposeGpuMisc, GeluCastNanAndInfMatchTheSplitCast) {
 // saturating inputs, it gives the cast+transpose kernel's data, amax, saturation and scale_inv.
 template <typename T>
 void ExpectRowMajorGeluCastMatchesTheTiledOne(int64_t rows, int64_t cols, int offset) {
-  SCOPED_TRACE(::testing::Message() << DTypeName(DTypeOf<T>()) << " " << rows << "x" << cols
-                                    << " offset " << offset);
+  SCOPED_TRACE(::testing::Message()
+               << DTypeName(DTypeOf<T>()) << " " << rows << "x" << cols << " offset " << offset);
   const int64_t n = rows * cols;
   std::vector<float> x = test::RandomNormal(n + offset, 17 + n, 0.f, 3.f);
   x[offset] = 1e4f;  // saturates

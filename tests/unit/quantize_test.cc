@@ -270,7 +270,8 @@ TEST(QuantizeCpu, DbiasGeluGradWithGeluOutAlsoWritesQuantizeGelusTransposedCodes
     got_g.t.data = nullptr, got_g.t.amax = nullptr;
     std::vector<float> db1(cols, 1.f), db2(cols, 1.f);
     uint64_t sat1 = 0, sat2 = 0;
-    ASSERT_TRUE(cpu::QuantizeDbiasGeluGrad(dout.data(), pre.data(), plain.t, db1.data(), &sat1).ok());
+    ASSERT_TRUE(
+        cpu::QuantizeDbiasGeluGrad(dout.data(), pre.data(), plain.t, db1.data(), &sat1).ok());
     ASSERT_TRUE(cpu::QuantizeGelu(pre.data(), want_g.t).ok());
     const Status st =
         cpu::QuantizeDbiasGeluGrad(dout.data(), pre.data(), fused.t, db2.data(), &sat2, &got_g.t);
@@ -299,6 +300,8 @@ TEST(QuantizeCpu, DbiasGeluGradWithGeluOutAlsoWritesQuantizeGelusTransposedCodes
       {[&](Fp8Tensor& t) { t.data = nullptr, t.amax = &g.amax; }, "gelu_out.amax is set"},
       {[](Fp8Tensor& t) { t.data = nullptr, t.cols = 4; }, "gelu_out is (6, 4); out is (6, 5)"},
       {[&](Fp8Tensor& t) { t.data = nullptr, t.data_t = out.t.data_t; },
+       "gelu_out.data_t must not alias out's codes"},
+      {[&](Fp8Tensor& t) { t.data = nullptr, t.data_t = out.t.data + 3; },
        "gelu_out.data_t must not alias out's codes"},
       {[&](Fp8Tensor& t) { t.data = nullptr, t.scale_inv = out.t.scale_inv; },
        "gelu_out.scale_inv must not alias out's"},

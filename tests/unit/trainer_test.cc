@@ -130,6 +130,25 @@ TEST_F(TrainerTest, ProfileOpsReportsEveryOpOfTheStepWithoutChangingTheRun) {
   }
 }
 
+// train.recompute under delayed scaling: FC2's input is cast again by FC's output-gradient cast
+// (one read of FC's output for both), not by a cast of its own; outside the calibrating first
+// step, in every layer.
+TEST_F(TrainerTest, RecomputeCastsFc2sInputAgainInFcsGradientCast) {
+  TrainOptions o;
+  o.config = Tiny(Precision::kFp8, 6);
+  o.config.train.recompute = true;
+  o.profile_ops = true;
+  auto r = RunTraining(o, cpu_);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::map<std::string, OpTime> by_name;
+  for (const OpTime& t : r->op_profile) by_name[t.op] = t;
+  const char* fused = "fp8 cast dy (+T, +dbias, +gelu bwd, +recast x)";
+  ASSERT_TRUE(by_name.count(fused)) << "no '" << fused << "' in the profile";
+  EXPECT_EQ(by_name[fused].calls_per_step, 2.0);  // two layers
+  EXPECT_EQ(by_name.count("fp8 recast x (T only, +gelu)"), 0u);
+  EXPECT_EQ(by_name.count("fp8 cast dy (+T, +dbias, +gelu bwd)"), 0u);
+}
+
 // A fresh scale state has scale 1 everywhere. At 4096 tokens per step the first step's output
 // gradients are mostly below E5M2's smallest subnormal at that scale and flush to zero, so the
 // first gradient comes out too small; fp8.first_step_current casts step 1 with each tensor's own
