@@ -93,4 +93,21 @@ struct HostFp8 {
   HostFp8& operator=(const HostFp8&) = delete;
 };
 
+// Which orientations a cast writes: both, data_t alone (a transposed-only cast) or data alone.
+enum class Outputs { kBoth, kTransposedOnly, kDataOnly };
+inline constexpr Outputs kAllOutputs[] = {Outputs::kBoth, Outputs::kTransposedOnly,
+                                          Outputs::kDataOnly};
+
+inline const char* OutputsName(Outputs o) {
+  return o == Outputs::kBoth ? "data and data_t"
+                             : (o == Outputs::kTransposedOnly ? "data_t only" : "data only");
+}
+
+// Drops the orientation o leaves out from t (its buffer stays as it was, e.g. poisoned).
+inline void Select(Outputs o, Fp8Tensor& t) {
+  if (o == Outputs::kTransposedOnly) t.data = nullptr;
+  if (o == Outputs::kDataOnly) t.data_t = nullptr;
+}
+inline void Select(Outputs o, HostFp8& q) { Select(o, q.t); }
+
 }  // namespace fp8rt::test

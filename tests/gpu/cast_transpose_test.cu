@@ -31,21 +31,10 @@ using test::Inputs;
 using test::SameBits;
 using test::SameCodes;
 using test::SaturatingScale;
-
-// Which orientations a cast writes: both, data_t alone (a transposed-only cast) or data alone.
-enum class Outputs { kBoth, kTransposedOnly, kDataOnly };
-constexpr Outputs kAllOutputs[] = {Outputs::kBoth, Outputs::kTransposedOnly, Outputs::kDataOnly};
-
-const char* OutputsName(Outputs o) {
-  return o == Outputs::kBoth ? "data and data_t"
-                             : (o == Outputs::kTransposedOnly ? "data_t only" : "data only");
-}
-
-// Drops the orientation o leaves out from t (its buffer stays as it was).
-void Select(Outputs o, Fp8Tensor& t) {
-  if (o == Outputs::kTransposedOnly) t.data = nullptr;
-  if (o == Outputs::kDataOnly) t.data_t = nullptr;
-}
+using test::kAllOutputs;
+using test::Outputs;
+using test::OutputsName;
+using test::Select;
 
 // Codes equal or one step apart (same sign, magnitudes adjacent): two casts of values that may
 // differ by a rounding of T.

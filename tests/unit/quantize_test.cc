@@ -20,6 +20,10 @@ namespace fp8rt {
 namespace {
 
 using test::HostFp8;
+using test::kAllOutputs;
+using test::Outputs;
+using test::OutputsName;
+using test::Select;
 
 TEST(QuantizeCpu, HandCheckedE4M3CodesSaturationAmaxAndScaleInv) {
   // scale 2: 1 -> 2 (0x40), -0.25 -> -0.5 (0xb0), 300 -> 600 saturates to 448 (0x7e),
@@ -343,21 +347,6 @@ TEST(QuantizeCpu, DbiasGeluGradFromE4m3CodesIsTheDecodedValuesVersion) {
   const Status st = cpu::QuantizeDbiasGeluGrad(dout.data(), static_cast<const uint8_t*>(nullptr),
                                                b.t, dbb.data());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-}
-
-// Which orientations a cast writes: both, data_t alone (a transposed-only cast) or data alone.
-enum class Outputs { kBoth, kTransposedOnly, kDataOnly };
-constexpr Outputs kAllOutputs[] = {Outputs::kBoth, Outputs::kTransposedOnly, Outputs::kDataOnly};
-
-const char* OutputsName(Outputs o) {
-  return o == Outputs::kBoth ? "data and data_t"
-                             : (o == Outputs::kTransposedOnly ? "data_t only" : "data only");
-}
-
-// Drops the orientation o leaves out from q's tensor (its buffer stays poisoned).
-void Select(Outputs o, HostFp8& q) {
-  if (o == Outputs::kTransposedOnly) q.t.data = nullptr;
-  if (o == Outputs::kDataOnly) q.t.data_t = nullptr;
 }
 
 // A fused cast against the two steps' cast (want): the same codes in the orientations it
