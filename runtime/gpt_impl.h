@@ -150,10 +150,10 @@ class Gpt final : public GptModel {
   bool Recomputes(int kind) const { return o_.recompute && !Fp8On(kind); }
   // train.recompute in an FP8 block linear (per-tensor scaling): the FP8 transposed copy of its
   // input is not saved per layer; the backward casts it again (RecastInput), with the forward's
-  // scale, into one scratch buffer (fp8_.recast_to), from the input recomputed as a non-FP8 layer's is
-  // (the norm's output; the GELU fused into the cast) or, for the attention projection, from the
-  // saved attention output (where attention keeps it, as cuDNN's does). Decided once in Setup
-  // (DecideRecast, kept in fp8_.recast); RecastsInput reads that.
+  // scale, into one scratch buffer (fp8_.recast_to), from the input recomputed as a non-FP8
+  // layer's is (the norm's output; the GELU fused into the cast) or, for the attention projection,
+  // from the saved attention output (where attention keeps it, as cuDNN's does). Decided once in
+  // Setup (DecideRecast, kept in fp8_.recast); RecastsInput reads that.
   bool DecideRecast(int kind) const {
     if (!o_.recompute || !Fp8On(kind) || o_.fp8.mode == ScalingMode::kBlock) return false;
     // (with fp8.gelu_input_fp8 FC's output is kept only as E4M3 codes: GELU of those is not the
@@ -241,9 +241,10 @@ class Gpt final : public GptModel {
   // dy_gelu_pre8: the same from the E4M3 codes of fp8.gelu_input_fp8.
   // split: an FP8 layer's backward in pieces (FusesRecastIntoDyCast), below.
   struct Fp8BwdSplit {
-    bool dy_cast_done = false;           // dY was cast already (CastDy): do not cast it here
-    uint8_t* dy8t = nullptr;             // the transposed dY codes' place (null: fp8_.dy8t)
-    GemmArgs* deferred_wgrad = nullptr;  // set: the wgrad GEMM is returned here, not run
+    bool dy_cast_done = false;  // dY was cast already (CastDy): do not cast it here
+    // Set: the wgrad GEMM is returned here, not run, and dY's transposed codes go to
+    // fp8_.dy8t_held (the next layer's dY cast takes the shared ones before it runs).
+    GemmArgs* deferred_wgrad = nullptr;
   };
   Status LinearBackward(int l, int kind, T* dx, float* dw, float* db, const T* dy, const T* x,
                         const T* dgelu_aux = nullptr, bool* dgelu_done = nullptr,

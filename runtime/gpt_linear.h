@@ -85,11 +85,11 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
     FP8RT_RETURN_IF_ERROR(
         CurrentScale(l, kind, kRoleX, x, M_ * K, SplitOverTp(kind, kRoleX) ? tp : nullptr));
   }
-  if (x8_ready) {  // (NormForward wrote the codes, counted amax and saturation)
-  } else if (gelu_pre != nullptr) {  // (delayed scaling: the cast is Quantize's)
+  // (x8_ready: NormForward wrote the codes and counted amax and saturation)
+  if (!x8_ready && gelu_pre != nullptr) {  // (delayed scaling: the cast is Quantize's)
     ops_->Mark("fp8 cast x (+T, +gelu)");
     FP8RT_RETURN_IF_ERROR(ops_->QuantizeGelu(gelu_pre, xq, fp8_.SaturatedOf(l, kind, kRoleX)));
-  } else {
+  } else if (!x8_ready) {
     ops_->Mark("fp8 cast x (+T)");
     FP8RT_RETURN_IF_ERROR(fp8_.Cast(x, xq, fp8_.SaturatedOf(l, kind, kRoleX)));
   }
@@ -225,14 +225,13 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
                                    const T* x, const T* dgelu_aux, bool* dgelu_done,
                                    const T* dy_gelu_pre, const uint8_t* dy_gelu_pre8,
                                    const Fp8BwdSplit& split) {
-  if ((split.dy_cast_done || split.dy8t != nullptr || split.deferred_wgrad != nullptr) &&
-      (!Fp8On(kind) || fp8_.block)) {
+  if ((split.dy_cast_done || split.deferred_wgrad != nullptr) && (!Fp8On(kind) || fp8_.block)) {
     return Status::Internal(StrCat("LinearBackward: layer kind ", kind,
                                    " is not a per-tensor FP8 layer; its backward is not split"));
   }
-  if (split.deferred_wgrad != nullptr && split.dy8t == nullptr) {  // (the next dY cast's buffer)
+  if (split.deferred_wgrad != nullptr && fp8_.dy8t_held == nullptr) {
     return Status::Internal(StrCat("LinearBackward: layer kind ", kind,
-                                   " defers its wgrad without a place of its own for dY's codes"));
+                                   " defers its wgrad, but Setup placed no held dY codes"));
   }
   if ((dy_gelu_pre != nullptr || dy_gelu_pre8 != nullptr) &&
       (db == nullptr || !FusesGeluIntoDyCast(kind))) {
@@ -283,7 +282,8 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
   }
   if (fp8_.block) return BlockLinearBackward(l, kind, dx, dw, dy);
   const int slot = fp8_.Slot(l, kind);
-  const Fp8Tensor dyq = DyTensor(l, kind, split.dy8t);
+  const Fp8Tensor dyq =
+      DyTensor(l, kind, split.deferred_wgrad != nullptr ? fp8_.dy8t_held : nullptr);
   if (!split.dy_cast_done) {
     FP8RT_RETURN_IF_ERROR(CastDy(l, kind, dyq, db, dy, dy_gelu_pre, dy_gelu_pre8));
   }

@@ -182,7 +182,7 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
   }
   GemmArgs fc2_wgrad;
   Fp8BwdSplit fc2_split, fc_split;
-  if (recast_in_dy_cast) fc2_split = {false, fp8_.dy8t_held, &fc2_wgrad};
+  if (recast_in_dy_cast) fc2_split.deferred_wgrad = &fc2_wgrad;
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kFcProj, d4c_, Gl(kFcProjW, l), Gl(kFcProjB, l), dres_,
                                        fch_gelu_[l], fch_[l], &dgelu_done, nullptr, nullptr,
                                        fc2_split));

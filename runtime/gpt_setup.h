@@ -222,8 +222,9 @@ Status Gpt<Ops, T>::Setup() {
     int64_t a = 0, b = 0;
     for (const auto& [p, n] : transient) a += aligned(n);
     for (const auto& [v, n] : transient_layers) b += aligned(n);
-    // train.recompute's FP8 transposed inputs, cast again in the backward: one shared buffer
-    // (written and read within one linear layer's backward), the widest such input's.
+    // train.recompute's FP8 transposed inputs, cast again in the backward: one shared buffer, the
+    // widest such input's (written and read within one linear layer's backward; FC2's, when FC's
+    // dY cast writes it, from that cast to FC2's wgrad, before FC's own recast).
     int64_t recast_bytes = 0;
     for (int kind = 0; kind < kNumLinear; ++kind) {
       fp8_.recast[kind] = DecideRecast(kind);
