@@ -8,8 +8,13 @@ namespace fp8rt::cuda_detail {
 constexpr float kGeluSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
 
+// tanh-GELU's argument u = sqrt(2/pi) (x + 0.044715 x^3), shared by the four forms below.
+__device__ __forceinline__ float GeluArg(float x) {
+  return kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x);
+}
+
 __device__ __forceinline__ float GeluF(float x) {
-  const float u = kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x);
+  const float u = GeluArg(x);
   return x / (1.0f + expf(-2.0f * u));  // x * sigmoid(2u); expf overflow gives -0, not NaN
 }
 
@@ -19,7 +24,7 @@ __device__ __forceinline__ float GeluF(float x) {
 // input) are bound by the exact form's instructions. Used where the result is rounded to bf16;
 // the GELU kernel and those casts share it, so their results are the same bits.
 __device__ __forceinline__ float GeluFastF(float x) {
-  const float u = kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x);
+  const float u = GeluArg(x);
   return __fdividef(x, 1.0f + __expf(-2.0f * u));
 }
 
@@ -35,7 +40,7 @@ __device__ __forceinline__ float GeluFor(float x) {
 }
 
 __device__ __forceinline__ float GeluGradF(float x) {
-  const float u = kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x);
+  const float u = GeluArg(x);
   const float e = expf(-2.0f * u);
   const float s = 1.0f / (1.0f + e);  // sigmoid(2u) = 0.5 (1 + tanh(u))
   // d/dx [x sigmoid(2u)] = s + 2 x s (1 - s) u', with 1 - s = e s kept exact for large x. For
@@ -49,7 +54,7 @@ __device__ __forceinline__ float GeluGradF(float x) {
 // far below a bf16 rounding): about half the instructions, which is what the FP8 cast that
 // fuses the GELU backward is bound by. Used where the result is rounded to bf16.
 __device__ __forceinline__ float GeluGradFastF(float x) {
-  const float u = kGeluSqrt2OverPi * (x + kGeluCubic * x * x * x);
+  const float u = GeluArg(x);
   const float e = __expf(-2.0f * u);
   const float s = __fdividef(1.0f, 1.0f + e);  // 0 for e = inf (divisor beyond 2^126)
   const float s_1ms = e < 3.0e38f ? e * s * s : 0.0f;
