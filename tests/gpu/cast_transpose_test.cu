@@ -171,7 +171,7 @@ class QuantizeDbiasGpu : public test::QuantizeCaseGpuTest {
   // With gelu_out (train.recompute's FC2 input cast again in FC's dY cast): out, its telemetry
   // and dbias exactly as without it; gelu_out's transposed codes and scale_inv cuda::QuantizeGelu's
   // (and so the CPU's cast of cuda::GeluForward's output), in either format beside either of
-  // out's; gelu_out's data and amax untouched.
+  // out's; gelu_out's data buffer and the amax slot beside it untouched (neither is passed).
   template <typename T>
   void RunDbiasGeluGradWithGeluOut() {
     const Case& c = GetParam();
