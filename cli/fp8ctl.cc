@@ -13,6 +13,7 @@
 #include "cli/fp8ctl_verbs.h"
 #include "cli/local_daemon.h"
 #include "common/strict_yaml.h"
+#include "common/text.h"
 
 namespace fp8rt::fp8ctl {
 namespace {
@@ -52,6 +53,37 @@ void LocalDaemon(std::string* server, std::string* token) {
   if (token->empty()) *token = read(dir / "token");
 }
 
+// What the command line asked for, beyond the connection.
+struct Args {
+  std::string file, name, precision, node_id, drain_reason;
+  int nodes = 0, gpus = 0, priority = 0, rank = 0;
+  bool wait = false, has_priority = false, watch = false, hold = false, follow = false;
+  bool as_json = false;
+  int64_t id = 0, tail = -1, poll_ms = 1000;
+};
+
+int Run(const std::string& cmd, const Conn& c, Args a, std::ostream& out, std::ostream& err) {
+  if (cmd == "submit") {
+    SubmitArgs s{a.file, a.name, a.precision, a.nodes, a.gpus, a.priority, a.has_priority};
+    if (int rc = Submit(c, s, a.as_json, &a.id, out, err); rc != kOk || !a.wait) return rc;
+    return ShowStatus(c, a.id, /*watch=*/true, /*from_submit=*/true, a.poll_ms, a.as_json, out,
+                      err);
+  }
+  if (cmd == "status") return ShowStatus(c, a.id, a.watch, false, a.poll_ms, a.as_json, out, err);
+  if (cmd == "list") return List(c, a.as_json, out, err);
+  if (cmd == "cancel" || cmd == "preempt" || cmd == "resume") {
+    return JobAction(c, cmd, a.id, a.hold, a.as_json, out, err);
+  }
+  if (cmd == "logs") {
+    return Logs(c, {a.id, a.rank, a.tail, a.follow, a.poll_ms}, a.as_json, out, err);
+  }
+  if (cmd == "events") return Events(c, a.id, a.as_json, out, err);
+  if (cmd == "drain" || cmd == "undrain") {
+    return Drain(c, cmd, a.node_id, a.drain_reason, a.as_json, out, err);
+  }
+  return Nodes(c, a.as_json, out, err);
+}
+
 }  // namespace
 
 int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
@@ -59,15 +91,17 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
   app.require_subcommand(1);
   app.fallthrough();  // --server, --token and --json may come after the verb too
   Conn c;
-  bool as_json = false;
+  Args args;
   app.add_option("--server", c.server, "scheduler URL, e.g. http://host:8080 (or FP8CTL_SERVER)");
-  app.add_option("--token", c.token, "API token (or FP8CTL_TOKEN, or the config file)");
-  app.add_flag("--json", as_json, "print JSON instead of tables");
-
-  std::string file, name, precision;
-  int nodes = 0, gpus = 0, priority = 0;
-  bool wait = false, has_priority = false;
-  int64_t wait_poll_ms = 1000;
+  auto* token_flag = app.add_option(
+      "--token", c.token, "API token (better: FP8CTL_TOKEN, or the config file; see below)");
+  app.add_flag("--json", args.as_json, "print JSON instead of tables");
+  std::string& file = args.file;
+  std::string& name = args.name;
+  std::string& precision = args.precision;
+  int &nodes = args.nodes, &gpus = args.gpus, &priority = args.priority;
+  bool &wait = args.wait, &has_priority = args.has_priority;
+  int64_t& wait_poll_ms = args.poll_ms;
   auto* submit = app.add_subcommand("submit", "submit a training config or a job spec");
   submit->add_option("FILE", file, "configs/*.yaml (a training config) or a job spec")->required();
   submit->add_option("--name", name, "job name (default: the config's name)");
@@ -80,10 +114,10 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
   submit->add_flag("--wait", wait, "follow the job and exit with its outcome");
   submit->add_option("--poll-ms", wait_poll_ms, "--wait's polling period")->check(CLI::Range(10, 60000));
   app.add_subcommand("list", "your jobs (all jobs for an admin)");
-  int64_t id = 0;
+  int64_t& id = args.id;
   auto* status = app.add_subcommand("status", "one job");
   status->add_option("ID", id, "job id")->required();
-  bool watch = false, hold = false;
+  bool &watch = args.watch, &hold = args.hold;
   status->add_flag("--watch,-w", watch, "follow it until it ends (redrawn on a terminal)");
   status->add_option("--poll-ms", wait_poll_ms, "--watch's polling period")->check(CLI::Range(10, 60000));
   auto* cancel = app.add_subcommand("cancel", "cancel a job");
@@ -94,9 +128,9 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
   preempt->add_flag("--hold", hold, "keep it PREEMPTED until `fp8ctl resume`");
   auto* resume = app.add_subcommand("resume", "requeue a job preempted with --hold");
   resume->add_option("ID", id, "job id")->required();
-  int rank = 0;
-  int64_t tail = -1;
-  bool follow = false;
+  int& rank = args.rank;
+  int64_t& tail = args.tail;
+  bool& follow = args.follow;
   auto* logs = app.add_subcommand("logs", "a rank's output, as its node uploads it");
   logs->add_option("ID", id, "job id")->required();
   logs->add_option("--rank", rank, "which rank (default 0)")->check(CLI::Range(0, 999999));
@@ -106,7 +140,7 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
   auto* events = app.add_subcommand("events", "a job's state transitions");
   events->add_option("ID", id, "job id")->required();
   app.add_subcommand("nodes", "the cluster's nodes, their GPUs and jobs");
-  std::string node_id, drain_reason;
+  std::string &node_id = args.node_id, &drain_reason = args.drain_reason;
   auto* drain = app.add_subcommand(
       "drain", "admin: no new jobs on a node; its running jobs checkpoint and move elsewhere");
   drain->add_option("NODE", node_id, "node id")->required();
@@ -138,25 +172,29 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
   // Nothing given: a local fp8d --standalone's own server and token.
   if (c.server.empty() && c.token.empty()) LocalDaemon(&c.server, &c.token);
   if (c.server.empty()) c.server = "http://127.0.0.1:8080";
+  if (HasControlChars(c.token)) {
+    // A CR LF in a token would end the Authorization header and start another.
+    err << "fp8ctl: the token holds control characters (from --token, FP8CTL_TOKEN or the "
+           "config file); it is not sent\n";
+    return kBadInput;
+  }
+  if (token_flag->count() > 0) {
+    // As gh and kubectl say: a flag's value is in /proc/PID/cmdline and the shell's history.
+    err << "fp8ctl: warning: --token shows the token to every user of this machine (the process "
+           "list) and keeps it in your shell history; prefer FP8CTL_TOKEN or the config file "
+           "(~/.config/fp8ctl/config, mode 0600)\n";
+  }
 
   const std::string cmd = app.get_subcommands()[0]->get_name();
-  if (cmd == "submit") {
-    SubmitArgs a{file, name, precision, nodes, gpus, priority, has_priority};
-    if (int rc = Submit(c, a, as_json, &id, out, err); rc != kOk || !wait) return rc;
-    return ShowStatus(c, id, /*watch=*/true, /*from_submit=*/true, wait_poll_ms, as_json, out,
-                      err);
+  try {
+    return Run(cmd, c, args, out, err);
+  } catch (const std::exception& e) {
+    // An answer of a shape this fp8ctl does not know ({"jobs": 5}), say: an exit code, not an
+    // abort.
+    err << "fp8ctl: the server's answer is not what this fp8ctl expects (" << Printable(e.what())
+        << "); is " << Printable(c.server) << " an fp8d of this version?\n";
+    return kServerError;
   }
-  if (cmd == "status") return ShowStatus(c, id, watch, false, wait_poll_ms, as_json, out, err);
-  if (cmd == "list") return List(c, as_json, out, err);
-  if (cmd == "cancel" || cmd == "preempt" || cmd == "resume") {
-    return JobAction(c, cmd, id, hold, as_json, out, err);
-  }
-  if (cmd == "logs") return Logs(c, {id, rank, tail, follow, wait_poll_ms}, as_json, out, err);
-  if (cmd == "events") return Events(c, id, as_json, out, err);
-  if (cmd == "drain" || cmd == "undrain") {
-    return Drain(c, cmd, node_id, drain_reason, as_json, out, err);
-  }
-  return Nodes(c, as_json, out, err);
 }
 
 }  // namespace fp8rt::fp8ctl

@@ -15,8 +15,10 @@
 
 #include "cli/fp8ctl.h"
 #include "cli/fp8ctl_view.h"
-#include "common/config_paths.h"
+#include "common/job_spec.h"
+#include "common/read_file.h"
 #include "common/strict_yaml.h"
+#include "common/text.h"
 #include "net/http_client.h"
 
 namespace fp8rt::fp8ctl {
@@ -32,11 +34,62 @@ int ExitFor(int http) {
   return kServerError;
 }
 
-// A training config's relative paths (common/config_paths.h), made absolute against the config
-// file's directory (the config travels inside the job; the files must exist at that path on the
-// nodes).
-void AbsoluteDataPaths(json* config, const std::string& file) {
-  AbsoluteConfigPaths(config, fs::absolute(fs::path(file)).parent_path());
+// The job `file` describes, checked here first so that a mistake is named with the user's file
+// and line before anything is sent: a training config (its inputs made absolute against the
+// file's directory: the config travels inside the job) or a job spec. Flags override the file.
+Result<JobSpec> ReadSubmission(const SubmitArgs& a) {
+  const std::string& file = a.file;
+  std::error_code ec;
+  if (fs::is_directory(file, ec)) {
+    return Status::InvalidArgument(
+        StrCat(file, " is a directory; give a training config (configs/*.yaml) or a job spec"));
+  }
+  // The server's request limit (the spec it is sent in is about as large).
+  auto text = ReadRegularFile(file, "file", {.max_bytes = kMaxConfigBytes});
+  if (!text.ok()) {
+    if (text.status().message().find(" are allowed") != std::string::npos) {
+      return Status::InvalidArgument(StrCat(file, " is too large: the scheduler takes at most ",
+                                            kMaxConfigBytes, " bytes (1 MiB)"));
+    }
+    return text.status();
+  }
+  FP8RT_ASSIGN_OR_RETURN(const strict::Value doc, strict::Parse(*text, file));
+  if (doc.kind != strict::Kind::kMap) {
+    return Status::InvalidArgument(StrCat(file,
+                                          " is not a mapping: expected a training config "
+                                          "(model, data, train, ...) or a job spec"));
+  }
+  const std::string dir = fs::absolute(fs::path(file)).parent_path().string();
+  JobSpec spec;
+  const bool config = doc.Find("model") || doc.Find("train") || doc.Find("data");
+  if (config) {
+    auto c = ReadRunConfig(doc, file);
+    if (!c.ok()) return Status::InvalidArgument(StrCat(file, ": ", c.status().message()));
+    spec.config = std::move(c).value();
+    spec.name = doc.Find("name") != nullptr ? spec.config.name : fs::path(file).stem().string();
+  } else {
+    auto s = ReadJobSpec(doc, SpecSource::kUser);
+    if (!s.ok()) return Status::InvalidArgument(StrCat(file, ": ", s.status().message()));
+    spec = std::move(s).value();
+  }
+  if (spec.config_path.empty()) spec.config.ResolveInputs(dir);
+  if (!a.name.empty()) spec.name = a.name;
+  if (a.nodes > 0) spec.nodes = a.nodes;
+  if (a.gpus > 0) spec.gpus_per_node = a.gpus;
+  if (!a.precision.empty()) {
+    FP8RT_ASSIGN_OR_RETURN(spec.precision, ParsePrecision(a.precision));
+  }
+  if (a.has_priority) spec.priority = a.priority;
+  // (A config_path's file is the scheduler's to read; the rest is checked now.)
+  const Status valid = spec.config_path.empty() ? spec.Validate() : Status::Ok();
+  if (!valid.ok()) {
+    return Status::InvalidArgument(StrCat(file,
+                                          valid.message().rfind("name", 0) == 0 && config
+                                              ? " (its name is the job's; or give --name)"
+                                              : "",
+                                          ": ", valid.message()));
+  }
+  return spec;
 }
 
 }  // namespace
@@ -54,14 +107,19 @@ int Call(const Conn& c, const std::string& method, const std::string& target,
   }
   const json j = json::parse(res->body, nullptr, false);
   if (res->status >= 300) {
-    const std::string why = !j.is_discarded() && j.is_object() && j.contains("error")
-                                ? j["error"].get<std::string>()
-                                : res->body;
-    err << "fp8ctl: " << why << " (HTTP " << res->status << ")\n";
+    // The server's words (control characters made visible), whatever shape they came in.
+    const json* e =
+        !j.is_discarded() && j.is_object() && j.contains("error") ? &j["error"] : nullptr;
+    const std::string why = e == nullptr ? res->body.substr(0, 500)
+                            : e->is_string()
+                                ? e->get<std::string>()
+                                : e->dump(-1, ' ', false, json::error_handler_t::replace);
+    err << "fp8ctl: " << Printable(why) << " (HTTP " << res->status << ")\n";
     return ExitFor(res->status);
   }
-  if (j.is_discarded()) {
-    err << "fp8ctl: the server's answer is not JSON: " << res->body.substr(0, 200) << "\n";
+  if (j.is_discarded() || !j.is_object()) {
+    err << "fp8ctl: the server's answer is not a JSON object: "
+        << Printable(res->body.substr(0, 200)) << "\n";
     return kServerError;
   }
   *reply = j;
@@ -70,38 +128,19 @@ int Call(const Conn& c, const std::string& method, const std::string& target,
 
 int Submit(const Conn& c, const SubmitArgs& a, bool as_json, int64_t* id, std::ostream& out,
            std::ostream& err) {
-  const std::string& file = a.file;
   json reply;
-  std::ifstream in(file);
-  if (!in) {
-    err << "fp8ctl: cannot read '" << file << "'\n";
+  auto spec = ReadSubmission(a);
+  if (!spec.ok()) {
+    err << "fp8ctl: " << Printable(spec.status().message(), "\n") << "\n";
+    return kBadInput;  // nothing was sent
+  }
+  const std::string body = spec->ToJson(SpecSource::kUser);
+  if (body.size() > kMaxConfigBytes) {
+    err << "fp8ctl: the job spec is " << body.size() << " bytes; the scheduler takes at most "
+        << kMaxConfigBytes << " (1 MiB)\n";
     return kBadInput;
   }
-  const std::string text((std::istreambuf_iterator<char>(in)), {});
-  auto parsed = strict::Parse(text, file);
-  if (!parsed.ok() || parsed->kind != strict::Kind::kMap) {
-    err << "fp8ctl: " << (parsed.ok() ? file + " is not a mapping" : parsed.status().message())
-        << "\n";
-    return kBadInput;
-  }
-  json doc = json::parse(strict::ToJson(*parsed));
-  json spec;
-  if (doc.contains("model") || doc.contains("train") || doc.contains("data")) {
-    // A training config: it travels inside the job.
-    spec["name"] = doc.contains("name") && doc["name"].is_string()
-                       ? doc["name"]
-                       : json(fs::path(file).stem().string());
-    AbsoluteDataPaths(&doc, file);
-    spec["config"] = doc;
-  } else {
-    spec = doc;  // a job spec
-  }
-  if (!a.name.empty()) spec["name"] = a.name;
-  if (a.nodes > 0) spec["nodes"] = a.nodes;
-  if (a.gpus > 0) spec["gpus_per_node"] = a.gpus;
-  if (!a.precision.empty()) spec["precision"] = a.precision;
-  if (a.has_priority) spec["priority"] = a.priority;
-  if (int rc = Call(c, "POST", "/v1/jobs", spec.dump(), &reply, err); rc != kOk) return rc;
+  if (int rc = Call(c, "POST", "/v1/jobs", body, &reply, err); rc != kOk) return rc;
   *id = reply.at("id").get<int64_t>();
   if (as_json) {
     out << View(reply).dump() << "\n";
@@ -140,7 +179,7 @@ int ShowStatus(const Conn& c, int64_t id, bool watch, bool from_submit, int64_t 
                              !v["progress"]["step"].is_null();
       if (show_prog && Terminal(state)) show << "job " << id << ": " << prog << "\n";
       if (state != last_state) {
-        show << "job " << id << ": " << state << " (" << Str(v, "reason") << ")\n";
+        show << "job " << id << ": " << Printable(state) << " (" << Shown(v, "reason") << ")\n";
       }
       if (show_prog && !Terminal(state)) show << "job " << id << ": " << prog << "\n";
       if (show_prog) last_progress = prog;
@@ -165,10 +204,10 @@ int List(const Conn& c, bool as_json, std::ostream& out, std::ostream& err) {
       << std::setw(11) << "STATE" << std::setw(10) << "PRECISION" << std::setw(6) << "AGE"
       << "REASON\n";
   for (const auto& j : jobs) {
-    out << std::left << std::setw(6) << j["id"].get<int64_t>() << std::setw(20) << Str(j, "name")
-        << std::setw(10) << Str(j, "user") << std::setw(11) << Str(j, "state") << std::setw(10)
-        << (Str(j, "precision").empty() ? "-" : Str(j, "precision")) << std::setw(6)
-        << Age(j.value("submitted_at", int64_t{0})) << Str(j, "reason") << "\n";
+    out << std::left << std::setw(6) << j["id"].get<int64_t>() << std::setw(20) << Shown(j, "name")
+        << std::setw(10) << Shown(j, "user") << std::setw(11) << Shown(j, "state") << std::setw(10)
+        << (Str(j, "precision").empty() ? "-" : Shown(j, "precision")) << std::setw(6)
+        << Age(j.value("submitted_at", int64_t{0})) << Shown(j, "reason") << "\n";
   }
   return kOk;
 }
@@ -181,10 +220,14 @@ int JobAction(const Conn& c, const std::string& verb, int64_t id, bool hold, boo
   if (int rc = Call(c, "POST", StrCat("/v1/jobs/", id, "/", cmd), body, &reply, err); rc != kOk) {
     return rc;
   }
+  if (!reply.contains("state") || !reply["state"].is_string()) {
+    err << "fp8ctl: the server's answer is not a job (no state)\n";
+    return kServerError;
+  }
   if (as_json) {
     out << View(reply).dump() << "\n";
   } else {
-    out << "job " << id << ": " << Str(reply, "state") << " (" << Str(reply, "reason") << ")\n";
+    out << "job " << id << ": " << Shown(reply, "state") << " (" << Shown(reply, "reason") << ")\n";
   }
   return kOk;
 }
@@ -202,13 +245,17 @@ int Logs(const Conn& c, const LogsArgs& a, bool as_json, std::ostream& out, std:
     const std::string query = StrCat("/v1/jobs/", id, "/logs?rank=", rank,
                                      first && tail >= 0 ? StrCat("&tail=", tail) : "");
     if (int rc = Call(c, "GET", query, "", &reply, err); rc != kOk) return rc;
-    const std::string text = reply.value("text", std::string());
+    if (!reply.contains("text") || !reply["text"].is_string()) {
+      err << "fp8ctl: the server's answer is not a log (no text)\n";
+      return kServerError;
+    }
+    const std::string text = reply["text"].get<std::string>();
     if (as_json) {
       out << reply.dump() << "\n";
       return kOk;
     }
     if (first) {
-      out << text;
+      out << Printable(text, "\n\t");
       if (follow && tail >= 0) {
         // Followed from here on: the whole log's length is what has been shown.
         if (int rc = Call(c, "GET", StrCat("/v1/jobs/", id, "/logs?rank=", rank), "", &reply, err);
@@ -220,7 +267,8 @@ int Logs(const Conn& c, const LogsArgs& a, bool as_json, std::ostream& out, std:
         printed = text.size();
       }
     } else {
-      out << (text.size() >= printed ? text.substr(printed) : text);  // shorter: it was cut
+      // (shorter: it was cut)
+      out << Printable(text.size() >= printed ? text.substr(printed) : text, "\n\t");
       printed = text.size();
     }
     out << std::flush;
@@ -236,7 +284,7 @@ int Logs(const Conn& c, const LogsArgs& a, bool as_json, std::ostream& out, std:
         return rc;
       }
       const std::string last = reply.value("text", std::string());
-      if (last.size() > printed) out << last.substr(printed);
+      if (last.size() > printed) out << Printable(last.substr(printed), "\n\t");
       return kOk;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(wait_poll_ms));
@@ -253,8 +301,8 @@ int Events(const Conn& c, int64_t id, bool as_json, std::ostream& out, std::ostr
     return kOk;
   }
   for (const auto& e : reply.at("events")) {
-    out << e.value("time", int64_t{0}) << "  " << Str(e, "from") << " -> " << Str(e, "to") << "  "
-        << Str(e, "reason") << "\n";
+    out << e.value("time", int64_t{0}) << "  " << Shown(e, "from") << " -> " << Shown(e, "to")
+        << "  " << Shown(e, "reason") << "\n";
   }
   return kOk;
 }
@@ -274,7 +322,7 @@ int Drain(const Conn& c, const std::string& verb, const std::string& node_id,
     out << n.dump() << "\n";
   } else {
     const auto jobs = n.value("jobs", json::array());
-    out << "node " << node_id << ": " << Str(n, "state")
+    out << "node " << node_id << ": " << Shown(n, "state")
         << (cmd == "drain" && !jobs.empty()
                 ? StrCat(" (", jobs.size(), " job(s) checkpointing to move: ", jobs.dump(), ")")
                 : "")
@@ -294,7 +342,7 @@ int Nodes(const Conn& c, bool as_json, std::ostream& out, std::ostream& err) {
       << "JOBS\n";
   for (const auto& n : reply.at("nodes")) {
     std::map<std::string, int> kinds;
-    for (const auto& g : n.value("gpus", json::array())) ++kinds[Str(g, "name")];
+    for (const auto& g : n.value("gpus", json::array())) ++kinds[Shown(g, "name")];
     std::string gpus_text;
     for (const auto& [k, count] : kinds)
       gpus_text += StrCat(gpus_text.empty() ? "" : ", ", count, "x", k);
@@ -302,10 +350,10 @@ int Nodes(const Conn& c, bool as_json, std::ostream& out, std::ostream& err) {
     for (const auto& j : n.value("jobs", json::array())) {
       jobs_text += StrCat(jobs_text.empty() ? "" : ",", j.get<int64_t>());
     }
-    out << std::left << std::setw(20) << Str(n, "id") << std::setw(10) << Str(n, "state")
+    out << std::left << std::setw(20) << Shown(n, "id") << std::setw(10) << Shown(n, "state")
         << std::setw(24) << (gpus_text.empty() ? "-" : gpus_text)
         << (jobs_text.empty() ? "-" : jobs_text)
-        << (n.value("drained", false) ? StrCat("  (drained: ", Str(n, "drain_reason"), ")") : "")
+        << (n.value("drained", false) ? StrCat("  (drained: ", Shown(n, "drain_reason"), ")") : "")
         << "\n";
   }
   return kOk;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/status.h"
+#include "common/text.h"
 
 namespace fp8rt::fp8ctl {
 namespace {
@@ -27,17 +28,18 @@ std::string Duration(double s) {
 }  // namespace
 
 std::string Str(const json& j, const char* key) {
-  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
 }
+
+std::string Shown(const json& j, const char* key) { return Printable(Str(j, key)); }
 
 json View(const json& job) {
   json v = job;
   v["name"] = job.contains("spec") ? Str(job["spec"], "name") : "";
   v["user"] = Str(job, "owner");
-  // Why the precision is what it is (the scheduler's reason when it fell back).
-  const std::string asked = job.contains("spec") ? Str(job["spec"], "precision") : "";
-  const std::string got = Str(job, "precision");
-  v["fallback_reason"] = !got.empty() && got != asked ? Str(job, "precision_reason") : "";
+  // Why the precision is what it is, when the fallback policy chose it (common/precision.h).
+  v["fallback_reason"] =
+      Str(job, "precision_source") == "fallback" ? Str(job, "precision_reason") : "";
   const json p = job.value("progress", json::object());
   auto num = [&](const char* key) {
     return p.contains(key) && p[key].is_number() && p[key].get<double>() >= 0 ? p[key] : json(nullptr);
@@ -95,13 +97,17 @@ bool Terminal(const std::string& state) {
 }
 
 void PrintStatus(const json& v, std::ostream& out) {
-  out << "job " << v["id"].get<int64_t>() << " (" << Str(v, "name") << ", " << Str(v, "user")
-      << "): " << Str(v, "state") << "\n  reason: " << Str(v, "reason") << "\n  precision: "
-      << (Str(v, "precision").empty() ? "not decided yet" : Str(v, "precision"));
-  if (!Str(v, "fallback_reason").empty()) out << " (" << Str(v, "fallback_reason") << ")";
+  out << "job " << v["id"].get<int64_t>() << " (" << Shown(v, "name") << ", " << Shown(v, "user")
+      << "): " << Shown(v, "state") << "\n  reason: " << Shown(v, "reason") << "\n  precision: "
+      << (Str(v, "precision").empty() ? "not decided yet" : Shown(v, "precision"));
+  if (!Str(v, "fallback_reason").empty()) {
+    out << " (" << Shown(v, "fallback_reason") << ")";
+  } else if (!Str(v, "precision_source").empty()) {
+    out << " (from the " << Shown(v, "precision_source") << ")";
+  }
   std::string placement;
   for (const auto& a : v.value("placement", json::array())) {
-    placement += StrCat(placement.empty() ? "" : ", ", Str(a, "node"), " ",
+    placement += StrCat(placement.empty() ? "" : ", ", Shown(a, "node"), " ",
                         a.value("gpus", json::array()).dump());
   }
   out << "\n  placement: " << (placement.empty() ? "-" : placement);

@@ -13,6 +13,9 @@ using json = nlohmann::json;
 
 // j[key] if it is a string, else "".
 std::string Str(const json& j, const char* key);
+// The same for a terminal: control characters made visible (common/text.h), so that text a node
+// or a job sent cannot move the cursor or retitle the window.
+std::string Shown(const json& j, const char* key);
 // The job as fp8ctl shows it (`--json` of status and list).
 json View(const json& job);
 // "[#######-------------]  1200/5000 (24%)  loss 3.412  52.1K tok/s  MFU 41.0%  ETA 12m3s", or

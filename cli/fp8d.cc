@@ -5,9 +5,11 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -64,14 +66,53 @@ void SchedulerService::Stop() {
   if (p_->loop) p_->loop->Stop();
 }
 
+InputRoots InputRootsOf(const Options& o) {
+  InputRoots r;
+  std::error_code ec;
+  r.config_dir = fs::absolute(o.config_dir.empty() ? fs::current_path(ec) : fs::path(o.config_dir))
+                     .lexically_normal()
+                     .string();
+  r.config_inputs.roots = {r.config_dir};
+  for (const std::string& root : o.config_roots) r.config_inputs.roots.push_back(root);
+  r.config_inputs.roots_name = kConfigRootsName;
+  r.data_inputs.roots = o.data_roots.empty() ? r.config_inputs.roots : o.data_roots;
+  std::vector<std::string> state;
+  if (!o.data_dir.empty()) state.push_back(fs::absolute(o.data_dir).string());
+  state.push_back(fs::absolute(o.checkpoint_root.empty() ? fs::path(o.data_dir) / "checkpoints"
+                                                         : fs::path(o.checkpoint_root))
+                      .string());
+  for (const std::string& f : {o.tokens_file, o.token_file}) {
+    if (!f.empty()) state.push_back(fs::absolute(f).string());
+  }
+  r.config_inputs.private_paths = r.data_inputs.private_paths = state;
+  return r;
+}
+
+Status CheckTokenFileMode(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return Status::Ok();  // reading it will say why
+  if (!S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument(StrCat(what, " ", path, " is not a regular file"));
+  }
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", st.st_mode & 07777);
+    return Status::InvalidArgument(StrCat(what, " ", path, " is mode ", mode,
+                                          ": a token file must be readable by its owner only; "
+                                          "run: chmod 600 ",
+                                          path));
+  }
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<SchedulerService>> SchedulerService::Start(const Options& o) {
   auto auth = TokenAuth::Load(o.tokens_file);
   if (!auth.ok()) return Status::InvalidArgument(auth.status().message());
-  std::error_code ec;
-  fs::create_directories(o.data_dir, ec);
-  if (ec) {
-    return Status::IOError(StrCat("--data-dir ", o.data_dir, ": cannot create: ", ec.message()));
+  std::string tightened;
+  if (const Status made = CreatePrivateDirectories(o.data_dir, &tightened); !made.ok()) {
+    return Status::IOError(StrCat("--data-dir ", o.data_dir, ": ", made.message()));
   }
+  if (!tightened.empty()) spdlog::warn("--data-dir {}", tightened);
   auto p = std::make_unique<Parts>();
   FP8RT_ASSIGN_OR_RETURN(p->store, OpenRocksDbJobStore((fs::path(o.data_dir) / "jobs").string()));
   SchedulerOptions so;
@@ -87,7 +128,14 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Start(const Options&
   ao.rate_per_s = o.rate_per_s;
   ao.burst = o.rate_burst;
   ao.max_user_priority = o.max_user_priority;
-  ao.config_roots = o.config_roots;
+  const InputRoots roots = InputRootsOf(o);
+  ao.config_dir = roots.config_dir;
+  ao.config_inputs = roots.config_inputs;
+  ao.data_inputs = roots.data_inputs;
+  std::string listed;
+  for (const std::string& r : roots.data_inputs.roots) listed += (listed.empty() ? "" : ", ") + r;
+  spdlog::info("jobs' inputs may lie under: {} (config_path: under {} and --config-root)", listed,
+               roots.config_dir);
   p->api = std::make_unique<Api>(p->scheduler.get(), p->store.get(), std::move(auth).value(),
                                  SystemClockSeconds, ao);
   HttpServerOptions ho;
@@ -191,8 +239,11 @@ int Main(int argc, char** argv) {
                  "(default 100)")
       ->check(CLI::Range(-1'000'000, 1'000'000));
   app.add_option("--config-root", o.config_roots,
-                 "absolute directory under which a job's absolute config_path may lie "
-                 "(repeatable; default: relative paths only)");
+                 "absolute directory a job's config_path may lie under besides --config-dir "
+                 "(repeatable; default: none)");
+  app.add_option("--data-root", o.data_roots,
+                 "absolute directory a job's inputs (data.train, data.val, train.init_from) may "
+                 "lie under, after symlinks (repeatable; default: --config-dir and --config-root)");
   app.add_option("--port-file", o.port_file,
                  "write the bound port to this file once serving (for --port 0)");
   app.add_option("--rendezvous-port-base", o.rendezvous_port_base,
@@ -216,7 +267,8 @@ int Main(int argc, char** argv) {
                  "jobs checkpoint to ROOT/<job id>; shared storage for multi-node jobs (default: "
                  "<data-dir>/checkpoints)");
   app.add_option("--config-dir", o.config_dir,
-                 "base of relative config_path values (default: the working directory)");
+                 "base of relative config_path values and inline configs' relative inputs, and a "
+                 "root of both (default: the working directory)");
   app.add_option("--hang-k", o.hang_k,
                  "a gang is hung after k x its median step time without a step (default 10)")
       ->check(CLI::Range(1.0, 1e6));

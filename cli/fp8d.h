@@ -38,7 +38,11 @@ struct Options {
   double rate_burst = 40;            // per-token burst. Default: 40
   size_t max_connections = 0;   // open HTTP connections; 0: from the open-files limit. Default: 0
   int max_user_priority = 100;  // highest priority a user token may set. Default: 100
-  std::vector<std::string> config_roots;  // where absolute config paths may lie. Default: none
+  // Where a config_path may lie besides config_dir (--config-root). Default: none
+  std::vector<std::string> config_roots;
+  // Where a job's inputs (data.train, data.val, train.init_from) may lie (--data-root).
+  // Default: config_dir and config_roots
+  std::vector<std::string> data_roots;
   std::string port_file;  // written (atomically) with the bound port once serving. Default: ""
   int rendezvous_port_base = 29500;  // multi-node gangs meet at base + job id % 1000
 
@@ -51,7 +55,9 @@ struct Options {
   int cpu_slots = 0;          // a CPU node's slots; 0: the online CPUs
   std::string fp8train;       // Default: next to fp8d (or the build tree's runtime/), else PATH
   std::string checkpoint_root;  // Default: <data-dir>/checkpoints
-  std::string config_dir;       // relative config_path base. Default: the working directory
+  // The base of relative config_path values and of relative inputs in an inline config, and a
+  // root of both. Default: the working directory
+  std::string config_dir;
   double hang_k = 10;           // Default: 10 x the median step time
   double hang_floor_s = 300;    // Default: 300 s
   double stop_grace_s = 60;     // SIGTERM -> SIGKILL. Default: 60 s
@@ -92,5 +98,18 @@ Status WritePortFile(const std::string& path, uint16_t port);
 int WaitForStopSignal();
 // The node daemon's options from fp8d's (inventory discovered, token read, fp8train found).
 Result<node::DaemonOptions> NodeOptions(const Options& o);
+
+// Where a job's files may lie (common/input_paths.h), from the options: config_path under the
+// config directory and --config-root; inputs under --data-root (default: the same roots); never
+// under fp8d's own state (the data directory, the checkpoint root, the token files).
+struct InputRoots {
+  std::string config_dir;  // absolute
+  InputRules config_inputs;
+  InputRules data_inputs;
+};
+InputRoots InputRootsOf(const Options& o);
+// A file holding a token must be its owner's alone: InvalidArgument naming the file and the fix
+// when its mode lets anyone else read or write it (or it is not a regular file).
+Status CheckTokenFileMode(const std::string& path, const std::string& what);
 
 }  // namespace fp8rt::fp8d

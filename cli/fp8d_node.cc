@@ -13,6 +13,7 @@
 
 #include "cli/fp8d.h"
 #include "common/atomic_file.h"
+#include "common/text.h"
 #include "scheduler/auth.h"
 
 namespace fp8rt::fp8d {
@@ -30,9 +31,13 @@ std::optional<std::string> ReadTokenFile(const std::string& path) {
 }
 
 Result<std::string> ReadToken(const std::string& path) {
+  FP8RT_RETURN_IF_ERROR(CheckTokenFileMode(path, "--token-file"));
   const std::optional<std::string> t = ReadTokenFile(path);
   if (!t) return Status::InvalidArgument(StrCat("--token-file ", path, ": cannot be read"));
   if (t->empty()) return Status::InvalidArgument(StrCat("--token-file ", path, " is empty"));
+  if (HasControlChars(*t)) {
+    return Status::InvalidArgument(StrCat("--token-file ", path, " holds control characters"));
+  }
   return *t;
 }
 
@@ -86,8 +91,10 @@ Result<std::string> NewToken() {
   return t;
 }
 
-// The token in `path`, made (mode 0600) if there is none yet.
+// The token in `path` (refused when anyone but its owner may read it), made (mode 0600, created
+// afresh: a link at the name is never followed) if there is none yet.
 Result<std::string> TokenFile(const std::string& path) {
+  FP8RT_RETURN_IF_ERROR(CheckTokenFileMode(path, "token file"));
   if (std::optional<std::string> old = ReadTokenFile(path); old && !old->empty()) return *old;
   FP8RT_ASSIGN_OR_RETURN(std::string t, NewToken());
   FP8RT_RETURN_IF_ERROR(WriteFileAtomic(path, t + "\n", 0600));
@@ -115,7 +122,7 @@ Result<node::DaemonOptions> NodeOptions(const Options& o) {
   d.data_dir = (fs::path(o.data_dir) / "node").string();
   d.checkpoint_root = o.checkpoint_root.empty() ? (fs::path(o.data_dir) / "checkpoints").string()
                                                 : o.checkpoint_root;
-  d.config_dir = o.config_dir.empty() ? fs::current_path().string() : o.config_dir;
+  d.inputs = InputRootsOf(o).data_inputs;
   if (o.fp8train.empty()) {
     FP8RT_ASSIGN_OR_RETURN(d.fp8train, FindFp8train());
   } else {
@@ -131,9 +138,11 @@ Result<node::DaemonOptions> NodeOptions(const Options& o) {
   d.hang.floor = std::chrono::milliseconds(static_cast<int64_t>(o.hang_floor_s * 1000));
   d.stop_grace = std::chrono::milliseconds(static_cast<int64_t>(o.stop_grace_s * 1000));
   d.log = [](const std::string& line) { spdlog::info("{}", line); };
-  std::error_code ec;
-  fs::create_directories(d.data_dir, ec);
-  if (ec) return Status::IOError(StrCat("--data-dir ", d.data_dir, ": ", ec.message()));
+  std::string tightened;
+  if (const Status made = CreatePrivateDirectories(d.data_dir, &tightened); !made.ok()) {
+    return Status::IOError(StrCat("--data-dir ", made.message()));
+  }
+  if (!tightened.empty()) spdlog::warn("--data-dir {}", tightened);
   return d;
 }
 
@@ -173,9 +182,11 @@ Status RunNode(const Options& o) {
 
 Status RunStandalone(const Options& given) {
   Options o = given;
-  std::error_code ec;
-  fs::create_directories(o.data_dir, ec);
-  if (ec) return Status::IOError(StrCat("--data-dir ", o.data_dir, ": ", ec.message()));
+  std::string tightened;
+  if (const Status made = CreatePrivateDirectories(o.data_dir, &tightened); !made.ok()) {
+    return Status::IOError(StrCat("--data-dir ", made.message()));
+  }
+  if (!tightened.empty()) spdlog::warn("--data-dir {}", tightened);
   const fs::path dir = o.data_dir;
   if (o.tokens_file.empty()) {
     // Tokens of its own: one for the local user (fp8ctl finds it) and one for its node half.

@@ -11,11 +11,19 @@
 
 namespace fp8rt {
 
+// Creates `path` and its missing parents with mode 0700 (fp8d's state: the job store, logs,
+// tokens, checkpoints). An existing `path` readable or writable by others is made 0700 and, when
+// `tightened` is given, it says so ("--data-dir /x was mode 0755; now 0700").
+Status CreatePrivateDirectories(const std::string& path, std::string* tightened = nullptr);
+
 // fsync of a file, or of a directory (so renames and new entries in it are durable).
 Status FsyncPath(const std::string& path, bool directory);
-// Creates or truncates `path` (mode 0644, or `mode`), writes `bytes` and fsyncs it.
+// Creates or truncates `path` (mode 0644, or `mode`), writes `bytes` and fsyncs it. A symbolic
+// link at `path` is refused (O_NOFOLLOW), never followed.
 Status WriteFileSynced(const std::string& path, const void* bytes, size_t n, int mode = 0644);
-// Replaces `path` atomically: path.tmp written and fsynced, renamed over path, directory fsynced.
+// Replaces `path` atomically: path.tmp created afresh (O_EXCL | O_NOFOLLOW: a file or a link left
+// at that name is removed first, never written through), written and fsynced, renamed over path,
+// directory fsynced.
 Status WriteFileAtomic(const std::string& path, const void* bytes, size_t n, int mode = 0644);
 inline Status WriteFileAtomic(const std::string& path, const std::string& text, int mode = 0644) {
   return WriteFileAtomic(path, text.data(), text.size(), mode);

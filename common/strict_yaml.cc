@@ -120,11 +120,14 @@ Result<Value> TypePlain(const std::string& s, int line) {
     int64_t n = 0;
     const char* first = s.data() + (s[0] == '+' ? 1 : 0);
     const auto [ptr, ec] = std::from_chars(first, s.data() + s.size(), n);
-    if (ec != std::errc() || ptr != s.data() + s.size()) {
-      return Status::InvalidArgument(
-          StrCat("integer ", Clip(s), AtLine(line), " is outside the 64-bit integer range"));
-    }
     v.kind = Kind::kInt;
+    if (ec != std::errc() || ptr != s.data() + s.size()) {
+      // Outside the 64-bit range: kept, so the field reader can name the field in its refusal.
+      v.overflow = true;
+      v.i = s[0] == '-' ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+      v.f = std::strtod(s.c_str(), nullptr);
+      return v;
+    }
     v.i = n;
     v.f = static_cast<double>(n);
     return v;
@@ -365,7 +368,13 @@ class JsonSax {
   }
   bool number_unsigned(json::number_unsigned_t x) {
     if (x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return b_->Fail(StrCat("integer ", x, " is outside the 64-bit integer range"));
+      Value v;  // kept, so the field reader can name the field in its refusal
+      v.kind = Kind::kInt;
+      v.overflow = true;
+      v.i = std::numeric_limits<int64_t>::max();
+      v.f = static_cast<double>(x);
+      v.text = std::to_string(x);
+      return b_->Scalar(std::move(v));
     }
     return number_integer(static_cast<int64_t>(x));
   }
@@ -374,6 +383,14 @@ class JsonSax {
     v.kind = Kind::kFloat;
     v.f = x;
     v.text = s;
+    // An integer literal too large for 64 bits (JSON's parser gives it as a float): an integer
+    // out of range, refused by its field naming it, as in YAML.
+    const std::string_view digits = !s.empty() && s[0] == '-' ? std::string_view(s).substr(1) : s;
+    if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos) {
+      v.kind = Kind::kInt;
+      v.overflow = true;
+      v.i = s[0] == '-' ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+    }
     return b_->Scalar(std::move(v));
   }
   bool string(std::string& s) {
@@ -406,6 +423,7 @@ nlohmann::ordered_json ToNlohmann(const Value& v) {
     case Kind::kBool:
       return v.b;
     case Kind::kInt:
+      if (v.overflow) return v.f;
       return v.i;
     case Kind::kFloat:
       return v.f;
@@ -535,6 +553,10 @@ template <typename T>
 Reader IntegerImpl(T* out, int64_t lo, int64_t hi) {
   return [out, lo, hi](const Value& v, const std::string& path) -> Status {
     if (v.kind != Kind::kInt) return WrongKind(v, path, "an integer");
+    if (v.overflow) {
+      return Status::InvalidArgument(
+          StrCat(path, " = ", Clip(v.text), " is out of range [", lo, ", ", hi, "]"));
+    }
     if (v.i < lo || v.i > hi) {
       return Status::InvalidArgument(
           StrCat(path, " = ", v.i, " is out of range [", lo, ", ", hi, "]"));
@@ -609,7 +631,12 @@ Status ReadFields(const Value& map, const std::string& path,
                                             AtLine(value.line), "; allowed",
                                             path.empty() ? "" : " here", ": ", allowed));
     }
-    FP8RT_RETURN_IF_ERROR(it->second(value, Join(path, key)));
+    // A value's refusal names its line (YAML), once: nested mappings add none of their own.
+    Status read = it->second(value, Join(path, key));
+    if (!read.ok() && value.line > 0 && read.message().find(" at line ") == std::string::npos) {
+      read = Status(read.code(), StrCat(read.message(), AtLine(value.line)));
+    }
+    FP8RT_RETURN_IF_ERROR(read);
   }
   return Status::Ok();
 }

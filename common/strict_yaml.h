@@ -32,6 +32,9 @@ struct Value {
   Kind kind = Kind::kNull;
   bool b = false;            // kBool
   int64_t i = 0;             // kInt
+  // kInt outside the 64-bit range (i is clamped, f approximate, text as written): refused by
+  // Integer() naming the field.
+  bool overflow = false;
   double f = 0;              // kFloat (and kInt, converted)
   std::string text;          // kString: the string; other scalars: as written (for messages)
   bool plain = false;        // an unquoted YAML scalar (so a string field may take `name: 2024`)

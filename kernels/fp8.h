@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/fp8_recipe.h"
 #include "common/status.h"
 #include "kernels/dtype.h"
 #include "kernels/stream.h"
@@ -18,10 +19,6 @@ uint8_t Fp8Encode(float x, Fp8Format f);
 float Fp8Decode(uint8_t code, Fp8Format f);
 // Decoded value of every one of the 256 codes of a format (a lookup table for hot CPU loops).
 const float* Fp8DecodeTable(Fp8Format f);
-
-// How a tensor's scale is chosen. Delayed: from an amax history of earlier steps. Current: from
-// this tensor's own amax (one extra pass).
-enum class ScalingMode : uint8_t { kDelayed, kCurrent, kBlock };
 
 // One quantized tensor, passed whole. Pointers are device pointers for CUDA ops and host
 // pointers for CPU ops. `scale` multiplies on the way in (q = sat(x * scale)); `scale_inv`

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/fp8_recipe.h"
 #include "common/status.h"
 #include "kernels/dtype.h"
 #include "kernels/stream.h"
@@ -41,40 +42,10 @@ FP8RT_HD float ComputeScale(float amax, float old_scale, float fp8_max, int marg
 // scale_inv = 1 / scale, correctly rounded on host and device.
 FP8RT_HD float ScaleInv(float scale) { return DivRn(1.0f, scale); }
 
-// Which amax a delayed scale is computed from.
-enum class AmaxAlgo : uint8_t {
-  kMax,         // the largest amax in the whole history window (NaN entries ignored)
-  kMostRecent,  // this step's amax only
-};
-
-const char* AmaxAlgoName(AmaxAlgo a);  // "max", "most_recent"
-
-// Which FP8 format each tensor role uses.
-enum class Fp8Recipe : uint8_t {
-  kE4M3,    // every tensor E4M3
-  kHybrid,  // E4M3 for forward tensors (weights, activations), E5M2 for gradients
-};
-
-const char* Fp8RecipeName(Fp8Recipe r);  // "e4m3", "hybrid"
-
 // The format a tensor gets under a recipe; gradients are the tensors of the backward pass.
 inline Fp8Format FormatFor(Fp8Recipe recipe, bool is_gradient) {
   return recipe == Fp8Recipe::kHybrid && is_gradient ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
 }
-
-struct DelayedScalingConfig {
-  // Steps of amax history kept per tensor (ring buffer), 1..1024. Default: 1024.
-  int history_len = 1024;
-  // How the history becomes the amax the scale is computed from. Default: kMax.
-  AmaxAlgo algo = AmaxAlgo::kMax;
-  // Headroom: scales are divided by 2^margin, 0..32. Default: 0.
-  int margin = 0;
-  // Formats of forward and gradient tensors. Default: kHybrid.
-  Fp8Recipe recipe = Fp8Recipe::kHybrid;
-
-  // InvalidArgument naming the field, its value and the allowed range.
-  Status Validate() const;
-};
 
 // The delayed-scaling state of many tensors (N = num_tensors, H = history_len), kept together so
 // that one kernel updates all of them per step. Pointers are device pointers for the CUDA

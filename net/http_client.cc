@@ -69,7 +69,18 @@ Result<HttpResponse> HttpCall(const std::string& base_url, const HttpRequest& re
   req.set(http::field::host, where.host);
   req.set(http::field::connection, "close");
   if (!request.body.empty()) req.set(http::field::content_type, "application/json");
-  for (const auto& [name, value] : request.headers) req.set(name, value);
+  for (const auto& [name, value] : request.headers) {
+    // A value with CR, LF or another control character would end the header and start another
+    // (a token holding "\r\nX-Admin: 1"): refused, never sent.
+    for (char c : name + value) {
+      const auto u = static_cast<unsigned char>(c);
+      if ((u < 0x20 && c != '\t') || u == 0x7f) {
+        return Status::InvalidArgument(
+            StrCat("HTTP header '", name, "' holds a control character; not sent"));
+      }
+    }
+    req.set(name, value);
+  }
   req.body() = request.body;
   req.prepare_payload();
 

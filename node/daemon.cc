@@ -11,14 +11,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
 #include "common/atomic_file.h"
-#include "common/config_paths.h"
+#include "common/checkpoint_fence.h"
 #include "common/exit_codes.h"
-#include "common/strict_yaml.h"
 #include "net/http_client.h"
 
 namespace fp8rt::node {
@@ -63,6 +63,14 @@ std::string StartTime(pid_t pid) {
   return field;
 }
 
+// Whether `pid` has exited but not been reaped (its parent, a killed daemon, is gone, and nothing
+// reaped it yet): there is nothing left of it to stop.
+bool Zombie(pid_t pid) {
+  const std::string stat = ReadFile(StrCat("/proc/", pid, "/stat"));
+  const size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
+}
+
 // The last non-empty line of a log (its last 4 KiB), for a failure's reason.
 std::string LastLine(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
@@ -93,8 +101,8 @@ std::vector<double> UsedAtStart(const Inventory& inv) {
 NodeDaemon::NodeDaemon(DaemonOptions o)
     : o_(std::move(o)), dirty_(UsedAtStart(o_.inventory), o_.dirty_gib) {
   if (o_.address.empty()) o_.address = o_.node_id;
-  if (o_.checkpoint_root.empty()) o_.checkpoint_root = (fs::path(o_.data_dir) / "checkpoints").string();
-  if (o_.config_dir.empty()) o_.config_dir = ".";
+  if (o_.checkpoint_root.empty())
+    o_.checkpoint_root = (fs::path(o_.data_dir) / "checkpoints").string();
 }
 
 NodeDaemon::~NodeDaemon() {
@@ -123,6 +131,8 @@ Result<int> NodeDaemon::KillOrphans() {
     const pid_t pid = r.value("pid", 0);
     if (pid <= 0 || StartTime(pid) != r.value("start", std::string("-"))) continue;
     ::kill(-pid, SIGKILL);
+    // (A rank dies with the daemon that started it: normally only its unreaped remains are here.)
+    if (Zombie(pid)) continue;
     ::kill(pid, SIGKILL);
     ++killed;
     Log(StrCat("killed rank ", r.value("rank", -1), " of job ", r.value("job", int64_t{0}),
@@ -324,54 +334,36 @@ void NodeDaemon::Start(int64_t job_id, const StartJob& s) {
     run.reason = StrCat("cannot start: ", why);
   };
   std::error_code ec;
-  fs::create_directories(dir / "logs", ec);
-  if (!ec) fs::create_directories(run.checkpoint_dir, ec);
-  if (ec) return fail(StrCat("cannot create its directories under ", o_.data_dir, ": ", ec.message()));
+  for (const std::string& d : {(dir / "logs").string(), run.checkpoint_dir}) {
+    if (const Status made = CreatePrivateDirectories(d); !made.ok()) return fail(made.message());
+  }
+  // The checkpoint directory is this attempt's from now on: an earlier attempt's ranks that still
+  // run somewhere (a lost node on shared storage) can no longer commit there.
+  if (const Status fenced = RaiseCheckpointFence(run.checkpoint_dir, s.attempt); !fenced.ok()) {
+    return fail(fenced.message());
+  }
 
-  // The training config: inline (written next to the logs, relative data paths resolved against
-  // the daemon's config directory) or a path.
-  std::string config_path;
-  std::string text = s.config_json;
-  std::string base = o_.config_dir;
-  if (text.empty()) {
-    fs::path p(s.config_path);
-    if (p.is_relative()) p = fs::path(o_.config_dir) / p;
-    config_path = p.lexically_normal().string();
-    text = ReadFile(config_path);
-    if (text.empty()) return fail(StrCat("config_path ", config_path, " cannot be read"));
-    base = p.parent_path().string();
+  // The job's typed training config, as the scheduler validated and stored it (its input paths
+  // absolute and confined there; fp8train confines them again, to this node's roots). Written
+  // next to the logs with what the scheduler decided: the precision, the checkpoint interval.
+  RunConfig cfg = s.spec.config;
+  cfg.precision = s.precision;
+  if (cfg.train.checkpoint_every == 0 && s.spec.checkpoint_interval > 0) {
+    cfg.train.checkpoint_every = static_cast<int>(
+        std::min<int64_t>(s.spec.checkpoint_interval, std::numeric_limits<int>::max()));
   }
-  auto parsed = strict::Parse(text, "the job's training config");
-  if (!parsed.ok()) return fail(parsed.status().message());
-  json cfg = json::parse(strict::ToJson(*parsed), nullptr, false);
-  if (cfg.is_discarded() || !cfg.is_object()) return fail("the training config is not a mapping");
-  if (cfg.contains("train") && cfg["train"].is_object()) {
-    const json& t = cfg["train"];
-    if (t.contains("total_steps") && t["total_steps"].is_number_integer()) {
-      run.total_steps = t["total_steps"].get<int64_t>();
-    }
-    if (t.contains("checkpoint_every") && t["checkpoint_every"].is_number_integer()) {
-      run.checkpoint_every = t["checkpoint_every"].get<int64_t>();
-    }
-  }
-  if (config_path.empty()) {
-    if (run.checkpoint_every == 0 && s.checkpoint_interval > 0) {
-      cfg["train"]["checkpoint_every"] = s.checkpoint_interval;
-      run.checkpoint_every = s.checkpoint_interval;
-    }
-    // Relative paths (common/config_paths.h) against the submitted config's directory: the
-    // copy below lives in the job's directory.
-    AbsoluteConfigPaths(&cfg, base);
-    config_path = (dir / "config.yaml").string();
-    const Status w = WriteFileAtomic(config_path, cfg.dump(2) + "\n");
-    if (!w.ok()) return fail(w.ToString());
-  }
+  run.total_steps = cfg.train.total_steps;
+  run.checkpoint_every = cfg.train.checkpoint_every;
+  const std::string config_path = (dir / "config.json").string();
+  const Status w = WriteFileAtomic(config_path, RunConfigToJson(cfg) + "\n", 0600);
+  if (!w.ok()) return fail(w.ToString());
 
   GangLaunch g;
   g.fp8train = o_.fp8train;
   g.job_id = std::to_string(job_id);
   g.config_path = config_path;
-  g.precision = s.precision;
+  g.inputs = o_.inputs;
+  g.attempt = s.attempt;
   g.checkpoint_dir = run.checkpoint_dir;
   g.resume = LatestCheckpoint(run.checkpoint_dir) >= 0;
   g.log_dir = (dir / "logs").string();
@@ -399,7 +391,8 @@ void NodeDaemon::Start(int64_t job_id, const StartJob& s) {
   run.gang = std::move(gang).value();
   Log(StrCat("job ", job_id, " attempt ", s.attempt, ": started ranks ",
              s.node_rank * static_cast<int>(s.gpus.size()), "..",
-             (s.node_rank + 1) * static_cast<int>(s.gpus.size()) - 1, " (", s.precision,
+             (s.node_rank + 1) * static_cast<int>(s.gpus.size()) - 1, " (",
+             PrecisionName(s.precision),
              g.resume ? StrCat(", resuming from step ", LatestCheckpoint(run.checkpoint_dir)) : "",
              "); logs in ", g.log_dir));
   RecordRanks();

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/input_paths.h"
 #include "common/status.h"
 #include "node/inventory.h"
 #include "node/progress.h"
@@ -31,10 +32,12 @@ struct DaemonOptions {
   std::string address;          // where other nodes reach this one's rank 0. Default: node_id
   std::string scheduler_url;    // http://host:port. Required
   std::string token;            // a node (or admin) token. Required
-  std::string data_dir;         // jobs/<id>/{config.yaml,metrics.jsonl,logs/}, ranks.json
+  std::string data_dir;         // jobs/<id>/{config.json,metrics.jsonl,logs/}, ranks.json
   std::string checkpoint_root;  // <root>/<job id>; shared storage for multi-node gangs.
                                 // Default: <data_dir>/checkpoints
-  std::string config_dir;       // base of relative config_path values. Default: "."
+  // Where the jobs' inputs may lie (fp8train checks them again when it opens them, with these
+  // roots and fp8d's own state as private paths). Default: none, which refuses every input
+  InputRules inputs;
   std::string fp8train;         // the trainer's path. Required
   Inventory inventory;
   HangOptions hang;

@@ -90,20 +90,21 @@ Result<std::vector<Command>> ParseCommands(const std::string& body) {
         cmd.kind = Command::Kind::kStart;
         StartJob& s = cmd.start;
         s.attempt = c.at("attempt").get<int>();
-        s.precision = c.at("precision").get<std::string>();
+        auto precision = ParsePrecision(c.at("precision").get<std::string>(), "precision");
+        if (!precision.ok())
+          return Status::InvalidArgument(StrCat(where, ".", precision.status().message()));
+        s.precision = *precision;
         s.gpus = c.at("gpus").get<std::vector<int>>();
         s.node_rank = c.at("node_rank").get<int>();
         s.nodes = static_cast<int>(c.at("gang_nodes").size());
         s.master_addr = c.at("master_addr").get<std::string>();
         s.master_port = c.at("master_port").get<int>();
         s.resume_step = c.at("resume_step").get<int64_t>();
-        const auto& spec = c.at("spec");
-        if (spec.contains("config")) {
-          s.config_json = spec.at("config").get<std::string>();
-        } else {
-          s.config_path = spec.at("config_path").get<std::string>();
-        }
-        s.checkpoint_interval = spec.value("checkpoint_interval", int64_t{0});
+        // The spec with its typed config, read by the same reader the scheduler stored it with.
+        auto spec = ParseJobSpec(c.at("spec").dump(), SpecSource::kStored);
+        if (!spec.ok())
+          return Status::InvalidArgument(StrCat(where, ".spec: ", spec.status().message()));
+        s.spec = std::move(spec).value();
         if (s.gpus.empty() || s.nodes < 1 || s.node_rank < 0 || s.node_rank >= s.nodes) {
           return Status::InvalidArgument(
               StrCat(where, ": gpus, node_rank and gang_nodes do not describe a gang"));

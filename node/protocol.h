@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/job_spec.h"
 #include "common/status.h"
 #include "node/inventory.h"
 
@@ -43,15 +44,13 @@ std::string HeartbeatJson(const std::vector<JobReport>& jobs, const std::vector<
 // A start command: everything this node needs to run its share of a job.
 struct StartJob {
   int attempt = 0;
-  std::string precision;          // fp8, bf16 or fp32: the scheduler's decision
+  Precision precision = Precision::kFp8;  // the scheduler's decision
   std::vector<int> gpus;          // this node's GPU (or CPU slot) indices, one rank each
   int node_rank = 0;
   int nodes = 1;                  // gang size in nodes
   std::string master_addr;        // gang node 0's address
   int master_port = 0;            // 0: a one-node gang; pick a free port
-  std::string config_json;        // the training config inline (JSON text), or
-  std::string config_path;        // a path (relative: against the daemon's config directory)
-  int64_t checkpoint_interval = 0;  // the spec's; used when the config sets no checkpoint_every
+  JobSpec spec;                   // the job as submitted: its typed training config and more
   int64_t resume_step = -1;
 };
 

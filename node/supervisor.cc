@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,10 +50,21 @@ std::vector<RankProcess> GangProcesses(const GangLaunch& g) {
   for (int k = 0; k < per_node; ++k) {
     RankProcess r;
     r.rank = g.node_rank * per_node + k;
-    r.argv = {g.fp8train,       "--config",  g.config_path,
-              "--precision",    g.precision, "--device",
-              g.gpus.empty() ? "cpu" : "auto", "--checkpoint-dir", g.checkpoint_dir,
-              "--metrics",      g.metrics_path};
+    r.argv = {g.fp8train,
+              "--config",
+              g.config_path,
+              "--device",
+              g.gpus.empty() ? "cpu" : "auto",
+              "--checkpoint-dir",
+              g.checkpoint_dir,
+              "--metrics",
+              g.metrics_path};
+    if (g.attempt >= 0) r.argv.insert(r.argv.end(), {"--attempt", std::to_string(g.attempt)});
+    for (const std::string& root : g.inputs.roots)
+      r.argv.insert(r.argv.end(), {"--data-root", root});
+    for (const std::string& p : g.inputs.private_paths) {
+      r.argv.insert(r.argv.end(), {"--private-dir", p});
+    }
     if (g.resume) r.argv.push_back("--resume");
     r.env = {StrCat("FP8RT_RANK=", r.rank),
              StrCat("FP8RT_WORLD_SIZE=", per_node * g.nodes),
@@ -91,9 +103,15 @@ Result<std::unique_ptr<Gang>> Gang::Start(std::vector<RankProcess> ranks) {
       ::close(fd);
       return Status::IOError(StrCat("rank ", r.rank, ": pipe: ", std::strerror(errno)));
     }
+    const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::setpgid(0, 0);
+      // The rank dies with the daemon that started it (SIGKILL when the forking thread's process
+      // goes): a killed daemon leaves no rank running on, writing into the job's directories
+      // after the scheduler has requeued it. If the daemon is gone already, so is the rank.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(128 + SIGKILL);
       // A daemon blocks SIGTERM/SIGINT to wait for them on one thread; the mask (and ignored
       // signals) survive exec, so the trainer would never see the SIGTERM that asks it to
       // checkpoint. It starts with none blocked and default dispositions.

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/input_paths.h"
 #include "common/status.h"
 
 namespace fp8rt::node {
@@ -37,9 +38,11 @@ struct RankOutcome {
 struct GangLaunch {
   std::string fp8train;        // the trainer's path
   std::string job_id;          // FP8RT_JOB_ID, and the logs' names
-  std::string config_path;     // the training config (written by the daemon)
-  std::string precision;       // fp8, bf16 or fp32: what the scheduler decided
+  std::string config_path;     // the training config (written by the daemon, with the
+                               // precision the scheduler decided)
   std::string checkpoint_dir;  // the job's; --resume is passed when `resume`
+  int attempt = -1;            // --attempt (the checkpoint fence); -1: not passed
+  InputRules inputs;           // --data-root / --private-dir: where the config's inputs may lie
   bool resume = false;
   std::string log_dir;         // rank-<r>.log for each local rank
   std::string metrics_path;    // rank 0 writes it (the others are given it and write nothing)

@@ -9,11 +9,11 @@
 #include <fstream>
 #include <iomanip>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "common/atomic_file.h"
+#include "common/checkpoint_fence.h"
 #include "common/crc32c.h"
 
 namespace fs = std::filesystem;
@@ -51,13 +51,17 @@ std::string CheckpointStepDir(const std::string& dir, int64_t step) {
 }
 
 std::string CheckpointWriter::StagingDir(int64_t step) const {
-  return CheckpointStepDir(dir_, step) + ".staging";
+  // Each attempt stages apart: a stale attempt emptying its staging directory cannot touch the
+  // current one's.
+  return CheckpointStepDir(dir_, step) + ".staging" +
+         (attempt_ >= 0 ? StrCat(".a", attempt_) : std::string());
 }
 
 Status CheckpointWriter::PrepareStaging(int64_t step) const {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) return Status::IOError(StrCat("cannot create checkpoint dir '", dir_, "': ", ec.message()));
+  FP8RT_RETURN_IF_ERROR(HoldCheckpointFence(dir_, attempt_).status());
   const std::string staging = StagingDir(step);
   fs::remove_all(staging, ec);
   fs::create_directories(staging, ec);
@@ -79,6 +83,7 @@ Status CheckpointWriter::Commit(const Checkpoint& ckpt,
   nlohmann::json manifest;
   manifest["format_version"] = kFormatVersion;
   manifest["step"] = ckpt.step;
+  if (attempt_ >= 0) manifest["attempt"] = attempt_;
   manifest["fingerprint"] = ckpt.fingerprint;
   manifest["state"] = ckpt.state;
   manifest["files"] = nlohmann::json::object();
@@ -99,6 +104,8 @@ Status CheckpointWriter::Commit(const Checkpoint& ckpt,
   FP8RT_RETURN_IF_ERROR(
       WriteFileSynced((fs::path(staging) / "manifest.json").string(), mtext.data(), mtext.size()));
   FP8RT_RETURN_IF_ERROR(FsyncPath(staging, true));
+  // From here to LATEST, under the fence: a stale attempt stops here, before it replaces anything.
+  FP8RT_ASSIGN_OR_RETURN(const FenceHold fence, HoldCheckpointFence(dir_, attempt_));
   // A checkpoint of the same step from an earlier (interrupted) run is replaced only now, after
   // the new one is complete on disk.
   if (fs::exists(final_dir)) {

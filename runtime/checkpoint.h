@@ -37,7 +37,11 @@ struct CheckpointFile {
 
 class CheckpointWriter {
  public:
-  explicit CheckpointWriter(std::string dir) : dir_(std::move(dir)) {}
+  // `attempt` >= 0: the writer is that attempt (start) of a job, and each phase checks the
+  // directory's fence (common/checkpoint_fence.h): once a later attempt has started, it is
+  // refused (FailedPrecondition) and LATEST is left as it was. -1: not fenced.
+  explicit CheckpointWriter(std::string dir, int attempt = -1)
+      : dir_(std::move(dir)), attempt_(attempt) {}
   // Writes step_<step>/ atomically and points LATEST at it.
   Status Write(const Checkpoint& ckpt) const;
 
@@ -55,6 +59,7 @@ class CheckpointWriter {
  private:
   std::string StagingDir(int64_t step) const;
   std::string dir_;
+  int attempt_ = -1;
 };
 
 // Reads the checkpoint LATEST points at (or `step` when >= 0), verifying every blob's size and

@@ -3,17 +3,21 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 
+#include "common/read_file.h"
 #include "common/rng.h"
 
 namespace fp8rt {
 
+// Corpora are read whole (a regular file: a FIFO or a device is refused, never waited on).
+constexpr size_t kMaxCorpusBytes = size_t{1} << 40;
+
 Result<TokenDataset> TokenDataset::LoadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(StrCat("cannot open text corpus '", path, "'"));
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  FP8RT_ASSIGN_OR_RETURN(const std::string bytes,
+                         ReadRegularFile(path, "text corpus", {.max_bytes = kMaxCorpusBytes}));
   if (bytes.size() < 2) return Status::InvalidArgument(StrCat("text corpus '", path, "' is empty"));
   TokenDataset d;
   d.tokens_.resize(bytes.size());
@@ -22,26 +26,30 @@ Result<TokenDataset> TokenDataset::LoadText(const std::string& path) {
 }
 
 Result<TokenDataset> TokenDataset::LoadShard(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(StrCat("cannot open token shard '", path, "'"));
+  FP8RT_ASSIGN_OR_RETURN(const std::string bytes,
+                         ReadRegularFile(path, "token shard", {.max_bytes = kMaxCorpusBytes}));
   int32_t header[256];
-  if (!in.read(reinterpret_cast<char*>(header), sizeof(header))) {
+  if (bytes.size() < sizeof(header)) {
     return Status::Corruption(StrCat("token shard '", path, "': shorter than its 1024-byte header"));
   }
+  std::memcpy(header, bytes.data(), sizeof(header));
+  // (The messages say what the file is not, never what it holds: the bytes are not echoed.)
   if (header[0] != 20240520) {
-    return Status::Corruption(StrCat("token shard '", path, "': magic ", header[0],
-                                     " is not 20240520 (llm.c shard format)"));
+    return Status::Corruption(StrCat("token shard '", path,
+                                     "' is not an llm.c token shard (its header does not start "
+                                     "with the magic 20240520)"));
   }
   if (header[1] != 1) {
     return Status::Corruption(
-        StrCat("token shard '", path, "': version ", header[1], " unsupported (expected 1)"));
+        StrCat("token shard '", path, "': its version is not 1, the one supported"));
   }
   const int64_t n = header[2];
-  std::vector<uint16_t> raw(static_cast<size_t>(std::max<int64_t>(n, 0)));
-  if (n <= 1 || !in.read(reinterpret_cast<char*>(raw.data()), n * 2)) {
+  if (n <= 1 || static_cast<uint64_t>(n) * 2 > bytes.size() - sizeof(header)) {
     return Status::Corruption(
         StrCat("token shard '", path, "': header says ", n, " tokens but the file holds fewer"));
   }
+  std::vector<uint16_t> raw(static_cast<size_t>(n));
+  std::memcpy(raw.data(), bytes.data() + sizeof(header), static_cast<size_t>(n) * 2);
   TokenDataset d;
   d.tokens_.assign(raw.begin(), raw.end());
   return d;

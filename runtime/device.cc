@@ -80,25 +80,10 @@ double DeviceMemoryUsedBytes(const DeviceInfo& d) {
 #endif
 }
 
-PrecisionDecision DecidePrecision(Precision requested, const DeviceInfo& d) {
-  PrecisionDecision r;
-  r.precision = requested;
-  if (d.is_cpu) return r;
-  // The best precision at or below the request that the GPU runs (common/precision.h's rule).
-  while (d.compute_capability < MinComputeCapability(r.precision)) {
-    r.precision = r.precision == Precision::kFp8 ? Precision::kBf16 : Precision::kFp32;
-  }
-  if (r.precision == requested) return r;
-  std::string needs = StrCat(requested == Precision::kFp8 ? "FP8" : "BF16",
-                             " needs compute capability ",
-                             FormatComputeCapability(MinComputeCapability(requested)));
-  if (requested == Precision::kFp8 && r.precision == Precision::kFp32) {
-    needs += StrCat(" and BF16 ", FormatComputeCapability(kBf16MinComputeCapability));
-  }
-  r.fallback_reason = StrCat(needs, "; ", d.name, " has ",
-                             FormatComputeCapability(d.compute_capability), ": running ",
-                             PrecisionName(r.precision));
-  return r;
+Result<PrecisionDecision> DecidePrecision(const PrecisionRequest& request, ScalingMode scaling,
+                                          const DeviceInfo& d) {
+  return fp8rt::DecidePrecision(request, scaling, d.is_cpu ? 0 : d.compute_capability, d.name,
+                                /*fallback_allowed=*/true);
 }
 
 }  // namespace fp8rt

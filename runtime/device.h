@@ -6,7 +6,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "runtime/config.h"
+#include "common/train_config.h"
 
 namespace fp8rt {
 
@@ -21,11 +21,10 @@ struct DeviceInfo {
 // "cpu" or "cuda:K". Fails with the reason when the device does not exist.
 Result<DeviceInfo> QueryDevice(const std::string& spec);
 
-struct PrecisionDecision {
-  Precision precision = Precision::kFp32;
-  std::string fallback_reason;  // empty when the request is honoured
-};
-PrecisionDecision DecidePrecision(Precision requested, const DeviceInfo& device);
+// The precision a run gets on `device` (common/precision.h's rule; a GPU that cannot run the
+// request falls back, saying why).
+Result<PrecisionDecision> DecidePrecision(const PrecisionRequest& request, ScalingMode scaling,
+                                          const DeviceInfo& device);
 
 // Makes `device` the calling thread's current CUDA device (before NCCL connects); nothing on the CPU.
 Status UseDevice(const DeviceInfo& device);

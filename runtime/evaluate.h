@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "runtime/config.h"
+#include "common/train_config.h"
 #include "runtime/data.h"
 #include "runtime/gpt.h"
 

@@ -10,6 +10,7 @@
 
 #include "comm/bootstrap.h"
 #include "comm/world.h"
+#include "common/input_paths.h"
 #include "runtime/generate.h"
 #include "runtime/huggingface.h"
 #include "runtime/trainer.h"
@@ -33,6 +34,17 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-dir", checkpoint_dir,
                  "write checkpoints here (every train.checkpoint_every steps and at exit)");
   app.add_flag("--resume", resume, "continue from the latest checkpoint in --checkpoint-dir");
+  int attempt = -1;
+  app.add_option("--attempt", attempt,
+                 "which start of a job this is (set by fp8d): checkpoints are refused once a "
+                 "later attempt has started (the directory's ATTEMPT fence)")
+      ->check(CLI::Range(0, 1'000'000'000));
+  InputRules inputs;
+  app.add_option("--data-root", inputs.roots,
+                 "confine the config's inputs (data.train, data.val, train.init_from) to these "
+                 "directories after symlinks (repeatable; set by fp8d)");
+  app.add_option("--private-dir", inputs.private_paths,
+                 "with --data-root: never read inputs under these (fp8d's state; repeatable)");
   app.add_flag("--reset-fp8-history", reset_history,
                "on resume, start FP8 amax histories and scales afresh (recalibrate)");
   app.add_option("--precision", precision, "override the config: fp8, bf16 or fp32")
@@ -117,6 +129,14 @@ int main(int argc, char** argv) {
     std::cerr << "fp8train: " << cfg.status().ToString() << "\n";
     return kExitUsage;
   }
+  if (!inputs.roots.empty()) {
+    // Under fp8d: the inputs are checked again where they are opened (common/input_paths.h),
+    // and opened by their real paths.
+    if (const Status s = ConfineInputs(&*cfg, inputs); !s.ok()) {
+      std::cerr << "fp8train: " << s.ToString() << "\n";
+      return kExitUsage;
+    }
+  }
   // Before the rendezvous: a SIGTERM/SIGUSR1 (a preemption, Slurm's warning) that comes while the
   // ranks connect stops the run after its first step with a checkpoint, instead of killing it.
   std::signal(SIGTERM, OnSignal);
@@ -125,6 +145,7 @@ int main(int argc, char** argv) {
   o.config = *cfg;
   o.stop_step = steps;
   o.checkpoint_dir = checkpoint_dir;
+  o.attempt = attempt;
   o.resume = resume;
   o.reset_fp8_history = reset_history;
   o.profile_ops = profile_ops;

@@ -16,7 +16,7 @@
 
 #include "common/rng.h"
 #include "common/status.h"
-#include "runtime/config.h"
+#include "common/train_config.h"
 
 namespace fp8rt {
 

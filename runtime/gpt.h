@@ -13,7 +13,7 @@
 
 #include "comm/communicator.h"
 #include "common/status.h"
-#include "runtime/config.h"
+#include "common/train_config.h"
 #include "runtime/op_profile.h"
 #include "runtime/scale_store.h"
 

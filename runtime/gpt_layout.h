@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/config.h"
+#include "common/train_config.h"
 
 namespace fp8rt::gpt_detail {
 

@@ -5,10 +5,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/atomic_file.h"
+#include "common/read_file.h"
 #include "runtime/checkpoint.h"
 #include "runtime/gpt_layout.h"
 #include "runtime/train_checkpoint.h"
@@ -158,11 +159,15 @@ Result<std::vector<SafetensorsOut>> HfTensors(const ModelConfig& m,
 Result<std::vector<float>> MasterFromHf(const ModelConfig& m, const std::string& dir) {
   const std::string where = StrCat("train.init_from ", dir);
   // config.json, when there, must describe this model.
-  std::ifstream cfg_in(dir + "/config.json");
-  if (cfg_in) {
+  auto cfg_text = ReadRegularFile(dir + "/config.json", "train.init_from's config.json",
+                                  {.max_bytes = size_t{1} << 24});
+  if (!cfg_text.ok() && cfg_text.status().code() != StatusCode::kNotFound) {
+    return cfg_text.status();
+  }
+  if (cfg_text.ok()) {
     nlohmann::json cfg;
     try {
-      cfg = nlohmann::json::parse(cfg_in);
+      cfg = nlohmann::json::parse(*cfg_text);
     } catch (const nlohmann::json::exception& e) {
       return Status::InvalidArgument(StrCat(where, ": config.json is not JSON (", e.what(), ")"));
     }

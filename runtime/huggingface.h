@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "runtime/config.h"
+#include "common/train_config.h"
 #include "runtime/safetensors.h"
 
 namespace fp8rt {

@@ -1,6 +1,8 @@
 // safetensors reader and writer, against the format's spec (runtime/safetensors.h).
 #include "runtime/safetensors.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -11,6 +13,7 @@
 #include <set>
 
 #include "common/atomic_file.h"
+#include "common/read_file.h"
 #include "kernels/dtype.h"
 
 namespace fp8rt {
@@ -64,7 +67,11 @@ Result<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
   auto bad = [&](const std::string& why) {
     return Status::InvalidArgument(StrCat("safetensors file ", path, ": ", why));
   };
-  std::ifstream in(path, std::ios::binary);
+  // A regular file (a FIFO is refused, never waited on), read through the descriptor that was
+  // checked: /proc/self/fd/N names that open file, not the path again.
+  FP8RT_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, "safetensors file"));
+  std::ifstream in(StrCat("/proc/self/fd/", fd), std::ios::binary);
+  ::close(fd);  // (the stream holds its own descriptor of the same file)
   if (!in) return Status::NotFound(StrCat("safetensors file ", path, ": cannot open it"));
   in.seekg(0, std::ios::end);
   const auto size = static_cast<uint64_t>(in.tellg());

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "common/checkpoint_fence.h"
 #include "common/crc32c.h"
 #include "runtime/gpt_layout.h"
 
@@ -91,9 +92,11 @@ Status SaveCheckpoint(const TrainOptions& o, Precision p, GptModel& model, int64
               {"data.index", std::to_string(cursor.index)},
               {"precision", PrecisionName(p)}};
   const bool sharded = place.tp > 1 || place.zero;
-  const CheckpointWriter writer(o.checkpoint_dir);
+  const CheckpointWriter writer(o.checkpoint_dir, o.attempt);
   auto put_scales = [&]() -> Status {
     if (p != Precision::kFp8) return Status::Ok();
+    // (A stale attempt stops before it writes scale state for steps the job may redo.)
+    FP8RT_RETURN_IF_ERROR(HoldCheckpointFence(o.checkpoint_dir, o.attempt).status());
     // Scales first: a checkpoint that LATEST names always has its scale state.
     std::filesystem::create_directories(o.checkpoint_dir);
     FP8RT_ASSIGN_OR_RETURN(auto store, ScaleStore::Open(ScaleStorePath(o.checkpoint_dir), true));

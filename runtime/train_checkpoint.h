@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/train_config.h"
 #include "runtime/checkpoint.h"
-#include "runtime/config.h"
 #include "runtime/data.h"
 #include "runtime/gpt.h"
 #include "runtime/scale_store.h"

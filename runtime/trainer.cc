@@ -120,24 +120,20 @@ void ReportMemory(const GptModel& model, const DeviceInfo& device, int64_t step,
 Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device) {
   const RunConfig& c = o.config;
   TrainResult result;
-  const PrecisionDecision pd = DecidePrecision(o.precision.value_or(c.precision), device);
-  if (pd.precision == Precision::kFp8 && c.fp8.mode == ScalingMode::kBlock && !device.is_cpu &&
-      device.compute_capability != 90) {
-    // (cuBLASLt's 1x128 / 128x128 block-scaled GEMMs exist on sm_90 only.)
-    return Status::InvalidArgument(StrCat(
-        "fp8.scaling: block needs a Hopper GPU (compute capability 9.0, cuBLASLt's block-scaled "
-        "GEMMs); ", device.name, " is ", FormatComputeCapability(device.compute_capability),
-        ": use fp8.scaling: delayed or current"));
-  }
+  FP8RT_ASSIGN_OR_RETURN(
+      const PrecisionDecision pd,
+      DecidePrecision(RequestPrecision(c.precision, o.precision), c.fp8.mode, device));
+  const std::string fallback_reason =
+      pd.source == PrecisionSource::kFallback ? pd.reason : std::string();
   result.precision = pd.precision;
-  result.fallback_reason = pd.fallback_reason;
+  result.fallback_reason = fallback_reason;
   const int ranks = o.world != nullptr ? o.world->size() : 1;
   const int rank = o.world != nullptr ? o.world->rank() : 0;
   const bool lead = rank == 0;  // writes metrics, progress and checkpoints
   std::ostream* const progress = lead ? o.progress : nullptr;
   std::ostream* const metrics = lead ? o.metrics : nullptr;
-  if (!pd.fallback_reason.empty() && progress) {
-    *progress << "warning: " << pd.fallback_reason << "\n";
+  if (!fallback_reason.empty() && progress) {
+    *progress << "warning: " << fallback_reason << "\n";
   }
 
   FP8RT_ASSIGN_OR_RETURN(TokenDataset data, TokenDataset::Load(c.data.train_path, c.data.format));
@@ -342,7 +338,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
       }
       if (!device.is_cpu) j["device_used_gib"] = DeviceMemoryUsedBytes(device) / 1073741824.0;
       if (!state_hash.is_null()) j["state_hash"] = state_hash;
-      if (!pd.fallback_reason.empty()) j["fallback_reason"] = pd.fallback_reason;
+      if (!fallback_reason.empty()) j["fallback_reason"] = fallback_reason;
       *metrics << j.dump() << "\n" << std::flush;
     }
     if (progress && (step % c.train.log_every == 0 || step == stop)) {

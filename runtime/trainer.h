@@ -9,12 +9,12 @@
 #include <utility>
 #include <vector>
 
-#include "common/exit_codes.h"
 #include "comm/world.h"
+#include "common/exit_codes.h"
 #include "common/status.h"
-#include "runtime/config.h"
-#include "runtime/op_profile.h"
+#include "common/train_config.h"
 #include "runtime/device.h"
+#include "runtime/op_profile.h"
 
 namespace fp8rt {
 
@@ -22,6 +22,9 @@ struct TrainOptions {
   RunConfig config;
   int64_t stop_step = -1;                  // --steps: stop after this global step (-1: total_steps)
   std::string checkpoint_dir;              // empty: no checkpoints
+  // --attempt: which start of a job this run is (the node daemon's); its checkpoint commits
+  // are refused once a later attempt has raised the directory's fence. -1: not fenced.
+  int attempt = -1;
   bool resume = false;
   bool reset_fp8_history = false;
   std::optional<Precision> precision;      // --precision overrides the config

@@ -6,11 +6,13 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <vector>
 
+#include "common/read_file.h"
 #include "common/strict_yaml.h"
 #include "scheduler/node.h"
 #include "scheduler/scheduler.h"
@@ -357,20 +359,50 @@ HttpResponse Api::ListJobs(const Principal& p) {
   return Json(200, json{{"jobs", arr}});
 }
 
-// POST /v1/jobs: the job and its submit event are durable before the 201 goes out.
+// The training config of a config_path spec, read once, now: the path resolved against the
+// config directory, confined to the config roots and opened by its real path; its relative
+// inputs are relative to the file's directory, as for fp8train --config.
+Status Api::LoadConfigPath(JobSpec* spec) const {
+  std::filesystem::path given(spec->config_path);
+  if (given.is_relative()) given = std::filesystem::path(options_.config_dir) / given;
+  FP8RT_ASSIGN_OR_RETURN(const std::string real,
+                         ConfineInput("config_path", given.lexically_normal().string(),
+                                      InputKind::kFile, options_.config_inputs));
+  FP8RT_ASSIGN_OR_RETURN(
+      const std::string text,
+      ReadRegularFile(real, "config_path", {.max_bytes = kMaxConfigBytes, .no_follow = true}));
+  auto config = ParseRunConfig(text, "config");
+  if (!config.ok()) {
+    return Status::InvalidArgument(
+        StrCat("config_path '", spec->config_path, "': ", config.status().message()));
+  }
+  config->ResolveInputs(given.parent_path().string());
+  spec->config = std::move(config).value();
+  return spec->Validate();
+}
+
+// POST /v1/jobs: validated whole before anything is stored (the spec, its config, where its files
+// lie, whether any node could ever run it); the job and its submit event are durable before the
+// 201 goes out.
 HttpResponse Api::SubmitJob(const HttpRequest& req, const Principal& p) {
   if (!strict::IsUtf8(req.body)) return Error(400, "request body is not valid UTF-8");
   auto spec = ParseJobSpec(req.body);
   if (!spec.ok()) return Error(400, spec.status().message());
   if (!spec->config_path.empty()) {
-    if (const Status s = CheckConfigPath(spec->config_path, options_.config_roots); !s.ok()) {
-      return Error(400, s.message());
-    }
+    if (const Status s = LoadConfigPath(&*spec); !s.ok()) return Error(400, s.message());
+  } else {
+    spec->config.ResolveInputs(options_.config_dir);
+  }
+  if (const Status s = ConfineInputs(&spec->config, options_.data_inputs); !s.ok()) {
+    return Error(400, StrCat("config: ", s.message()));
   }
   if (p.role != Role::kAdmin && spec->priority > options_.max_user_priority) {
     return Error(403,
                  StrCat("priority = ", spec->priority, " is above ", options_.max_user_priority,
                         ", the most a user may set; an admin token may set up to ", kMaxPriority));
+  }
+  if (const Status s = scheduler_->CheckFeasible(*spec); !s.ok()) {
+    return Error(400, StrCat("no node could ever run this job: ", s.message()));
   }
   const auto now = static_cast<int64_t>(clock_());
   auto job = scheduler_->Submit(p.name, std::move(spec).value(), now);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/input_paths.h"
 #include "common/status.h"
 #include "net/http.h"
 #include "scheduler/auth.h"
@@ -36,9 +37,14 @@ struct ApiOptions {
   size_t max_rate_buckets = 10000;
   // The highest priority a user token may give a job (admins: up to kMaxPriority). Default: 100
   int max_user_priority = 100;
-  // Absolute directories under which an absolute config_path may lie. Relative paths (resolved
-  // by the node daemon against its config directory) may not leave it with "..". Default: none
-  std::vector<std::string> config_roots;
+  // Where a job's files may lie (common/input_paths.h; docs/API.md, "Who may read what"): a
+  // config_path is resolved against config_dir and must lie under config_inputs' roots (the
+  // config directory and fp8d --config-root); the training config's inputs (relative ones in an
+  // inline config resolved against config_dir too) under data_inputs' (fp8d --data-root).
+  // Defaults: none, which refuses every path
+  std::string config_dir;
+  InputRules config_inputs{.roots = {}, .private_paths = {}, .roots_name = kConfigRootsName};
+  InputRules data_inputs;
 };
 
 // Seconds since the epoch (fractions count for the rate limiter).
@@ -87,6 +93,8 @@ class Api final : public net::HttpHandler {
   HttpResponse ListJobs(const Principal& p);
   HttpResponse Logs(const HttpRequest& req, int64_t id);
   HttpResponse SubmitJob(const HttpRequest& req, const Principal& p);
+  // Reads a config_path spec's training config into spec->config (400s for every refusal).
+  Status LoadConfigPath(JobSpec* spec) const;
   // Get that sets aside a record that does not read back, then reads again.
   Result<Job> GetJob(int64_t id);
   Status SetAsideUnreadable();

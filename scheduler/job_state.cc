@@ -133,6 +133,7 @@ std::string JobToJson(const Job& job) {
   j["spec"] = json::parse(job.spec.ToJson());
   j["state"] = JobStateName(job.state);
   j["precision"] = job.precision ? PrecisionName(*job.precision) : "";
+  j["precision_source"] = job.precision ? PrecisionSourceName(job.precision_source) : "";
   j["precision_reason"] = job.precision_reason;
   j["placement"] = AssignmentsToJson(job.placement);
   j["restarts"] = job.restarts;
@@ -161,7 +162,7 @@ std::string JobToJson(const Job& job) {
 
 Result<Job> JobFromJson(const std::string& text) {
   Job job;
-  std::string state, precision, spec;
+  std::string state, precision, source, spec;
   try {
     const json j = json::parse(text);
     job.id = j.at("id").get<int64_t>();
@@ -178,6 +179,7 @@ Result<Job> JobFromJson(const std::string& text) {
     job.attempt = j.value("attempt", 0);
     job.hold = j.value("hold", false);
     job.precision_reason = j.value("precision_reason", std::string());
+    source = j.value("precision_source", std::string());
     job.checkpoint_step = j.at("checkpoint_step").get<int64_t>();
     job.checkpoint_at = j.value("checkpoint_at", int64_t{0});
     if (j.contains("progress")) {
@@ -204,7 +206,7 @@ Result<Job> JobFromJson(const std::string& text) {
   } catch (const json::exception& e) {
     return Status::Corruption(StrCat("job record is not valid: ", e.what()));
   }
-  auto parsed = ParseJobSpec(spec);
+  auto parsed = ParseJobSpec(spec, SpecSource::kStored);
   if (!parsed.ok()) {
     return Status::Corruption(StrCat("job ", job.id, " spec: ", parsed.status().message()));
   }
@@ -212,6 +214,10 @@ Result<Job> JobFromJson(const std::string& text) {
   FP8RT_ASSIGN_OR_RETURN(job.state, ParseJobState(state));
   if (!precision.empty()) {
     FP8RT_ASSIGN_OR_RETURN(job.precision, ParsePrecision(precision));
+  }
+  for (PrecisionSource ps :
+       {PrecisionSource::kConfig, PrecisionSource::kOverride, PrecisionSource::kFallback}) {
+    if (source == PrecisionSourceName(ps)) job.precision_source = ps;
   }
   return job;
 }

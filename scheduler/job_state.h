@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "common/job_spec.h"
 #include "common/status.h"
 #include "scheduler/cluster.h"
-#include "scheduler/job_spec.h"
 
 namespace fp8rt::sched {
 
@@ -54,7 +54,10 @@ struct Job {
   JobSpec spec;
   JobState state = JobState::kPending;
   std::optional<Precision> precision;     // decided at placement; unset while never placed
-  std::string precision_reason;           // the placement's words on it (a fallback says why)
+  // Which decided it (common/precision.h): the config, the spec's override, or the fallback
+  // policy because the placed GPUs do not run what was asked. Meaningful once `precision` is set.
+  PrecisionSource precision_source = PrecisionSource::kConfig;
+  std::string precision_reason;           // the decision's words on it (a fallback says why)
   std::vector<NodeAssignment> placement;  // current or last placement
   int restarts = 0;                       // requeues after a loss or a failed gang so far
   int attempt = 0;                        // placements so far (the start command carries it)

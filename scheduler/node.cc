@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/text.h"
+
 namespace fp8rt::sched {
 namespace {
 
@@ -154,6 +156,16 @@ Result<NodeRegistration> ParseNodeRegistration(const std::string& body) {
                                      }}},
                                    {"id", "gpus"}));
   FP8RT_RETURN_IF_ERROR(ValidateNodeId(r.id));
+  // Shown by fp8ctl and used as a host name: no control characters, no spaces.
+  for (char c : r.address) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u <= 0x20 || u >= 0x7f) {
+      return Status::InvalidArgument(
+          StrCat("address = '", Printable(r.address),
+                 "' is not a host name or an IP address (it holds a control character, a space "
+                 "or a byte outside ASCII)"));
+    }
+  }
   if (gpus->kind != Kind::kSeq) {
     return Status::InvalidArgument(
         "gpus: expected a list of {name, compute_capability, memory_gib, count, healthy} "
@@ -180,6 +192,10 @@ Result<NodeRegistration> ParseNodeRegistration(const std::string& body) {
                                       {"healthy", strict::Bool(&g.healthy)}},
                                      {"name", "memory_gib"}));
     if (g.name.empty()) return Status::InvalidArgument(StrCat(where, ".name must not be empty"));
+    if (HasControlChars(g.name)) {
+      return Status::InvalidArgument(
+          StrCat(where, ".name = '", Printable(g.name), "' holds control characters"));
+    }
     const bool cpu = g.name == kCpuSlotName;
     if (cpu && has_cc && g.compute_capability != 0) {
       return Status::InvalidArgument(

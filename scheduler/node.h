@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "common/job_spec.h"
 #include "common/status.h"
 #include "scheduler/cluster.h"
-#include "scheduler/job_spec.h"
 #include "scheduler/job_state.h"
 
 namespace fp8rt::sched {

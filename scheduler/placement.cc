@@ -24,12 +24,6 @@ bool NodeUp(const NodeInfo& n, int64_t now, const PlacementOptions& o) {
   return o.heartbeat_timeout_s == 0 || now - n.last_heartbeat <= o.heartbeat_timeout_s;
 }
 
-// The compute capabilities a placement in some precision may use.
-struct CcRange {
-  int min = 0;
-  int max = std::numeric_limits<int>::max();
-};
-
 bool GpuFits(const GpuInfo& g, const JobSpec& s, CcRange cc) {
   if (!g.healthy) return false;
   // CPU slots run every precision (emulated); a spec's own capability floor still excludes them.
@@ -126,10 +120,37 @@ std::string GangText(const JobSpec& s) {
   return t;
 }
 
-JobDecision Placed(const ClusterSnapshot& c, int64_t id, std::vector<NodeAssignment> a, Precision p,
-                   const std::string& why) {
-  JobDecision d{id, DecisionKind::kPlace, std::move(a), p, ""};
-  d.reason = StrCat("placed on ", DescribeGpus(c, d.assignment), ": ", why);
+// The lowest compute capability among a gang's GPUs, and that GPU's name (0 for CPU slots, which
+// run every precision).
+std::pair<int, std::string> LowestGpu(const ClusterSnapshot& c,
+                                      const std::vector<NodeAssignment>& gang) {
+  std::pair<int, std::string> low{std::numeric_limits<int>::max(), ""};
+  for (const auto& a : gang) {
+    for (const auto& n : c.nodes) {
+      if (n.id != a.node_id) continue;
+      for (int g : a.gpus) {
+        const GpuInfo& gpu = n.gpus[g];
+        const int cc = gpu.name == kCpuSlotName ? 0 : gpu.compute_capability;
+        if (cc < low.first) low = {cc, gpu.name};
+      }
+    }
+  }
+  return low;
+}
+
+// A gang found for the job, in the precision common/precision.h decides on its GPUs.
+JobDecision Placed(const ClusterSnapshot& c, const PendingJob& job, std::vector<NodeAssignment> a,
+                   bool fallback_allowed, const std::string& note = "") {
+  const auto [cc, gpu] = LowestGpu(c, a);
+  auto p = DecidePrecision(job.spec.requested_precision(), job.spec.config.fp8.mode, cc, gpu,
+                           fallback_allowed);
+  JobDecision d{job.id, DecisionKind::kPlace, std::move(a), Precision::kFp8, ""};
+  if (!p.ok()) {  // (FindGang searched the request's own range: not reached)
+    return {job.id, DecisionKind::kWait, {}, Precision::kFp8, p.status().message()};
+  }
+  d.precision = p->precision;
+  d.precision_source = p->source;
+  d.reason = StrCat("placed on ", DescribeGpus(c, d.assignment), ": ", p->reason, note);
   return d;
 }
 
@@ -143,42 +164,30 @@ bool FallbackAllowedNow(const ClusterSnapshot& c, const PendingJob& job) {
   return s.fallback == Fallback::kWait && c.now - job.submitted_at >= s.fallback_timeout_s;
 }
 
-// The GPUs an fp8 job may run FP8 on: FP8-capable ones, and with fp8.scaling: block Hopper only.
-CcRange Fp8Gpus(bool block, const PlacementOptions& o) {
-  if (!block) return {o.fp8_min_compute_capability};
-  return {std::max(o.fp8_min_compute_capability, kFp8BlockComputeCapability),
-          kFp8BlockComputeCapability};
-}
-
 JobDecision Decide(const ClusterSnapshot& c, const PendingJob& job, const PlacementOptions& o,
                    const Mask* blocked) {
   const JobSpec& s = job.spec;
-  if (s.precision != Precision::kFp8) {
-    const int cc = s.precision == Precision::kBf16 ? o.bf16_min_compute_capability : 0;
-    if (auto a = FindGang(c, s, {cc}, Occupancy::kFreeOnly, blocked, o)) {
-      return Placed(c, job.id, *a, s.precision,
-                    StrCat("running ", PrecisionName(s.precision), " as requested"));
+  const Precision asked = s.requested_precision().precision;
+  const ScalingMode scaling = s.config.fp8.mode;
+  if (asked != Precision::kFp8) {
+    if (auto a = FindGang(c, s, ComputeCapabilities(asked), Occupancy::kFreeOnly, blocked, o)) {
+      return Placed(c, job, *a, false);
     }
     return Waiting(job.id, StrCat("waiting for ", GangText(s), " of free GPUs matching the job"));
   }
-  const bool block = UsesBlockScaling(s);
-  const CcRange fp8 = Fp8Gpus(block, o);
+  const bool block = scaling == ScalingMode::kBlock;
+  const CcRange fp8 = ComputeCapabilities(Precision::kFp8, scaling);
   if (auto a = FindGang(c, s, fp8, Occupancy::kFreeOnly, blocked, o)) {
-    return Placed(c, job.id, *a, Precision::kFp8,
-                  block ? "running fp8 (block scaling)" : "running fp8");
+    return Placed(c, job, *a, false, block ? " with block scaling" : "");
   }
-  const std::string fp8_needs =
-      block ? StrCat("fp8.scaling: block needs compute capability ",
-                     FormatComputeCapability(kFp8BlockComputeCapability), " (Hopper)")
-            : StrCat("FP8 needs compute capability ",
-                     FormatComputeCapability(o.fp8_min_compute_capability));
+  const std::string fp8_needs = PrecisionNeeds(Precision::kFp8, scaling);
   const char* fp8_gpus = block ? "Hopper GPUs (fp8.scaling: block)" : "FP8-capable GPUs";
   const int64_t waited = c.now - job.submitted_at;
   if (FallbackAllowedNow(c, job)) {
-    if (auto a = FindGang(c, s, {o.bf16_min_compute_capability}, Occupancy::kFreeOnly, blocked, o)) {
-      std::string why = StrCat(fp8_needs, "; running bf16 per fallback policy");
-      if (s.fallback == Fallback::kWait) why += StrCat(" after waiting ", waited, "s");
-      return Placed(c, job.id, *a, Precision::kBf16, why);
+    if (auto a = FindGang(c, s, ComputeCapabilities(Precision::kBf16), Occupancy::kFreeOnly,
+                          blocked, o)) {
+      return Placed(c, job, *a, true,
+                    s.fallback == Fallback::kWait ? StrCat(" after waiting ", waited, "s") : "");
     }
     return Waiting(job.id, StrCat("waiting for ", GangText(s),
                                   " of free GPUs matching the job (fp8, or bf16 per fallback)"));
@@ -207,12 +216,10 @@ JobDecision Decide(const ClusterSnapshot& c, const PendingJob& job, const Placem
 std::optional<std::vector<NodeAssignment>> Reserve(const ClusterSnapshot& c, const PendingJob& job,
                                                    const PlacementOptions& o) {
   const JobSpec& s = job.spec;
-  std::vector<CcRange> ccs;
-  if (s.precision == Precision::kFp8) {
-    ccs.push_back(Fp8Gpus(UsesBlockScaling(s), o));
-    if (FallbackAllowedNow(c, job)) ccs.push_back({o.bf16_min_compute_capability});
-  } else {
-    ccs.push_back({s.precision == Precision::kBf16 ? o.bf16_min_compute_capability : 0});
+  const Precision asked = s.requested_precision().precision;
+  std::vector<CcRange> ccs = {ComputeCapabilities(asked, s.config.fp8.mode)};
+  if (asked == Precision::kFp8 && FallbackAllowedNow(c, job)) {
+    ccs.push_back(ComputeCapabilities(Precision::kBf16));
   }
   for (const CcRange& cc : ccs) {
     if (auto a = FindGang(c, s, cc, Occupancy::kIgnore, nullptr, o)) return a;
@@ -262,6 +269,82 @@ std::string DescribeGpus(const ClusterSnapshot& c, const std::vector<NodeAssignm
   std::string out;
   for (const auto& [name, n] : counts) out += StrCat(out.empty() ? "" : " + ", n, " x ", name);
   return out;
+}
+
+Status CheckFeasible(const JobSpec& spec, const std::vector<NodeInfo>& nodes) {
+  if (nodes.empty()) return Status::Ok();  // nothing registered yet: nothing to judge against
+  // Every node as if up, idle and healthy: what the cluster could ever offer.
+  ClusterSnapshot all{nodes, 0};
+  for (NodeInfo& n : all.nodes) {
+    n.state = NodeState::kReady;
+    n.last_heartbeat = 0;
+    for (GpuInfo& g : n.gpus) g.healthy = true;
+    n.gpu_job.assign(n.gpus.size(), kNoJob);
+  }
+  const Precision asked = spec.requested_precision().precision;
+  // The widest range the job may run in: its own, or bf16 when it may fall back.
+  const CcRange range = asked == Precision::kFp8 && spec.fallback != Fallback::kFail
+                            ? ComputeCapabilities(Precision::kBf16)
+                            : ComputeCapabilities(asked, spec.config.fp8.mode);
+  auto fits = [&](const JobSpec& s, CcRange cc) {
+    return FindGang(all, s, cc, Occupancy::kIgnore, nullptr, {}).has_value();
+  };
+  if (fits(spec, range)) return Status::Ok();
+  // Which constraint makes it impossible: add them back one at a time.
+  std::map<std::string, int> types;
+  size_t most = 0;
+  std::string most_at;
+  for (const NodeInfo& n : all.nodes) {
+    for (const GpuInfo& g : n.gpus) ++types[g.name];
+    if (n.gpus.size() > most) most = n.gpus.size(), most_at = n.id;
+  }
+  std::string have;
+  for (const auto& [name, count] : types)
+    have += StrCat(have.empty() ? "" : ", ", count, " x ", name);
+  const std::string cluster =
+      StrCat(" (the ", nodes.size(), " registered node(s) have ", have, ")");
+  if (spec.nodes > static_cast<int>(nodes.size())) {
+    return Status::InvalidArgument(StrCat("nodes = ", spec.nodes, ": only ", nodes.size(),
+                                          " node(s) are registered", cluster));
+  }
+  JobSpec s = spec;
+  s.gpu_types.clear();
+  s.min_memory_gib = 0;
+  s.min_compute_capability = 0;
+  if (!fits(s, CcRange{})) {
+    return Status::InvalidArgument(
+        StrCat("nodes = ", spec.nodes, " x gpus_per_node = ", spec.gpus_per_node, ": no ",
+               spec.nodes, " registered node(s) have ", spec.gpus_per_node,
+               spec.allow_mixed_gpu_types ? "" : " GPUs (or CPU slots) of one type",
+               " each; the most on a node is ", most, " (", most_at, ")", cluster));
+  }
+  s.gpu_types = spec.gpu_types;
+  if (!fits(s, CcRange{})) {
+    std::string wanted;
+    for (const auto& t : spec.gpu_types) wanted += StrCat(wanted.empty() ? "" : ", ", t);
+    return Status::InvalidArgument(StrCat("gpu_types = [", wanted, "]: no gang of ", spec.nodes,
+                                          " x ", spec.gpus_per_node, " such GPUs exists", cluster));
+  }
+  s.min_memory_gib = spec.min_memory_gib;
+  if (!fits(s, CcRange{})) {
+    return Status::InvalidArgument(StrCat("min_memory_gib = ", spec.min_memory_gib, ": no gang of ",
+                                          spec.nodes, " x ", spec.gpus_per_node,
+                                          " GPUs with that much memory exists", cluster));
+  }
+  s.min_compute_capability = spec.min_compute_capability;
+  if (!fits(s, CcRange{})) {
+    return Status::InvalidArgument(StrCat(
+        "min_compute_capability = ", FormatComputeCapability(spec.min_compute_capability),
+        ": no gang of ", spec.nodes, " x ", spec.gpus_per_node, " such GPUs exists", cluster));
+  }
+  const std::string rule = asked == Precision::kFp8 && spec.fallback != Fallback::kFail
+                               ? StrCat(PrecisionNeeds(Precision::kBf16), " (fp8 falls back to it)")
+                               : PrecisionNeeds(asked, spec.config.fp8.mode);
+  return Status::InvalidArgument(
+      StrCat("precision ", PrecisionName(asked),
+             asked == Precision::kFp8 ? StrCat(" with fallback ", FallbackName(spec.fallback)) : "",
+             ": ", rule, " and no gang of ", spec.nodes, " x ", spec.gpus_per_node,
+             " such GPUs exists", cluster));
 }
 
 JobDecision DecideOne(const ClusterSnapshot& cluster, const PendingJob& job,

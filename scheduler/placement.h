@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "common/job_spec.h"
 #include "scheduler/cluster.h"
-#include "scheduler/job_spec.h"
 
 namespace fp8rt::sched {
 
@@ -18,11 +18,9 @@ struct PendingJob {
   int64_t submitted_at = 0;  // seconds, same clock as ClusterSnapshot::now
 };
 
+// Which GPUs run which precision is common/precision.h's rule (ComputeCapabilities), the
+// trainer's too.
 struct PlacementOptions {
-  // FP8 GEMMs need Ada or Hopper tensor cores. Default: 89
-  int fp8_min_compute_capability = kFp8MinComputeCapability;
-  // BF16 tensor cores start at Ampere; older GPUs only run fp32. Default: 80
-  int bf16_min_compute_capability = kBf16MinComputeCapability;
   // A node whose last heartbeat is older than this is treated as lost even if its state still
   // says ready; 0 trusts NodeInfo::state alone. Default: 0
   int64_t heartbeat_timeout_s = 0;
@@ -41,6 +39,7 @@ struct JobDecision {
   std::vector<NodeAssignment> assignment;  // kPlace only; one entry per gang node
   Precision precision = Precision::kFp8;   // kPlace only
   std::string reason;
+  PrecisionSource precision_source = PrecisionSource::kConfig;  // kPlace only
 };
 
 struct PlacementDecision {
@@ -69,6 +68,12 @@ PlacementDecision Place(const ClusterSnapshot& cluster, std::vector<PendingJob> 
 // preemption policy uses it to ask "would this job fit if those GPUs were free".
 JobDecision DecideOne(const ClusterSnapshot& cluster, const PendingJob& job,
                       const PlacementOptions& options = {});
+
+// Whether `spec` could ever be placed on `nodes` (every registered node, whatever its state and
+// occupancy; none at all: yes, nothing to judge). InvalidArgument naming the resource no node
+// offers ("gpus_per_node = 4: ... the most on a node is 1"), so a job that would wait forever is
+// refused at submit instead.
+Status CheckFeasible(const JobSpec& spec, const std::vector<NodeInfo>& nodes);
 
 // "2 x A100" or "8 x H100 + 8 x H200".
 std::string DescribeGpus(const ClusterSnapshot& cluster, const std::vector<NodeAssignment>& a);

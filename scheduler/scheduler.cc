@@ -323,6 +323,7 @@ Status Scheduler::PlaceLocked(int64_t now, TickResult* out) {
       FP8RT_ASSIGN_OR_RETURN(Event ev, Transition(&j, JobState::kScheduled, now, jd.reason));
       ++j.attempt;
       j.precision = jd.precision;
+      j.precision_source = jd.precision_source;
       j.precision_reason = jd.reason;
       j.placement = jd.assignment;
       batch.Add(j, ev);
@@ -420,6 +421,15 @@ Result<TickResult> Scheduler::Tick(int64_t now) {
   FP8RT_RETURN_IF_ERROR(FinishPreemptionsLocked(now, &out));
   FP8RT_RETURN_IF_ERROR(PlaceLocked(now, &out));
   return out;
+}
+
+Status Scheduler::CheckFeasible(const JobSpec& spec) const {
+  std::vector<NodeInfo> nodes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, n] : nodes_) nodes.push_back(n.info);
+  }
+  return sched::CheckFeasible(spec, nodes);
 }
 
 std::vector<NodeInfo> Scheduler::Nodes() const {

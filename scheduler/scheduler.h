@@ -93,6 +93,10 @@ class Scheduler {
   // One round: lost nodes and their jobs, preemption grace periods, placement, preemption.
   Result<TickResult> Tick(int64_t now);
 
+  // Whether any registered node could ever run `spec` (placement.h's CheckFeasible over every
+  // node, whatever its state and occupancy).
+  Status CheckFeasible(const JobSpec& spec) const;
+
   // Nodes with their current occupancy, in id order.
   std::vector<NodeInfo> Nodes() const;
   std::optional<NodeInfo> Node(const std::string& id) const;

@@ -266,8 +266,22 @@ Result<std::vector<NodeCommand>> Scheduler::Heartbeat(const std::string& node_id
   for (const JobReport& r : hb.jobs) {
     node.reports[r.job_id] = r;
     node.reports[r.job_id].logs.clear();  // stored below, not kept in memory
+    // Output is kept only from the ranks this node runs of a job placed on it now (its current
+    // attempt): a node cannot write into another node's job, a job not yet submitted, or ranks
+    // outside the gang (each rank's log is capped by the store).
+    auto a = active_.find(r.job_id);
+    std::set<int> ranks;
+    if (a != active_.end() && CurrentReport(node, a->second) != nullptr) {
+      const Job& job = a->second;
+      for (size_t i = 0; i < job.placement.size(); ++i) {
+        if (job.placement[i].node_id != node_id) continue;
+        const int per_node = job.spec.gpus_per_node;
+        for (int k = 0; k < per_node; ++k) ranks.insert(static_cast<int>(i) * per_node + k);
+      }
+    }
     for (const auto& [rank, text] : r.logs) {
-      if (!text.empty()) FP8RT_RETURN_IF_ERROR(store_->AppendLog(r.job_id, rank, text));
+      if (text.empty() || !ranks.count(rank)) continue;
+      FP8RT_RETURN_IF_ERROR(store_->AppendLog(r.job_id, rank, text));
     }
   }
 
@@ -299,7 +313,7 @@ std::vector<NodeCommand> Scheduler::CommandsLocked(const NodeRt& node,
       c.kind = CommandKind::kStart;
       c.job_id = id;
       c.attempt = job.attempt;
-      c.precision = job.precision.value_or(job.spec.precision);
+      c.precision = job.precision.value_or(job.spec.requested_precision().precision);
       for (size_t i = 0; i < job.placement.size(); ++i) {
         c.gang_nodes.push_back(job.placement[i].node_id);
         if (job.placement[i].node_id == node_id) {

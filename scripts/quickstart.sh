@@ -18,7 +18,7 @@ cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" --target fp8train fp8d fp8ctl
 
 # fp8ctl finds a local standalone daemon's URL and token in its data dir.
 export FP8D_DATA_DIR=$PWD/runs/fp8d
-mkdir -p "$FP8D_DATA_DIR"
+mkdir -p -m 700 "$FP8D_DATA_DIR"  # fp8d keeps its state private (it would tighten it itself)
 rm -f "$FP8D_DATA_DIR/server"
 "$BUILD_DIR/cli/fp8d" --standalone --port 0 --data-dir "$FP8D_DATA_DIR" \
   --fp8train "$BUILD_DIR/runtime/fp8train" >>"$FP8D_DATA_DIR/fp8d.log" 2>&1 &

@@ -12,29 +12,6 @@ size_t AlignUp(size_t x) { return (x + 15) & ~size_t{15}; }
 
 }  // namespace
 
-const char* AmaxAlgoName(AmaxAlgo a) { return a == AmaxAlgo::kMax ? "max" : "most_recent"; }
-const char* Fp8RecipeName(Fp8Recipe r) { return r == Fp8Recipe::kE4M3 ? "e4m3" : "hybrid"; }
-
-Status DelayedScalingConfig::Validate() const {
-  if (history_len < 1 || history_len > 1024) {
-    return Status::InvalidArgument(StrCat("DelayedScalingConfig: history_len=", history_len,
-                                          " is outside the allowed range 1..1024"));
-  }
-  if (margin < 0 || margin > 32) {
-    return Status::InvalidArgument(
-        StrCat("DelayedScalingConfig: margin=", margin, " is outside the allowed range 0..32"));
-  }
-  if (algo != AmaxAlgo::kMax && algo != AmaxAlgo::kMostRecent) {
-    return Status::InvalidArgument(StrCat("DelayedScalingConfig: algo=", static_cast<int>(algo),
-                                          " is not kMax (0) or kMostRecent (1)"));
-  }
-  if (recipe != Fp8Recipe::kE4M3 && recipe != Fp8Recipe::kHybrid) {
-    return Status::InvalidArgument(StrCat("DelayedScalingConfig: recipe=", static_cast<int>(recipe),
-                                          " is not kE4M3 (0) or kHybrid (1)"));
-  }
-  return Status::Ok();
-}
-
 Status ValidateScalingState(const char* op, const ScalingState& s) {
   if (s.num_tensors < 0) {
     return Status::InvalidArgument(StrCat(op, ": num_tensors=", s.num_tensors, " must be >= 0"));

@@ -106,7 +106,7 @@ start_scheduler() {
   in_ns sched setsid "$FP8D" --scheduler --bind "${ADDR[sched]}" --port $PORT \
     --data-dir "$TMP/sched/data" --tokens "$TMP/sched/tokens.yaml" --heartbeat-interval 1 \
     --heartbeat-timeout $HB_TIMEOUT --preemption-grace 30 --rate-limit 1000 --rate-burst 1000 \
-    >> "$TMP/sched.log" 2>&1 &
+    --data-root "$TMP" >> "$TMP/sched.log" 2>&1 &
 }
 start_node() {  # host
   local h=$1
@@ -116,9 +116,9 @@ start_node() {  # host
   in_ns "$h" setsid "$FP8D" --node --scheduler "$SERVER" --token-file "$TMP/$h/node-token" \
     --data-dir "$TMP/$h/data" --node-id "$h" --address "${ADDR[$h]}" --cpu-slots 1 \
     --fp8train "$FP8TRAIN" --checkpoint-root "$TMP/ckpt" --hang-floor 60 --stop-grace 20 \
-    >> "$TMP/$h.log" 2>&1 &
+    --data-root "$TMP" >> "$TMP/$h.log" 2>&1 &
 }
-ctl() { in_ns sched "$FP8CTL" --server "$SERVER" --token "$ADMIN" "$@"; }
+ctl() { FP8CTL_TOKEN=$ADMIN in_ns sched "$FP8CTL" --server "$SERVER" "$@"; }
 # Waits (up to $1 s) until the command in the rest of the arguments succeeds.
 wait_for() {
   local t=$1; shift
@@ -172,7 +172,7 @@ config:
 EOF
   echo "$TMP/job-$1.yaml"
 }
-submit() { in_ns sched "$FP8CTL" --server "$SERVER" --token "$USER_T" submit "$1" --json |
+submit() { FP8CTL_TOKEN=$USER_T in_ns sched "$FP8CTL" --server "$SERVER" submit "$1" --json |
              python3 -c "import json, sys; print(json.load(sys.stdin)['id'])"; }
 final_loss() { job_field "$1" progress.loss; }
 
@@ -309,6 +309,7 @@ all:
     fp8rt_gpu: false
     fp8rt_node_cpu_slots: 1
     fp8rt_node_checkpoint_root: $TMP/ckpt-ansible
+    fp8rt_data_roots: [$TMP]
     fp8rt_node_hang_floor: 60
     fp8rt_node_stop_grace: 20
     fp8rt_scheduler_heartbeat_interval: 1

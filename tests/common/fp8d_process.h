@@ -19,6 +19,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -29,6 +30,7 @@
 
 #include "common/status.h"
 #include "scheduler/auth.h"
+#include "tests/common/job_files.h"
 #include "tests/common/temp_dir.h"
 
 extern char** environ;
@@ -101,6 +103,14 @@ inline Reply Call(uint16_t port, const std::string& method, const std::string& t
   return {static_cast<int>(res.result_int()), res.body()};
 }
 
+// The program a process test runs: `built` (the build tree's), or the one of that name in
+// $FP8RT_TEST_BIN_DIR when it is set (to run a test against another build's binaries, e.g. to
+// show that it fails on the commit before a fix).
+inline std::string TestBinary(const char* name, const char* built) {
+  const char* dir = std::getenv("FP8RT_TEST_BIN_DIR");
+  return dir != nullptr && *dir != 0 ? StrCat(dir, "/", name) : std::string(built);
+}
+
 class Fp8dProcess {
  public:
   ~Fp8dProcess() { Kill(SIGKILL); }
@@ -109,7 +119,7 @@ class Fp8dProcess {
   // sets the child's RLIMIT_NOFILE (as `ulimit -n` would).
   void Spawn(const std::vector<std::string>& args, const std::string& log,
              rlim_t max_open_files = 0) {
-    std::vector<std::string> all = {FP8D_PATH};
+    std::vector<std::string> all = {TestBinary("fp8d", FP8D_PATH)};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : all) argv.push_back(a.data());
@@ -176,6 +186,8 @@ class SchedProcessTest : public ::testing::Test {
     data_ = dir_.str() + "/data";
     port_file_ = dir_.str() + "/port";
     log_ = dir_.str() + "/fp8d.log";
+    files_ = dir_.str() + "/files";
+    WriteJobFiles(files_);
   }
 
   // Starts the scheduler on an ephemeral port and waits until it has written it.
@@ -183,9 +195,11 @@ class SchedProcessTest : public ::testing::Test {
   void Start(std::vector<std::string> extra = {}, rlim_t max_open_files = 0) {
     fs::remove(port_file_);
     std::vector<std::string> args = {
-        "--scheduler", "--port",       "0",           "--data-dir",         data_,
-        "--tokens",    tokens_,        "--port-file", port_file_,           "--rate-limit",
-        "100000",      "--rate-burst", "100000",      "--tick-interval-ms", "20"};
+        "--scheduler", "--port", "0", "--data-dir", data_, "--tokens", tokens_, "--port-file",
+        port_file_, "--rate-limit", "100000", "--rate-burst", "100000", "--tick-interval-ms", "20",
+        // Jobs' files: config paths under files_ (test::WriteJobFiles), inputs anywhere in the
+        // test's directory but fp8d's own state.
+        "--config-dir", files_, "--data-root", dir_.str()};
     args.insert(args.end(), extra.begin(), extra.end());
     proc_.Spawn(args, log_, max_open_files);
     for (int i = 0; i < 1000 && !fs::exists(port_file_) && proc_.Alive(); ++i) {
@@ -218,7 +232,7 @@ class SchedProcessTest : public ::testing::Test {
   }
 
   TempDir dir_;
-  std::string tokens_, data_, port_file_, log_;
+  std::string tokens_, data_, port_file_, log_, files_;
   Fp8dProcess proc_;
   uint16_t port_ = 0;
 };

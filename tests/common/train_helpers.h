@@ -1,13 +1,13 @@
 // What the CPU training tests share: the tiny byte-level run, and picking metrics lines.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
-#include "runtime/config.h"
+#include "common/train_config.h"
 #include "runtime/device.h"
 #include "runtime/trainer.h"
 #include "tests/common/corpus.h"

@@ -9,8 +9,8 @@
 #include <iostream>
 #include <map>
 
+#include "common/train_config.h"
 #include "kernels/block_quantize.h"
-#include "runtime/config.h"
 #include "runtime/gpt.h"
 #include "runtime/gpt_layout.h"
 #include "runtime/trainer.h"

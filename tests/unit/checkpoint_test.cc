@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/checkpoint_fence.h"
 #include "runtime/scale_store.h"
 #include "tests/common/temp_dir.h"
 
@@ -128,6 +129,39 @@ TEST(Checkpoint, IncompleteStagingIsIgnoredAndOldCheckpointSurvives) {
   auto r = ReadCheckpoint(d.str(), -1, {});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->step, 5);
+}
+
+// The fence (common/checkpoint_fence.h): once a later attempt of the job has raised it, an earlier
+// attempt's writer is refused at every phase and LATEST keeps naming the last good checkpoint; the
+// current attempt and an unfenced writer go on.
+TEST(Checkpoint, AStaleAttemptsCommitIsRefusedAndTheLastGoodCheckpointStays) {
+  TempDir dir;
+  const std::string d = dir.str() + "/ckpt";
+  ASSERT_TRUE(RaiseCheckpointFence(d.empty() ? "." : (fs::create_directories(d), d), 1).ok());
+  ASSERT_TRUE(CheckpointWriter(d, 1).Write(Sample(10)).ok());
+  const CheckpointWriter stale(d, 1);
+  ASSERT_TRUE(stale.PrepareStaging(20).ok());
+  ASSERT_TRUE(RaiseCheckpointFence(d, 2).ok());  // attempt 2 starts elsewhere
+  const Status commit = stale.Commit(Sample(20), {});
+  ASSERT_FALSE(commit.ok());
+  EXPECT_EQ(commit.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(commit.message().find("this run is attempt 1 of the job, and attempt 2 has started"),
+            std::string::npos)
+      << commit.message();
+  EXPECT_FALSE(stale.PrepareStaging(30).ok());
+  EXPECT_FALSE(stale.Write(Sample(10)).ok()) << "not even the same step is replaced";
+  EXPECT_EQ(*LatestCheckpointStep(d), 10);
+  EXPECT_FALSE(fs::exists(CheckpointStepDir(d, 20)));
+  // The current attempt writes; its staging is its own (a stale one emptying its staging
+  // directory cannot touch it).
+  EXPECT_TRUE(CheckpointWriter(d, 2).Write(Sample(20)).ok());
+  EXPECT_EQ(*LatestCheckpointStep(d), 20);
+  EXPECT_TRUE(fs::exists(CheckpointStepDir(d, 20) + ".staging.a1")) << "attempt 1's, left as it was";
+  EXPECT_TRUE(CheckpointWriter(d).Write(Sample(30)).ok()) << "fp8train by hand: not fenced";
+  // A fence never goes back: a start older than it is itself stale.
+  const Status back = RaiseCheckpointFence(d, 1);
+  EXPECT_EQ(back.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(back.message().find("belongs to attempt 2"), std::string::npos) << back.message();
 }
 
 TEST(ScaleStore, PutGetStepsAndReopen) {

@@ -1,11 +1,12 @@
 // RunConfig parsing: defaults, every error names the key and what is allowed.
-#include "common/config_paths.h"
-#include "runtime/config.h"
-
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <string>
+#include <utility>
+
+#include "common/train_config.h"
 
 namespace fp8rt {
 namespace {
@@ -91,21 +92,74 @@ TEST(RunConfig, EveryPresetInConfigsLoads) {
 namespace fp8rt {
 namespace {
 
-// The one list of a config's path keys (common/config_paths.h), as fp8ctl and fp8d apply it.
-TEST(ConfigPaths, RelativePathsBecomeAbsoluteAgainstTheBaseOthersStay) {
-  nlohmann::json c = {{"data", {{"train", "corpus.txt"}, {"val", "/abs/val.txt"}, {"format", "x"}}},
-                      {"train", {{"init_from", "../hf"}, {"lr", 0.1}}},
-                      {"model", {{"n_layer", 2}}}};
-  AbsoluteConfigPaths(&c, "/jobs/7/cfg");
-  EXPECT_EQ(c["data"]["train"], "/jobs/7/cfg/corpus.txt");
-  EXPECT_EQ(c["data"]["val"], "/abs/val.txt");
-  EXPECT_EQ(c["data"]["format"], "x");
-  EXPECT_EQ(c["train"]["init_from"], "/jobs/7/hf");
-  EXPECT_EQ(c["train"]["lr"], 0.1);
-  nlohmann::json odd = {{"data", "not a map"}, {"train", {{"init_from", 3}}}};
-  AbsoluteConfigPaths(&odd, "/x");
-  EXPECT_EQ(odd["data"], "not a map");
-  EXPECT_EQ(odd["train"]["init_from"], 3);
+// The one list of a config's input paths (RunConfig::Inputs), as fp8ctl, the scheduler and
+// fp8train resolve and confine them.
+TEST(RunConfigInputs, RelativePathsBecomeAbsoluteAgainstTheBaseOthersStay) {
+  auto c = ParseRunConfig(
+      "data: {train: corpus.txt, val: /abs/val.txt}\ntrain: {init_from: ../hf, lr: 0.1}\n");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  c->ResolveInputs("/jobs/7/cfg");
+  EXPECT_EQ(c->data.train_path, "/jobs/7/cfg/corpus.txt");
+  EXPECT_EQ(c->data.val_path, "/abs/val.txt");
+  EXPECT_EQ(c->train.init_from, "/jobs/7/hf");
+  std::vector<std::string> keys;
+  for (const ConstInputPath& p : std::as_const(*c).Inputs()) keys.push_back(p.key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"data.train", "data.val", "train.init_from"}));
+  auto bare = ParseRunConfig("data: {train: a.txt}\n");
+  bare->ResolveInputs("/x");
+  EXPECT_EQ(bare->data.val_path, "") << "an input not given stays empty";
+}
+
+// The config as a job stores it and the node hands it to fp8train: every key, and it reads back
+// as the same config (floats too: written in their shortest form).
+TEST(RunConfigJson, EveryKeyRoundTripsExactly) {
+  for (const auto& e : std::filesystem::directory_iterator(FP8RT_CONFIGS_DIR)) {
+    if (e.path().extension() != ".yaml") continue;
+    auto cfg = LoadRunConfig(e.path().string());
+    ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+    const std::string json = RunConfigToJson(*cfg);
+    auto back = ParseRunConfig(json);
+    ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << json;
+    EXPECT_TRUE(*back == *cfg) << e.path() << "\n" << json;
+    EXPECT_EQ(RunConfigToJson(*back), json);
+  }
+  auto c = ParseRunConfig("data: {train: a}\ntrain: {lr: 3e-4, min_lr: 1.1e-5, eps: 1e-8}\n");
+  const std::string json = RunConfigToJson(*c);
+  EXPECT_NE(json.find("\"lr\":0.0003,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"eps\":1e-08"), std::string::npos) << json;
+  for (const char* key : {"\"share_gradient_memory\"", "\"lm_head\"", "\"scale_check_every\"",
+                          "\"amax_algo\":\"max\"", "\"precision\":\"fp8\""}) {
+    EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
+  }
+  // Random floats of every magnitude read back as themselves.
+  uint32_t x = 12345;
+  for (int i = 0; i < 20000; ++i) {
+    x = x * 1664525u + 1013904223u;
+    float f;
+    // Positive, from the smallest normal float to 2^4 (weight_decay's range is [0, 10]).
+    const uint32_t bits = ((1 + (x >> 23) % 130) << 23) | (x & 0x7fffffu);
+    std::memcpy(&f, &bits, sizeof f);
+    if (!(f <= 10)) continue;
+    RunConfig r = *c;  // (a copy, not `r.data.train_path = "a"`: GCC 12's -Wrestrict misfires)
+    r.train.weight_decay = f;
+    auto back2 = ParseRunConfig(RunConfigToJson(r));
+    ASSERT_TRUE(back2.ok()) << back2.status().ToString();
+    ASSERT_EQ(back2->train.weight_decay, f) << RunConfigToJson(r);
+  }
+}
+
+// The user's file and line: a value's refusal names its line, not only an unknown key's.
+TEST(RunConfig, ErrorsNameTheLine) {
+  auto typo = ParseRunConfig("data: {train: a}\ntrain:\n  batch_sise: 8\n", "t.yaml");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("unknown field 'train.batch_sise' at line 3"),
+            std::string::npos)
+      << typo.status().message();
+  auto range = ParseRunConfig("data: {train: a}\ntrain:\n  batch_size: 0\n");
+  ASSERT_FALSE(range.ok());
+  EXPECT_NE(range.status().message().find("train.batch_size = 0 is out of range [1"),
+            std::string::npos)
+      << range.status().message();
 }
 
 }  // namespace

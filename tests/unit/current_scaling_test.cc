@@ -6,8 +6,8 @@
 
 #include <map>
 
+#include "common/train_config.h"
 #include "kernels/quantize.h"
-#include "runtime/config.h"
 #include "runtime/gpt.h"
 #include "runtime/gpt_layout.h"
 #include "runtime/trainer.h"

@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "common/exit_codes.h"
+#include "common/train_config.h"
 #include "runtime/checkpoint.h"
-#include "runtime/config.h"
 #include "runtime/data.h"
 #include "runtime/gpt_layout.h"
 #include "tests/common/corpus.h"

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <set>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "runtime/data.h"
@@ -36,6 +37,36 @@ TEST(TokenDataset, ShardRoundTripAndCorruption) {
   }
   EXPECT_FALSE(TokenDataset::LoadShard(p).ok());
   std::filesystem::remove(p);
+}
+
+// What a file holds is never echoed in a refusal (the message reaches the job's submitter), and a
+// FIFO or a directory is refused at once, never waited on.
+TEST(TokenDataset, RefusalsSayWhatAFileIsNotNeverWhatItHolds) {
+  const std::string p = TempPath("secret.bin");
+  {
+    std::ofstream o(p, std::ios::binary | std::ios::trunc);
+    o << "ABCD" << std::string(2000, 'x');  // "ABCD" read as the magic: 1145258561
+  }
+  auto bad = TokenDataset::LoadShard(p);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("is not an llm.c token shard"), std::string::npos)
+      << bad.status().message();
+  EXPECT_EQ(bad.status().message().find("1145258561"), std::string::npos)
+      << "the file's first bytes are in the message: " << bad.status().message();
+  std::filesystem::remove(p);
+  const std::string fifo = TempPath("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const char* format : {"text", "tokens"}) {
+    auto f = TokenDataset::Load(fifo, format);  // would block for a writer if it were opened so
+    ASSERT_FALSE(f.ok());
+    EXPECT_NE(f.status().message().find("is a FIFO; a regular file is required"),
+              std::string::npos)
+        << f.status().message();
+  }
+  std::filesystem::remove(fifo);
+  auto dir = TokenDataset::Load(std::filesystem::temp_directory_path().string(), "text");
+  ASSERT_FALSE(dir.ok());
+  EXPECT_NE(dir.status().message().find("is a directory"), std::string::npos);
 }
 
 TEST(TokenDataset, TextIsBytes) {

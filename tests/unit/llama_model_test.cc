@@ -9,7 +9,7 @@
 #include <numeric>
 
 #include "common/rng.h"
-#include "runtime/config.h"
+#include "common/train_config.h"
 #include "runtime/gpt.h"
 #include "runtime/gpt_layout.h"
 #include "runtime/trainer.h"

@@ -1,10 +1,10 @@
 // The node daemon's rank supervisor with real processes: fp8train gangs on the CPU started with
 // the FP8RT_* contract, a crashed rank ending its gang, an orderly stop that checkpoints, a rank
 // that ignores SIGTERM killed with its process group after the grace period.
-#include "node/supervisor.h"
-
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/exit_codes.h"
+#include "node/supervisor.h"
 #include "tests/common/corpus.h"
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
@@ -32,17 +33,34 @@ std::string Slurp(const std::string& path) {
 TEST(GangProcesses, EachRankGetsTheContractAndItsGpu) {
   GangLaunch g;
   g.fp8train = "/opt/fp8rt/bin/fp8train", g.job_id = "job-7", g.config_path = "/d/job.yaml";
-  g.precision = "bf16", g.checkpoint_dir = "/d/ckpt", g.resume = true, g.log_dir = "/d/logs";
+  g.checkpoint_dir = "/d/ckpt", g.resume = true, g.log_dir = "/d/logs", g.attempt = 4;
+  g.inputs.roots = {"/data", "/srv/corpora"}, g.inputs.private_paths = {"/d"};
   g.metrics_path = "/d/metrics.jsonl", g.gpus = {5, 2}, g.node_rank = 1, g.nodes = 3;
   g.master_addr = "10.0.0.1", g.master_port = 29500;
   const auto ranks = GangProcesses(g);
   ASSERT_EQ(ranks.size(), 2u);
   EXPECT_EQ(ranks[1].rank, 3);
   EXPECT_EQ(ranks[1].log_path, "/d/logs/rank-3.log");
-  const std::vector<std::string> argv = {"/opt/fp8rt/bin/fp8train", "--config", "/d/job.yaml",
-                                         "--precision", "bf16", "--device", "auto",
-                                         "--checkpoint-dir", "/d/ckpt", "--metrics",
-                                         "/d/metrics.jsonl", "--resume"};
+  // The precision is in the config the daemon wrote; the attempt fences the checkpoints; the
+  // node's roots confine the inputs again where fp8train opens them.
+  const std::vector<std::string> argv = {"/opt/fp8rt/bin/fp8train",
+                                         "--config",
+                                         "/d/job.yaml",
+                                         "--device",
+                                         "auto",
+                                         "--checkpoint-dir",
+                                         "/d/ckpt",
+                                         "--metrics",
+                                         "/d/metrics.jsonl",
+                                         "--attempt",
+                                         "4",
+                                         "--data-root",
+                                         "/data",
+                                         "--data-root",
+                                         "/srv/corpora",
+                                         "--private-dir",
+                                         "/d",
+                                         "--resume"};
   EXPECT_EQ(ranks[1].argv, argv);
   const std::vector<std::string> env = {"FP8RT_RANK=3",          "FP8RT_WORLD_SIZE=6",
                                         "FP8RT_LOCAL_RANK=0",    "FP8RT_MASTER_ADDR=10.0.0.1",
@@ -52,9 +70,9 @@ TEST(GangProcesses, EachRankGetsTheContractAndItsGpu) {
   g.gpus.clear(), g.cpu_ranks = 2, g.node_rank = 0, g.nodes = 1, g.resume = false;
   const auto cpu = GangProcesses(g);
   ASSERT_EQ(cpu.size(), 2u);
-  EXPECT_EQ(cpu[1].argv[6], "cpu");
+  EXPECT_EQ(cpu[1].argv[4], "cpu");
   EXPECT_EQ(cpu[1].env[2], "FP8RT_LOCAL_RANK=1");
-  EXPECT_EQ(cpu[1].argv.back(), "/d/metrics.jsonl");
+  EXPECT_EQ(cpu[1].argv.back(), "/d");
 }
 
 class Supervisor : public ::testing::Test {
@@ -72,7 +90,7 @@ class Supervisor : public ::testing::Test {
   GangLaunch Launch(int ranks) {
     GangLaunch g;
     g.fp8train = FP8TRAIN_PATH, g.job_id = "sup-test", g.config_path = config_;
-    g.precision = "fp32", g.checkpoint_dir = dir_.str() + "/ckpt", g.log_dir = dir_.str();
+    g.checkpoint_dir = dir_.str() + "/ckpt", g.log_dir = dir_.str();
     g.metrics_path = dir_.str() + "/metrics.jsonl", g.cpu_ranks = ranks;
     g.master_addr = "127.0.0.1", g.master_port = test::FreePort();
     return g;
@@ -180,6 +198,45 @@ TEST_F(Supervisor, ARankThatIgnoresSigtermIsKilledWithItsGroupAfterTheGrace) {
   EXPECT_EQ(out[0].code, 128 + SIGKILL);
   for (int i = 0; i < 200 && ::kill(child, 0) == 0; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_NE(::kill(child, 0), 0) << "the rank's child survived";
+}
+
+// A daemon killed with SIGKILL takes its ranks with it (the parent-death signal): nothing runs on
+// to write into the job's directories after the scheduler has requeued it elsewhere.
+TEST_F(Supervisor, RanksDieWithTheDaemonThatStartedThem) {
+  const std::string pidfile = dir_.str() + "/rank.pid";
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t daemon = ::fork();
+  ASSERT_GE(daemon, 0);
+  if (daemon == 0) {  // the "daemon": starts a rank that would sleep for five minutes, then waits
+    RankProcess r;
+    r.argv = {"/bin/sh", "-c", "echo $$ > " + pidfile + "; exec sleep 300"};
+    r.log_path = dir_.str() + "/orphan.log";
+    auto gang = Gang::Start({r});
+    const char ok = gang.ok() ? 1 : 0;
+    (void)!::write(ready[1], &ok, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char ok = 0;
+  ASSERT_EQ(::read(ready[0], &ok, 1), 1);
+  ::close(ready[0]);
+  ASSERT_EQ(ok, 1);
+  for (int i = 0; i < 500 && Slurp(pidfile).empty(); ++i) std::this_thread::sleep_for(10ms);
+  const pid_t rank = std::stoi(Slurp(pidfile));
+  ASSERT_EQ(::kill(rank, 0), 0) << "the rank runs";
+  ::kill(daemon, SIGKILL);
+  ::waitpid(daemon, nullptr, 0);
+  // The rank is the daemon's child: once the daemon is gone, init reaps it after the signal.
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; ++i) {
+    const std::string stat = Slurp(StrCat("/proc/", rank, "/stat"));
+    const size_t close = stat.rfind(')');
+    gone = stat.empty() || (close != std::string::npos && stat[close + 2] == 'Z');
+    if (!gone) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(gone) << "rank " << rank << " outlived the daemon that started it";
 }
 
 TEST_F(Supervisor, AProgramThatCannotRunIsNamed) {

@@ -31,7 +31,8 @@ class Fp8ctl : public SchedProcessTest {
                     std::vector<std::string> env = {}, bool server = true) {
     std::vector<std::string> argv = {FP8CTL_PATH};
     if (server) argv.insert(argv.end(), {"--server", url_});
-    if (!token.empty()) argv.insert(argv.end(), {"--token", token});
+    // The token from the environment: --token would add its warning to the output.
+    if (!token.empty()) env.push_back(StrCat("FP8CTL_TOKEN=", token));
     argv.insert(argv.end(), args.begin(), args.end());
     // No config file of the machine's own.
     env.push_back("XDG_CONFIG_HOME=" + dir_.str() + "/xdg");
@@ -43,6 +44,7 @@ class Fp8ctl : public SchedProcessTest {
 TEST(Fp8ctlView, TheProgressBarAndTheFallbackReason) {
   const json job = json::parse(R"({"id": 3, "owner": "alice", "state": "RUNNING",
       "spec": {"name": "gpt", "precision": "fp8"}, "precision": "bf16",
+      "precision_source": "fallback",
       "precision_reason": "placed on 1 x A100: FP8 needs compute capability 8.9; running bf16",
       "reason": "running", "progress": {"step": 1200, "total_steps": 5000, "loss": 3.41234,
       "tokens_per_s": 52100, "mfu": 0.41, "eta_s": 723, "val_loss": 3.56789, "val_step": 1000,
@@ -74,11 +76,12 @@ TEST(Fp8ctlView, TheProgressBarAndTheFallbackReason) {
   EXPECT_EQ(fp8ctl::ProgressLine(fp8ctl::View(none)), "no progress reported yet");
   json fp8 = job;
   fp8["precision"] = "fp8";
+  fp8["precision_source"] = "config";
   EXPECT_EQ(fp8ctl::View(fp8)["fallback_reason"], "") << "no fallback, nothing to explain";
 }
 
 TEST_F(Fp8ctl, SubmitListStatusEventsCancel) {
-  const ProcessResult sub = Ctl({"submit", FP8RT_CONFIGS_DIR "/tiny.yaml", "--gpus", "2"});
+  const ProcessResult sub = Ctl({"submit", files_ + "/c.yaml", "--gpus", "2"});
   ASSERT_EQ(sub.code, fp8ctl::kOk) << sub.output;
   EXPECT_EQ(sub.output, "1\n") << "submit prints the job id";
   const ProcessResult list = Ctl({"--json", "list"});
@@ -124,7 +127,7 @@ TEST_F(Fp8ctl, WaitFollowsTheJobAndExitsWithItsOutcome) {
       if (Req("POST", "/v1/jobs/1/cancel", kAlice).status == 200) return;
     }
   });
-  const ProcessResult w = Ctl({"submit", FP8RT_CONFIGS_DIR "/tiny.yaml", "--wait", "--poll-ms", "50"});
+  const ProcessResult w = Ctl({"submit", files_ + "/c.yaml", "--wait", "--poll-ms", "50"});
   canceller.join();
   EXPECT_EQ(w.code, fp8ctl::kJobFailed) << w.output;
   EXPECT_TRUE(Has(w.output, "job 1: PENDING")) << w.output;
@@ -132,7 +135,7 @@ TEST_F(Fp8ctl, WaitFollowsTheJobAndExitsWithItsOutcome) {
 }
 
 TEST_F(Fp8ctl, EveryFailureHasItsExitCodeAndSaysWhat) {
-  ASSERT_EQ(Ctl({"submit", FP8RT_CONFIGS_DIR "/tiny.yaml"}).code, 0);
+  ASSERT_EQ(Ctl({"submit", files_ + "/c.yaml"}).code, 0);
   const ProcessResult wrong = Ctl({"list"}, "not-a-token");
   EXPECT_EQ(wrong.code, fp8ctl::kAuth) << wrong.output;
   const ProcessResult missing = Ctl({"status", "99"});
@@ -158,7 +161,7 @@ TEST_F(Fp8ctl, EveryFailureHasItsExitCodeAndSaysWhat) {
 }
 
 TEST_F(Fp8ctl, ServerAndTokenFromTheEnvironmentOrAPrivateConfigFile) {
-  ASSERT_EQ(Ctl({"submit", FP8RT_CONFIGS_DIR "/tiny.yaml"}).code, 0);
+  ASSERT_EQ(Ctl({"submit", files_ + "/c.yaml"}).code, 0);
   const ProcessResult env =
       Ctl({"list"}, "", {"FP8CTL_SERVER=" + url_, StrCat("FP8CTL_TOKEN=", kAlice)}, false);
   EXPECT_EQ(env.code, 0) << env.output;

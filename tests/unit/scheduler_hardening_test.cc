@@ -24,13 +24,14 @@
 #include <thread>
 #include <vector>
 
+#include "net/http_server.h"
 #include "scheduler/api.h"
 #include "scheduler/auth.h"
-#include "net/http_server.h"
 #include "scheduler/node.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/store.h"
 #include "tests/common/fp8d_process.h"
+#include "tests/common/job_files.h"
 #include "tests/common/temp_dir.h"
 
 namespace fp8rt::sched {
@@ -81,9 +82,15 @@ constexpr char kRegister[] =
 // A RocksDB store in a temp dir with a Scheduler and the Api over both: what fp8d runs.
 class HardeningTest : public ::testing::Test {
  protected:
-  void SetUp() override { Open(); }
+  void SetUp() override {
+    test::WriteJobFiles(files_);
+    Open();
+  }
 
+  // The Api's config directory and roots are files_ (test::WriteJobFiles) unless `api_options`
+  // says otherwise.
   void Open(ApiOptions api_options = {}) {
+    if (api_options.config_dir.empty()) api_options = test::RootedAt(files_, api_options);
     api_.reset();
     sched_.reset();
     store_.reset();
@@ -129,6 +136,7 @@ class HardeningTest : public ::testing::Test {
   }
 
   test::TempDir dir_;
+  const std::string files_ = dir_.str() + "/files";
   double now_ = 1'700'000'000;
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<Scheduler> sched_;
@@ -172,6 +180,7 @@ TEST_F(HardeningTest, Item1TheStoreNeverAcknowledgesARecordItCannotReadBack) {
   job.owner = "alice";
   job.spec.name = "p";
   job.spec.config_path = "c";
+  job.spec.config.data.train_path = "/data/corpus.txt";
   job.spec.min_memory_gib = std::nan("");  // what a lenient parser once let through
   const Event ev{1, 1, JobState::kPending, JobState::kPending, "submitted"};
   for (JobStore* store : {store_.get(), NewMemoryJobStore().release()}) {
@@ -549,22 +558,30 @@ TEST_F(HardeningServerTest, Item10HeadAnswersWithoutABodyAndKeepsTheConnectionIn
 TEST_F(HardeningTest, ConfigPathsOutsideTheAllowedRootsAreRefusedAtSubmit) {
   for (const char* path :
        {"../../etc/shadow", "/etc/shadow", "configs/../../x.yaml", "a/../../b"}) {
-    ExpectRefused(StrCat(R"({"name": "x", "config_path": ")", path, "\"}"), "config_path");
+    ExpectRefused(StrCat(R"({"name": "x", "config_path": ")", path, "\"}"),
+                  "is outside the config roots");
   }
   EXPECT_EQ(
       Call("POST", "/v1/jobs", kAlice, R"({"name": "x", "config_path": "configs/a.yaml"})").status,
       201);
-  ApiOptions ao;
-  ao.config_roots = {"/srv/fp8rt/configs"};
+  // A --config-root besides the config directory: absolute paths under it, nothing beside it.
+  const std::string srv = dir_.str() + "/srv/fp8rt/configs";
+  test::WriteJobFiles(srv);
+  std::filesystem::create_directories(dir_.str() + "/srv/fp8rt/configs-evil");
+  std::ofstream(dir_.str() + "/srv/fp8rt/configs-evil/a.yaml") << "x: 1\n";
+  ApiOptions ao = test::RootedAt(files_);
+  ao.config_inputs.roots.push_back(srv);
+  ao.data_inputs.roots.push_back(srv);
   Open(ao);
   EXPECT_EQ(Call("POST", "/v1/jobs", kAlice,
-                 R"({"name": "x", "config_path": "/srv/fp8rt/configs/gpt.yaml"})")
+                 StrCat(R"({"name": "x", "config_path": ")", srv, "/configs/gpt.yaml\"}"))
                 .status,
             201);
-  ExpectRefused(R"({"name": "x", "config_path": "/srv/fp8rt/configs/../../../etc/shadow"})",
-                "outside the allowed roots");
-  ExpectRefused(R"({"name": "x", "config_path": "/srv/fp8rt/configs-evil/a.yaml"})",
-                "outside the allowed roots");
+  ExpectRefused(StrCat(R"({"name": "x", "config_path": ")", srv, "/../../../etc/shadow\"}"),
+                "is outside the config roots");
+  ExpectRefused(
+      StrCat(R"({"name": "x", "config_path": ")", dir_.str(), "/srv/fp8rt/configs-evil/a.yaml\"}"),
+      "is outside the config roots");
 }
 
 TEST_F(HardeningTest, YamlAnchorsAndAliasesAreRefusedInSpecs) {

@@ -18,11 +18,12 @@
 #include <thread>
 #include <vector>
 
-#include "scheduler/api.h"
-#include "scheduler/scheduler.h"
-#include "scheduler/auth.h"
 #include "net/http_server.h"
+#include "scheduler/api.h"
+#include "scheduler/auth.h"
+#include "scheduler/scheduler.h"
 #include "scheduler/store.h"
+#include "tests/common/job_files.h"
 #include "tests/common/temp_dir.h"
 
 namespace fp8rt::sched {
@@ -161,7 +162,9 @@ TEST(SchedulerHttpAuth, LoadReadsAFileAndNamesAMissingOne) {
 TEST(SchedulerHttpApi, RateLimitPerTokenWithInjectedClock) {
   auto store = NewMemoryJobStore();
   double now = 1000;
-  ApiOptions opt;
+  test::TempDir files;
+  test::WriteJobFiles(files.str());
+  ApiOptions opt = test::RootedAt(files.str());
   opt.rate_per_s = 1;
   opt.burst = 2;
   auto sched = Scheduler::Open(store.get(), {}, 1000);
@@ -240,7 +243,10 @@ class SchedulerHttpServerTest : public ::testing::Test {
     store_ = std::move(s).value();
     StartServer({}, {});
   }
-  void StartServer(const ApiOptions& api_options, const HttpServerOptions& server_options) {
+  void StartServer(ApiOptions api_options, const HttpServerOptions& server_options) {
+    test::WriteJobFiles(dir_.str() + "/files");
+    if (api_options.config_dir.empty())
+      api_options = test::RootedAt(dir_.str() + "/files", api_options);
     server_.reset();
     api_.reset();
     sched_.reset();

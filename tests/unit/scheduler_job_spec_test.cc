@@ -1,7 +1,7 @@
 // Job specs from YAML and JSON: every field, defaults, round trip, and one refusal per bad field.
 #include <gtest/gtest.h>
 
-#include "scheduler/job_spec.h"
+#include "common/job_spec.h"
 
 namespace fp8rt::sched {
 namespace {
@@ -10,6 +10,7 @@ constexpr char kFullYaml[] = R"(
 name: gpt-350m.fp8
 config:
   model: {n_layer: 24, n_embd: 1024}
+  data: {train: /data/corpus.txt}
   train: {batch_size: 8}
 nodes: 2
 gpus_per_node: 8
@@ -31,7 +32,9 @@ TEST(SchedJobSpec, ParsesEveryFieldFromYaml) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const JobSpec& s = *r;
   EXPECT_EQ(s.name, "gpt-350m.fp8");
-  EXPECT_NE(s.config_yaml.find("\"n_layer\":24"), std::string::npos) << s.config_yaml;
+  EXPECT_EQ(s.config.model.n_layer, 24);
+  EXPECT_EQ(s.config.train.batch_size, 8);
+  EXPECT_EQ(s.config.data.train_path, "/data/corpus.txt");
   EXPECT_TRUE(s.config_path.empty());
   EXPECT_EQ(s.nodes, 2);
   EXPECT_EQ(s.gpus_per_node, 8);
@@ -57,6 +60,9 @@ TEST(SchedJobSpec, ParsesJsonAndAppliesDefaults) {
   EXPECT_EQ(r->min_compute_capability, 90);
   EXPECT_EQ(r->precision, Precision::kBf16);
   EXPECT_EQ(r->nodes, 1);
+  auto plain = ParseJobSpec(R"({"name": "p", "config_path": "c.yaml"})");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->precision.has_value()) << "no precision given: the config's decides";
   EXPECT_EQ(r->gpus_per_node, 1);
   EXPECT_TRUE(r->gpu_types.empty());
   EXPECT_EQ(r->fallback, Fallback::kBf16);
@@ -67,14 +73,77 @@ TEST(SchedJobSpec, ParsesJsonAndAppliesDefaults) {
 }
 
 TEST(SchedJobSpec, ToJsonRoundTrips) {
-  for (const std::string& text :
-       {std::string(kFullYaml), std::string("{name: a, config_path: x.yaml, fallback: fail}")}) {
-    auto a = ParseJobSpec(text);
-    ASSERT_TRUE(a.ok()) << a.status().ToString();
-    auto b = ParseJobSpec(a->ToJson());
-    ASSERT_TRUE(b.ok()) << b.status().ToString() << "\n" << a->ToJson();
-    EXPECT_EQ(*a, *b) << a->ToJson();
-  }
+  // As the store keeps it (the config an object, every key), and as fp8ctl sends it.
+  auto a = ParseJobSpec(kFullYaml);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto b = ParseJobSpec(a->ToJson(), SpecSource::kStored);
+  ASSERT_TRUE(b.ok()) << b.status().ToString() << "\n" << a->ToJson();
+  EXPECT_EQ(*a, *b) << a->ToJson();
+  EXPECT_NE(a->ToJson().find("\"config\":{\"name\":\"run\",\"precision\":\"fp8\",\"model\":{"),
+            std::string::npos)
+      << "the config is an object: " << a->ToJson();
+  auto c = ParseJobSpec(a->ToJson(SpecSource::kUser));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(*a, *c);
+  auto path = ParseJobSpec("{name: a, config_path: x.yaml, fallback: fail}");
+  ASSERT_TRUE(path.ok());
+  const std::string sent = path->ToJson(SpecSource::kUser);
+  EXPECT_EQ(sent.find("\"config\""), std::string::npos) << "the scheduler reads the file: " << sent;
+  auto d = ParseJobSpec(sent);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*path, *d);
+  // A stored spec holds its config; one without is not a stored spec.
+  EXPECT_FALSE(ParseJobSpec(sent, SpecSource::kStored).ok());
+  // Older stores kept the config as a JSON string: it still reads.
+  auto old = ParseJobSpec(
+      R"({"name": "o", "config": "{\"data\":{\"train\":\"/d/c.txt\"}}", "precision": "fp8"})",
+      SpecSource::kStored);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->config.data.train_path, "/d/c.txt");
+}
+
+// The config inside a spec is the typed training config, read by the one reader: a typo or an
+// impossible value is refused naming the key and (YAML) the line, and the config's parallel
+// layout must fit the gang.
+TEST(SchedJobSpec, TheConfigIsCheckedWithItsLineAndAgainstTheGang) {
+  auto typo = ParseJobSpec("name: t\nconfig:\n  data: {train: /d}\n  train:\n    batch_sise: 8\n");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_EQ(typo.status().message().rfind("config: unknown field 'train.batch_sise' at line 5", 0),
+            0u)
+      << typo.status().message();
+  auto range = ParseJobSpec("name: t\nconfig: {data: {train: /d}, train: {lr: 50}}\n");
+  ASSERT_FALSE(range.ok());
+  EXPECT_NE(range.status().message().find("train.lr = 50 is out of range"), std::string::npos)
+      << range.status().message();
+  auto tp = ParseJobSpec(
+      "name: t\nnodes: 3\nconfig: {data: {train: /d}, model: {n_head: 4}, parallel: {tp: 2}}\n");
+  ASSERT_FALSE(tp.ok());
+  EXPECT_NE(tp.status().message().find("parallel.tp = 2 does not divide the job's 3 rank(s)"),
+            std::string::npos)
+      << tp.status().message();
+  auto dp =
+      ParseJobSpec("name: t\ngpus_per_node: 4\nconfig: {data: {train: /d}, parallel: {dp: 2}}\n");
+  ASSERT_FALSE(dp.ok());
+  EXPECT_NE(dp.status().message().find("parallel.dp = 2 x tp = 1 is not the job's 4 rank(s)"),
+            std::string::npos)
+      << dp.status().message();
+}
+
+// What a careless or hostile spec gets: the documented limit, the field named.
+TEST(SchedJobSpec, LimitsAreTheDocumentedOnesAndNameTheField) {
+  auto long_name = ParseJobSpec(StrCat("name: ", std::string(10000, 'a'), "\nconfig_path: c\n"));
+  ASSERT_FALSE(long_name.ok());
+  EXPECT_NE(long_name.status().message().find("10000 bytes long; at most 128 are allowed"),
+            std::string::npos)
+      << long_name.status().message();
+  auto huge = ParseJobSpec("name: a\nconfig_path: c\nnodes: 9223372036854775808\n");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().message(),
+            "nodes = 9223372036854775808 is out of range [1, 4096] at line 3");
+  auto escape = ParseJobSpec("{\"name\": \"a\\u001b[2Jb\", \"config_path\": \"c\"}");
+  ASSERT_FALSE(escape.ok());
+  EXPECT_NE(escape.status().message().find("name = 'a\\x1b[2Jb' has '\\x1b'"), std::string::npos)
+      << escape.status().message();
 }
 
 struct BadCase {

@@ -13,6 +13,8 @@
 #include "scheduler/api.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/store.h"
+#include "tests/common/job_files.h"
+#include "tests/common/temp_dir.h"
 
 namespace fp8rt::sched::loop_test {
 
@@ -21,7 +23,8 @@ using json = nlohmann::json;
 inline JobSpec Spec(const std::string& name, int gpus, int priority = 0) {
   JobSpec s;
   s.name = name;
-  s.config_path = "configs/gpt.yaml";
+  s.config_path = "configs/gpt.yaml";  // (read at submit by the Api; the Scheduler takes it as is)
+  s.config.data.train_path = "/data/corpus.txt";
   s.gpus_per_node = gpus;
   s.priority = priority;
   return s;
@@ -109,7 +112,8 @@ class SchedNodesApiTest : public SchedLoopTest {
                                 "}]\nuser: [{name: alice, sha256: ", HashToken(kUserToken),
                                 "}]\nadmin: [{name: ops, sha256: ", HashToken(kAdminToken), "}]"));
     ASSERT_TRUE(auth.ok());
-    ApiOptions ao;
+    test::WriteJobFiles(files_.str());
+    ApiOptions ao = test::RootedAt(files_.str());
     ao.burst = 1000;
     api_ = std::make_unique<Api>(
         sched_.get(), store_.get(), *auth, [this] { return static_cast<double>(now_); }, ao);
@@ -148,6 +152,7 @@ class SchedNodesApiTest : public SchedLoopTest {
       EXPECT_EQ(State(), before) << b.target << " " << b.body;
     }
   }
+  test::TempDir files_;
   std::unique_ptr<Api> api_;
 };
 

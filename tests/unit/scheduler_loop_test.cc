@@ -29,8 +29,8 @@ TEST_F(SchedLoopTest, PlacementStoresPrecisionAndReasonAndDaemonReportsFinishThe
   ASSERT_TRUE(j.precision.has_value());
   EXPECT_EQ(*j.precision, Precision::kBf16);
   EXPECT_EQ(j.reason,
-            "placed on 2 x A100: FP8 needs compute capability 8.9; running bf16 per fallback "
-            "policy");
+            "placed on 2 x A100: FP8 needs compute capability 8.9 (A100: 8.0); running bf16 "
+            "(fallback)");
   ASSERT_EQ(Events(id).size(), 2u);
   EXPECT_EQ(Events(id)[1].to, JobState::kScheduled);
   EXPECT_EQ(Events(id)[1].reason, j.reason);
@@ -62,6 +62,46 @@ TEST_F(SchedLoopTest, PlacementStoresPrecisionAndReasonAndDaemonReportsFinishThe
   EXPECT_EQ(Get(id).state, JobState::kCompleted);
   EXPECT_EQ(Get(id).checkpoint_step, 2000);
   EXPECT_EQ(Events(id).back().reason, "every rank exited with code 0");
+}
+
+// A node's heartbeat may carry output only of the ranks it runs of a job placed on it now: not of
+// another node's job, a job not yet submitted (the next user's would show it), ranks outside the
+// gang, or an earlier attempt.
+TEST_F(SchedLoopTest, HeartbeatLogsAreKeptOnlyFromTheRanksTheNodeRuns) {
+  Register(Node("n1", "H100", 90, 2));
+  Register(Node("n2", "H100", 90, 2));
+  JobSpec gang = Spec("gang", 2);
+  gang.nodes = 2;
+  const int64_t id = Submit(gang);
+  Tick();
+  ASSERT_EQ(Get(id).state, JobState::kScheduled);
+  const int attempt = Get(id).attempt;
+  // Which node holds ranks 0-1 (the gang's first) and which 2-3.
+  const std::string first = Get(id).placement[0].node_id;
+  const std::string second = first == "n1" ? "n2" : "n1";
+  JobReport mine = Running(id, 1);
+  mine.attempt = attempt;
+  mine.logs = {{0, "rank zero\n"}, {1, "rank one\n"}, {2, "not mine\n"}, {9'999'999, "far\n"}};
+  Beat(first, {mine});
+  JobReport theirs = Running(id, 1);
+  theirs.attempt = attempt;
+  theirs.logs = {{2, "rank two\n"}, {0, "claims rank zero\n"}};
+  Beat(second, {theirs});
+  EXPECT_EQ(*store_->Log(id, 0), "rank zero\n");
+  EXPECT_EQ(*store_->Log(id, 1), "rank one\n");
+  EXPECT_EQ(*store_->Log(id, 2), "rank two\n");
+  EXPECT_EQ(*store_->LogRanks(id), (std::vector<int>{0, 1, 2}));
+  // A stale attempt's report, and a job id nobody has submitted yet.
+  JobReport stale = Running(id, 1);
+  stale.attempt = attempt - 1;
+  stale.logs = {{0, "stale\n"}};
+  JobReport future = Running(id + 1, 1);
+  future.logs = {{0, "planted\n"}};
+  Beat(first, {stale, future});
+  EXPECT_EQ(*store_->Log(id, 0), "rank zero\n");
+  const int64_t next = Submit(Spec("next", 1));
+  EXPECT_EQ(next, id + 1);
+  EXPECT_TRUE(store_->LogRanks(next)->empty()) << "the next user's job starts with no output";
 }
 
 TEST_F(SchedLoopTest, AFailedGangRestartsFromItsCheckpointUpToMaxRestartsAndANanLossFailsAtOnce) {
@@ -199,7 +239,7 @@ TEST_F(SchedLoopTest, WaitPolicyWaitsForFp8GpusThenFallsBackAfterItsTimeout) {
   Tick();  // nothing changed but the clock: placement still runs (replace_interval_s)
   EXPECT_EQ(Get(second).state, JobState::kScheduled);
   EXPECT_EQ(*Get(second).precision, Precision::kBf16);
-  EXPECT_NE(Get(second).reason.find("running bf16 per fallback policy after waiting 100s"),
+  EXPECT_NE(Get(second).reason.find("running bf16 (fallback) after waiting 100s"),
             std::string::npos)
       << Get(second).reason;
 }

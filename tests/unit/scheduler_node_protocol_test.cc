@@ -87,7 +87,10 @@ TEST(NodeProtocol, CommandsReadBackOnTheNode) {
   start.master_port = 29504;
   start.resume_step = 300;
   start.spec.name = "job";
-  start.spec.config_yaml = R"({"train":{"total_steps":10}})";
+  start.spec.config.data.train_path = "/data/corpus.txt";
+  start.spec.config.train.total_steps = 10;
+  start.spec.config.train.lr = 3e-4f;
+  start.spec.config.fp8.mode = ScalingMode::kCurrent;
   start.spec.checkpoint_interval = 50;
   sched::NodeCommand stop;
   stop.kind = sched::CommandKind::kStop;
@@ -101,7 +104,7 @@ TEST(NodeProtocol, CommandsReadBackOnTheNode) {
   const node::Command& c = (*cmds)[0];
   EXPECT_EQ(c.kind, node::Command::Kind::kStart);
   EXPECT_EQ(c.job_id, 4);
-  EXPECT_EQ(c.start.precision, "bf16");
+  EXPECT_EQ(c.start.precision, Precision::kBf16);
   EXPECT_EQ(c.start.gpus, (std::vector<int>{2, 3}));
   EXPECT_EQ(c.start.node_rank, 1);
   EXPECT_EQ(c.start.nodes, 2);
@@ -109,8 +112,11 @@ TEST(NodeProtocol, CommandsReadBackOnTheNode) {
   EXPECT_EQ(c.start.master_addr, "10.0.0.1");
   EXPECT_EQ(c.start.master_port, 29504);
   EXPECT_EQ(c.start.resume_step, 300);
-  EXPECT_EQ(c.start.config_json, R"({"train":{"total_steps":10}})");
-  EXPECT_EQ(c.start.checkpoint_interval, 50);
+  // The typed spec, config included, exactly as the scheduler holds it.
+  EXPECT_TRUE(c.start.spec == start.spec) << sched::CommandToJson(start);
+  EXPECT_EQ(c.start.spec.config.train.lr, 3e-4f);
+  EXPECT_EQ(c.start.spec.config.fp8.mode, ScalingMode::kCurrent);
+  EXPECT_EQ(c.start.spec.checkpoint_interval, 50);
   EXPECT_EQ((*cmds)[1].kind, node::Command::Kind::kStop);
   EXPECT_EQ((*cmds)[1].reason, "cancelled");
   // What it cannot act on is refused naming the field.
@@ -118,6 +124,15 @@ TEST(NodeProtocol, CommandsReadBackOnTheNode) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("commands[0].action = 'reboot'"), std::string::npos);
   EXPECT_FALSE(node::ParseCommands("[]").ok());
+  // A start whose config is not one (a typo'd key, a value out of range) is refused whole.
+  std::string typo = sched::CommandToJson(start);
+  typo.replace(typo.find("\"total_steps\""), 13, "\"total_stepz\"");
+  auto refused = node::ParseCommands(StrCat("{\"commands\": [", typo, "]}"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("commands[0].spec: config: unknown field "
+                                            "'train.total_stepz'"),
+            std::string::npos)
+      << refused.status().message();
 }
 
 }  // namespace

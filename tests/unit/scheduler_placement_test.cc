@@ -52,7 +52,7 @@ TEST(SchedPlacement, Fp8OnHopperUsesLowestFreeGpus) {
   ASSERT_EQ(d.kind, DecisionKind::kPlace) << d.reason;
   EXPECT_EQ(d.precision, Precision::kFp8);
   EXPECT_EQ(d.assignment, (std::vector<NodeAssignment>{{"h1", {1, 2, 3, 4}}}));
-  EXPECT_EQ(d.reason, "placed on 4 x H100: running fp8");
+  EXPECT_EQ(d.reason, "placed on 4 x H100: running fp8 (from the config)");
 }
 
 TEST(SchedPlacement, GpuTypesComputeCapabilityAndMemory) {
@@ -118,7 +118,7 @@ TEST(SchedPlacement, GangIsAllNodesOrNothing) {
   JobDecision d = PlaceOne(c, Spec(2, 4));
   ASSERT_EQ(d.kind, DecisionKind::kPlace) << d.reason;
   EXPECT_EQ(d.assignment, (std::vector<NodeAssignment>{{"a", {0, 1, 2, 3}}, {"c", {0, 1, 2, 3}}}));
-  EXPECT_EQ(d.reason, "placed on 8 x H100: running fp8");
+  EXPECT_EQ(d.reason, "placed on 8 x H100: running fp8 (from the config)");
   JobDecision none = PlaceOne(c, Spec(3, 4));
   EXPECT_EQ(none.kind, DecisionKind::kWait);
   EXPECT_TRUE(none.assignment.empty());
@@ -136,7 +136,7 @@ TEST(SchedPlacement, MixedGpuTypesRefusedUnlessAllowed) {
   JobDecision d = PlaceOne(c, mixed);
   ASSERT_EQ(d.kind, DecisionKind::kPlace);
   EXPECT_EQ(d.precision, Precision::kFp8);
-  EXPECT_EQ(d.reason, "placed on 4 x H100 + 4 x H200: running fp8");
+  EXPECT_EQ(d.reason, "placed on 4 x H100 + 4 x H200: running fp8 (from the config)");
 }
 
 TEST(SchedPlacement, Bf16FallbackRunsAtOnceWithReason) {
@@ -144,9 +144,10 @@ TEST(SchedPlacement, Bf16FallbackRunsAtOnceWithReason) {
   JobDecision d = PlaceOne(c, Spec(1, 2));
   ASSERT_EQ(d.kind, DecisionKind::kPlace);
   EXPECT_EQ(d.precision, Precision::kBf16);
+  EXPECT_EQ(d.precision_source, PrecisionSource::kFallback);
   EXPECT_EQ(d.reason,
-            "placed on 2 x A100: FP8 needs compute capability 8.9; running bf16 per fallback "
-            "policy");
+            "placed on 2 x A100: FP8 needs compute capability 8.9 (A100: 8.0); running bf16 "
+            "(fallback)");
 }
 
 TEST(SchedPlacement, OneAmpereGpuInAMixedGangMeansBf16) {
@@ -174,7 +175,7 @@ TEST(SchedPlacement, WaitFallbackHoldsOutForFp8UntilTimeout) {
   ASSERT_EQ(d.kind, DecisionKind::kPlace) << d.reason;
   EXPECT_EQ(d.precision, Precision::kBf16);
   EXPECT_EQ(d.assignment[0].node_id, "a");
-  EXPECT_NE(d.reason.find("running bf16 per fallback policy after waiting 600s"), std::string::npos)
+  EXPECT_NE(d.reason.find("running bf16 (fallback) after waiting 600s"), std::string::npos)
       << d.reason;
   // FP8 GPUs free again before the timeout: fp8 at once.
   c.now = 1100;
@@ -209,20 +210,17 @@ TEST(SchedPlacement, FailFallbackFailsOnlyWhenNoFp8PlacementCanExist) {
 // Blackwell) the fallback policy applies, and the reason names the recipe.
 TEST(SchedPlacement, BlockScaledJobsRunFp8OnHopperOnly) {
   JobSpec block = Spec(1, 2);
-  block.config_path.clear();
-  block.config_yaml = R"({"model": {"n_layer": 2}, "fp8": {"scaling": "block"}})";
+  block.config.fp8.mode = ScalingMode::kBlock;  // the typed config: nothing searches strings
   JobSpec delayed = block;
-  delayed.config_yaml = R"({"name": "block", "fp8": {"scaling": "delayed"}})";
-  EXPECT_TRUE(UsesBlockScaling(block));
-  EXPECT_FALSE(UsesBlockScaling(delayed)) << "a name is not a recipe";
-  EXPECT_FALSE(UsesBlockScaling(Spec(1, 1))) << "a config_path's file is the daemon's to read";
+  delayed.config.name = "block";
+  delayed.config.fp8.mode = ScalingMode::kDelayed;
 
   ClusterSnapshot all{{Node("b", "B200", 8), Node("h", "H100", 8), Node("l", "L40S", 8)}, 0};
   JobDecision d = PlaceOne(all, block);
   ASSERT_EQ(d.kind, DecisionKind::kPlace) << d.reason;
   EXPECT_EQ(d.precision, Precision::kFp8);
   EXPECT_EQ(d.assignment[0].node_id, "h");
-  EXPECT_EQ(d.reason, "placed on 2 x H100: running fp8 (block scaling)");
+  EXPECT_EQ(d.reason, "placed on 2 x H100: running fp8 (from the config) with block scaling");
   d = PlaceOne(all, delayed);  // any FP8 GPU; types are tried in name order
   ASSERT_EQ(d.kind, DecisionKind::kPlace) << d.reason;
   EXPECT_EQ(d.precision, Precision::kFp8);
@@ -233,8 +231,8 @@ TEST(SchedPlacement, BlockScaledJobsRunFp8OnHopperOnly) {
   d = PlaceOne(others, block);
   ASSERT_EQ(d.kind, DecisionKind::kPlace) << d.reason;
   EXPECT_EQ(d.precision, Precision::kBf16);
-  EXPECT_NE(d.reason.find("fp8.scaling: block needs compute capability 9.0 (Hopper); running bf16 "
-                          "per fallback policy"),
+  EXPECT_NE(d.reason.find("fp8.scaling: block needs compute capability 9.0 (Hopper) (B200: 10.0); "
+                          "running bf16 (fallback)"),
             std::string::npos)
       << d.reason;
   auto with_fallback = [&](Fallback f) {
@@ -275,9 +273,78 @@ TEST(SchedPlacement, RequestedPrecisionNeedsCapableGpus) {
   JobDecision d = PlaceOne(c, s);
   ASSERT_EQ(d.kind, DecisionKind::kPlace);
   EXPECT_EQ(d.precision, Precision::kFp32);
-  EXPECT_EQ(d.reason, "placed on 4 x V100: running fp32 as requested");
+  EXPECT_EQ(d.reason, "placed on 4 x V100: running fp32 (from the override)");
+  EXPECT_EQ(d.precision_source, PrecisionSource::kOverride);
   // fp8 with bf16 fallback cannot use V100s either.
   EXPECT_EQ(PlaceOne(c, Spec(1, 1)).kind, DecisionKind::kWait);
+}
+
+// The precision comes from the config unless the spec overrides it (common/precision.h decides,
+// as the trainer does): a bf16 config runs bf16 on FP8 GPUs; --precision fp8 there runs fp8.
+TEST(SchedPlacement, TheConfigsPrecisionUnlessTheSpecOverridesIt) {
+  ClusterSnapshot c{{Node("h", "H100", 2)}, 0};
+  JobSpec s = Spec(1, 1);
+  s.config.precision = Precision::kBf16;
+  JobDecision d = PlaceOne(c, s);
+  ASSERT_EQ(d.kind, DecisionKind::kPlace) << d.reason;
+  EXPECT_EQ(d.precision, Precision::kBf16);
+  EXPECT_EQ(d.precision_source, PrecisionSource::kConfig);
+  EXPECT_EQ(d.reason, "placed on 1 x H100: running bf16 (from the config)");
+  s.precision = Precision::kFp8;
+  d = PlaceOne(c, s);
+  EXPECT_EQ(d.precision, Precision::kFp8);
+  EXPECT_EQ(d.precision_source, PrecisionSource::kOverride);
+  // On Ampere the fp8 override falls back, and says which rule and which GPU.
+  ClusterSnapshot a100{{Node("a", "A100", 1)}, 0};
+  d = PlaceOne(a100, s);
+  EXPECT_EQ(d.precision, Precision::kBf16);
+  EXPECT_EQ(d.precision_source, PrecisionSource::kFallback);
+  EXPECT_EQ(d.reason,
+            "placed on 1 x A100: FP8 needs compute capability 8.9 (A100: 8.0); running bf16 "
+            "(fallback)");
+}
+
+// A request no registered node could ever satisfy is refused at submit, naming the resource; one
+// that only waits for busy, lost or drained nodes is not.
+TEST(SchedPlacement, CheckFeasibleNamesWhatNoNodeOffers) {
+  const std::vector<NodeInfo> one_cpu = {Node("n0", kCpuSlotName, 1)};
+  EXPECT_TRUE(CheckFeasible(Spec(1, 1), one_cpu).ok());
+  EXPECT_TRUE(CheckFeasible(Spec(5, 4), {}).ok()) << "no node registered: nothing to judge";
+  Status s = CheckFeasible(Spec(1, 4), one_cpu);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("gpus_per_node = 4: no 1 registered node(s) have 4 GPUs (or CPU "
+                             "slots) of one type each; the most on a node is 1 (n0)"),
+            std::string::npos)
+      << s.message();
+  s = CheckFeasible(Spec(2, 1), one_cpu);
+  EXPECT_NE(s.message().find("nodes = 2: only 1 node(s) are registered"), std::string::npos)
+      << s.message();
+  JobSpec h100 = Spec(1, 1);
+  h100.gpu_types = {"H100"};
+  s = CheckFeasible(h100, one_cpu);
+  EXPECT_NE(s.message().find("gpu_types = [H100]: no gang of 1 x 1 such GPUs exists (the 1 "
+                             "registered node(s) have 1 x cpu)"),
+            std::string::npos)
+      << s.message();
+  JobSpec mem = Spec(1, 1);
+  mem.min_memory_gib = 100;
+  EXPECT_NE(CheckFeasible(mem, {Node("h", "H100", 8)}).message().find("min_memory_gib = 100"),
+            std::string::npos);
+  // fp8 with fallback fail on Ampere only: impossible; with the default fallback it runs bf16.
+  JobSpec fail = Spec(1, 1);
+  fail.fallback = Fallback::kFail;
+  s = CheckFeasible(fail, {Node("a", "A100", 8)});
+  EXPECT_NE(s.message().find("precision fp8 with fallback fail: FP8 needs compute capability 8.9"),
+            std::string::npos)
+      << s.message();
+  EXPECT_TRUE(CheckFeasible(Spec(1, 1), {Node("a", "A100", 8)}).ok());
+  // Busy, unhealthy and lost nodes count: the job waits for them.
+  std::vector<NodeInfo> busy = {Node("h", "H100", 2)};
+  busy[0].gpu_job = {7, 7};
+  busy[0].gpus[1].healthy = false;
+  busy[0].state = NodeState::kLost;
+  EXPECT_TRUE(CheckFeasible(Spec(1, 2), busy).ok());
 }
 
 TEST(SchedPlacement, PriorityThenSubmitTimeThenId) {

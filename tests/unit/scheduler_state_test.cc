@@ -13,7 +13,8 @@ Job NewJob(int max_restarts = 3) {
   Job j;
   j.id = 7;
   j.owner = "alice";
-  auto spec = ParseJobSpec("name: j\nconfig_path: c.yaml\nnodes: 2\ngpus_per_node: 4");
+  auto spec =
+      ParseJobSpec("name: j\nconfig: {data: {train: /d/c.txt}}\nnodes: 2\ngpus_per_node: 4");
   EXPECT_TRUE(spec.ok());
   j.spec = *spec;
   j.spec.max_restarts = max_restarts;

@@ -112,11 +112,34 @@ TEST(StrictYaml, RefusesDeepAndLargeDocumentsAndBadUtf8) {
   small.max_values = 10;
   EXPECT_TRUE(Has(ErrorOf("[1,2,3,4,5,6,7,8,9,10,11]", small), "more than 10 values"));
   EXPECT_TRUE(Has(ErrorOf("a: \"\xC0\xAF\"\n"), "UTF-8"));
-  EXPECT_TRUE(Has(ErrorOf("a: 99999999999999999999\n"), "64-bit integer range"));
-  // JSON's parser reads an integer too large for 64 bits as a number, which no integer field takes.
-  EXPECT_EQ(MustParse(R"({"a": 99999999999999999999})").Find("a")->kind, Kind::kFloat);
+  // An integer too large for 64 bits parses (its field refuses it, naming itself), JSON or YAML.
+  EXPECT_TRUE(MustParse(R"({"a": 99999999999999999999})").Find("a")->overflow);
+  EXPECT_TRUE(MustParse("a: 99999999999999999999\n").Find("a")->overflow);
   EXPECT_TRUE(Has(ErrorOf("a: [1, 2\n"), "not valid YAML or JSON"));
   EXPECT_EQ(MustParse("").kind, Kind::kNull);
+}
+
+TEST(StrictYaml, AnIntegerOutsideSixtyFourBitsIsRefusedByItsFieldWithItsLine) {
+  // Parsed (not refused by the parser, which cannot know the field) and refused by the reader,
+  // naming the field, the value as written, its range and its line.
+  const Value v = MustParse("name: x\nnodes: 9223372036854775808\n");
+  int nodes = 0;
+  std::string name;
+  const Status s =
+      ReadFields(v, "", {{"name", String(&name)}, {"nodes", Integer(&nodes, 1, 4096)}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "nodes = 9223372036854775808 is out of range [1, 4096] at line 2");
+  int64_t big = 0;
+  const Value neg = MustParse(R"({"n": -99999999999999999999})");
+  EXPECT_TRUE(Has(ReadFields(neg, "", {{"n", Integer(&big)}}).message(),
+                  "n = -99999999999999999999 is out of range"));
+  const Value json = MustParse(R"({"nodes": 9223372036854775808})");
+  EXPECT_TRUE(Has(ReadFields(json, "", {{"nodes", Integer(&nodes, 1, 4096)}}).message(),
+                  "nodes = 9223372036854775808 is out of range [1, 4096]"));
+  EXPECT_EQ(nodes, 0) << "nothing stored";
+  double d = 0;
+  EXPECT_TRUE(ReadFields(v, "", {{"name", String(&name)}, {"nodes", Number(&d)}}).ok())
+      << "a number field takes it";
 }
 
 TEST(StrictYaml, FieldReadersRefuseTheWrongTypeNamingTheField) {

@@ -9,7 +9,7 @@
 #include <numeric>
 #include <set>
 
-#include "runtime/config.h"
+#include "common/train_config.h"
 #include "runtime/gpt_layout.h"
 #include "runtime/huggingface.h"
 #include "runtime/train_checkpoint.h"

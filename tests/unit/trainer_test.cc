@@ -414,14 +414,31 @@ TEST(PrecisionFallback, FollowsComputeCapability) {
       {80, Precision::kBf16, Precision::kBf16, false}, {70, Precision::kFp32, Precision::kFp32, false},
   };
   for (const auto& c : cases) {
-    const PrecisionDecision d = DecidePrecision(c.asked, gpu(c.cc));
-    EXPECT_EQ(d.precision, c.got) << "cc " << c.cc << " asked " << PrecisionName(c.asked);
-    EXPECT_EQ(!d.fallback_reason.empty(), c.fallback) << d.fallback_reason;
+    const auto d =
+        DecidePrecision({c.asked, PrecisionSource::kConfig}, ScalingMode::kDelayed, gpu(c.cc));
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_EQ(d->precision, c.got) << "cc " << c.cc << " asked " << PrecisionName(c.asked);
+    EXPECT_EQ(d->source == PrecisionSource::kFallback, c.fallback) << d->reason;
   }
-  EXPECT_NE(DecidePrecision(Precision::kFp8, gpu(86)).fallback_reason.find("8.9"),
-            std::string::npos);
+  const auto fell =
+      DecidePrecision({Precision::kFp8, PrecisionSource::kConfig}, ScalingMode::kDelayed, gpu(86));
+  EXPECT_EQ(fell->reason, "FP8 needs compute capability 8.9 (GPU: 8.6); running bf16 (fallback)");
+  // Block scaling: Hopper only (the rule beside the FP8 one, in common/precision.h).
+  const auto block =
+      DecidePrecision({Precision::kFp8, PrecisionSource::kOverride}, ScalingMode::kBlock, gpu(89));
+  EXPECT_EQ(block->precision, Precision::kBf16);
+  EXPECT_EQ(block->reason,
+            "fp8.scaling: block needs compute capability 9.0 (Hopper) (GPU: 8.9); running bf16 "
+            "(fallback)");
+  EXPECT_EQ(
+      DecidePrecision({Precision::kFp8, PrecisionSource::kConfig}, ScalingMode::kBlock, gpu(90))
+          ->precision,
+      Precision::kFp8);
   DeviceInfo cpu;
-  EXPECT_EQ(DecidePrecision(Precision::kFp8, cpu).precision, Precision::kFp8);  // emulated
+  const auto emulated =
+      DecidePrecision({Precision::kFp8, PrecisionSource::kOverride}, ScalingMode::kBlock, cpu);
+  EXPECT_EQ(emulated->precision, Precision::kFp8);  // emulated
+  EXPECT_EQ(emulated->reason, "running fp8 (from the override)");
 }
 
 TEST(SplitMix64, SkipLandsWhereDrawingWould) {

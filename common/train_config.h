@@ -1,14 +1,16 @@
-// fp8train's run configuration: one YAML file per run, every key documented in
-// configs/README.md, unknown keys refused by name.
+// The training config (fp8train's run configuration): one YAML file per run, every key
+// documented in configs/README.md, unknown keys refused by name. One type for every program that
+// reads it (fp8train, fp8ctl, the scheduler, the node daemon).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "common/fp8_recipe.h"
 #include "common/precision.h"
 #include "common/status.h"
-#include "kernels/fp8.h"
-#include "kernels/scaling.h"
+#include "common/strict_yaml.h"
 
 namespace fp8rt {
 
@@ -21,11 +23,11 @@ enum class Arch { kGpt2, kLlama };
 inline const char* ArchName(Arch a) { return a == Arch::kLlama ? "llama" : "gpt2"; }
 
 struct ModelConfig {
-  int n_layer = 2;        // L. Default: 2
-  int n_embd = 64;        // C. Default: 64
-  int n_head = 4;         // NH; C must be a multiple of it. Default: 4
-  int block_size = 64;    // maximum sequence length (positions in wpe). Default: 64
-  int vocab_size = 256;   // V; padded to a multiple of 128 for the LM head. Default: 256 (bytes)
+  int n_layer = 2;          // L. Default: 2
+  int n_embd = 64;          // C. Default: 64
+  int n_head = 4;           // NH; C must be a multiple of it. Default: 4
+  int block_size = 64;      // maximum sequence length (positions in wpe). Default: 64
+  int vocab_size = 256;     // V; padded to a multiple of 128 for the LM head. Default: 256 (bytes)
   Arch arch = Arch::kGpt2;  // Default: gpt2
   // Key/value heads (grouped-query attention; must divide n_head); 0: n_head. Default: 0
   int n_kv_head = 0;
@@ -45,15 +47,18 @@ struct ModelConfig {
   int64_t matmul_params() const {
     return num_params() - (llama() ? int64_t{padded_vocab()} * n_embd : 0);
   }
+  bool operator==(const ModelConfig&) const = default;
 };
 
 struct DataConfig {
-  std::string train_path;          // text file or token shard(s). Default: "" (required)
-  std::string val_path;            // optional. Default: ""
-  std::string format = "text";     // "text" (UTF-8, byte tokenizer) or "tokens" (llm.c shard). Default: text
+  std::string train_path;  // text file or token shard(s). Default: "" (required)
+  std::string val_path;    // optional. Default: ""
+  std::string format =
+      "text";  // "text" (UTF-8, byte tokenizer) or "tokens" (llm.c shard). Default: text
+  bool operator==(const DataConfig&) const = default;
 };
 
-// fp8.scaling (kernels/fp8.h's ScalingMode): where each FP8 tensor's scale comes from.
+// fp8.scaling (common/fp8_recipe.h's ScalingMode): where each FP8 tensor's scale comes from.
 //   delayed: from the amax history of earlier steps (reduced over ranks once per step);
 //   current: from the tensor's own amax, computed just before its cast (reduced over the TP group
 //     first when the tensor is split over it, over the ZeRO-1 group for a weight's shards);
@@ -61,16 +66,14 @@ struct DataConfig {
 //     weights, from that block's amax in the cast itself (DeepSeek-V3's recipe; E4M3 throughout,
 //     power-of-two scales; cuBLASLt's block-scaled GEMMs, Hopper only). Nothing is reduced across
 //     ranks and nothing carries over between steps.
-inline const char* ScalingModeName(ScalingMode s) {
-  return s == ScalingMode::kCurrent ? "current" : s == ScalingMode::kBlock ? "block" : "delayed";
-}
 
 struct Fp8Config {
   ScalingMode mode = ScalingMode::kDelayed;  // fp8.scaling. Default: delayed
   // fp8.history_len, fp8.amax_algo, fp8.margin and fp8.recipe, parsed straight into the kernels'
   // config (its defaults are the defaults: history 1024, max, margin 0, hybrid).
   DelayedScalingConfig scaling;
-  int telemetry_every = 100;       // per-tensor amax/scale/saturation report period; 0 = off. Default: 100
+  int telemetry_every =
+      100;  // per-tensor amax/scale/saturation report period; 0 = off. Default: 100
   // The first step of a fresh (or --reset-fp8-history) scale state casts every FP8 tensor with
   // current scaling (its own amax) instead of the initial scale 1, which flushes small gradients
   // to zero. Later steps use delayed scaling. Default: true
@@ -103,29 +106,30 @@ struct Fp8Config {
   // Default: false
   bool gelu_input_fp8 = false;
   // Per layer kind: true runs its GEMMs in FP8. Defaults: linears in FP8, LM head in BF16.
-  bool qkv = true;                 // Default: true
-  bool attn_proj = true;           // Default: true
-  bool fc = true;                  // Default: true
-  bool fc_proj = true;             // Default: true
-  bool lm_head = false;            // Default: false
+  bool qkv = true;        // Default: true
+  bool attn_proj = true;  // Default: true
+  bool fc = true;         // Default: true
+  bool fc_proj = true;    // Default: true
+  bool lm_head = false;   // Default: false
+  bool operator==(const Fp8Config&) const = default;
 };
 
 struct TrainConfig {
-  int batch_size = 4;              // B (micro-batch). Default: 4
-  int seq_len = 64;                // T <= block_size. Default: 64
-  int grad_accum = 1;              // micro-batches per optimizer step. Default: 1
-  int total_steps = 200;           // length of the LR schedule. Default: 200
-  float lr = 1e-3f;                // peak learning rate. Default: 1e-3
-  float min_lr = 1e-4f;            // floor of the cosine decay. Default: 1e-4
-  int warmup_steps = 10;           // linear warmup. Default: 10
-  float weight_decay = 0.1f;       // AdamW, 2-D weights only. Default: 0.1
-  float beta1 = 0.9f;              // Default: 0.9
-  float beta2 = 0.95f;             // Default: 0.95
-  float eps = 1e-8f;               // Default: 1e-8
-  float grad_clip = 1.0f;          // global-norm clipping; <= 0 disables. Default: 1.0
-  uint64_t seed = 1337;            // init and data sampling. Default: 1337
-  int checkpoint_every = 0;        // steps between checkpoints; 0: only at exit. Default: 0
-  int log_every = 1;               // metrics line period. Default: 1
+  int batch_size = 4;         // B (micro-batch). Default: 4
+  int seq_len = 64;           // T <= block_size. Default: 64
+  int grad_accum = 1;         // micro-batches per optimizer step. Default: 1
+  int total_steps = 200;      // length of the LR schedule. Default: 200
+  float lr = 1e-3f;           // peak learning rate. Default: 1e-3
+  float min_lr = 1e-4f;       // floor of the cosine decay. Default: 1e-4
+  int warmup_steps = 10;      // linear warmup. Default: 10
+  float weight_decay = 0.1f;  // AdamW, 2-D weights only. Default: 0.1
+  float beta1 = 0.9f;         // Default: 0.9
+  float beta2 = 0.95f;        // Default: 0.95
+  float eps = 1e-8f;          // Default: 1e-8
+  float grad_clip = 1.0f;     // global-norm clipping; <= 0 disables. Default: 1.0
+  uint64_t seed = 1337;       // init and data sampling. Default: 1337
+  int checkpoint_every = 0;   // steps between checkpoints; 0: only at exit. Default: 0
+  int log_every = 1;          // metrics line period. Default: 1
   // With data.val: every this many steps, and after the last, the mean loss over the first
   // eval_tokens tokens of data.val (the same tokens every time) goes to the metrics as val_loss;
   // 0: after the last step only. Default: 250
@@ -134,9 +138,9 @@ struct TrainConfig {
   // (at least one) and capped at what data.val holds. Default: 65536
   int64_t eval_tokens = 65536;
   // A Hugging Face directory of model.arch (model.safetensors + config.json, as --export-hf writes
-  // or transformers saves: GPT2LMHeadModel, LlamaForCausalLM) whose weights start the run instead of a random initialisation
-  // (continued pretraining); its shapes must be this model's. Relative to the config file.
-  // Ignored on --resume (the checkpoint has the weights). Default: "" (random)
+  // or transformers saves: GPT2LMHeadModel, LlamaForCausalLM) whose weights start the run instead
+  // of a random initialisation (continued pretraining); its shapes must be this model's. Relative
+  // to the config file. Ignored on --resume (the checkpoint has the weights). Default: "" (random)
   std::string init_from;
   // Every this many steps (and after the last), the lead rank prints a sample of sample_tokens
   // tokens continuing "\n" to the log (llm.c does this; runtime/generate.h, on the CPU: each
@@ -154,6 +158,7 @@ struct TrainConfig {
   // backward has read them, and which the next forward writes only after AdamW has read the
   // gradients. Default: true
   bool share_gradient_memory = true;
+  bool operator==(const TrainConfig&) const = default;
 };
 
 // parallel.*: how this run spreads over the ranks its launcher started (comm/README.md).
@@ -186,10 +191,26 @@ struct ParallelConfig {
   // Every this many steps all ranks compare a hash of their FP8 scales and histories; a mismatch
   // stops the job. 0: never. Default: 100
   int scale_check_every = 100;
+  bool operator==(const ParallelConfig&) const = default;
+};
+
+// The files a config names, which a run reads: data.train, data.val (files) and train.init_from
+// (a Hugging Face directory). The one list of them: everything that moves a config elsewhere or
+// checks what it may open (common/input_paths.h) walks it.
+enum class InputKind { kFile, kHfDirectory };
+struct InputPath {
+  const char* key;  // "data.train"
+  InputKind kind;
+  std::string* path;  // "" when not given
+};
+struct ConstInputPath {
+  const char* key;
+  InputKind kind;
+  const std::string* path;
 };
 
 struct RunConfig {
-  std::string name = "run";        // Default: run
+  std::string name = "run";  // Default: run
   ModelConfig model;
   DataConfig data;
   TrainConfig train;
@@ -197,10 +218,28 @@ struct RunConfig {
   Fp8Config fp8;
   ParallelConfig parallel;
   Status Validate() const;
+  std::vector<InputPath> Inputs();
+  std::vector<ConstInputPath> Inputs() const;
+  // Makes every relative input path absolute against `base_dir` (itself made absolute), with
+  // "." and ".." resolved lexically.
+  void ResolveInputs(const std::string& base_dir);
+  bool operator==(const RunConfig&) const = default;
 };
 
-// Parses YAML text. Errors name the key path ("train.batch_size"), the value and what is allowed.
-Result<RunConfig> ParseRunConfig(const std::string& yaml_text);
+// The most bytes a config file may hold: the scheduler's request limit. Default: 1 MiB
+inline constexpr size_t kMaxConfigBytes = size_t{1} << 20;
+
+// Reads a parsed YAML/JSON mapping (a file, or the `config` of a job spec). Errors name the key
+// path ("train.batch_size"), the value, what is allowed and, for YAML, the line. `what` names the
+// document when it is not a mapping.
+Result<RunConfig> ReadRunConfig(const strict::Value& root, const std::string& what);
+// Parses YAML or JSON text, then ReadRunConfig.
+Result<RunConfig> ParseRunConfig(const std::string& yaml_text, const std::string& what = "config");
+// Reads a config file (a regular file of at most kMaxConfigBytes); errors start with its path.
+// Relative input paths are made absolute against the file's directory.
 Result<RunConfig> LoadRunConfig(const std::string& path);
+// The config as JSON: every key, defaults included, floats in their shortest form, so that
+// ParseRunConfig(RunConfigToJson(c)) == c. What a job stores and what the node hands fp8train.
+std::string RunConfigToJson(const RunConfig& config);
 
 }  // namespace fp8rt

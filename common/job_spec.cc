@@ -1,13 +1,14 @@
 // YAML/JSON -> JobSpec through the strict reader (types, ranges, document rules), and JobSpec ->
 // canonical JSON for the job store.
-#include "scheduler/job_spec.h"
+#include "common/job_spec.h"
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
-namespace fp8rt::sched {
+#include "common/text.h"
+
+namespace fp8rt {
 namespace {
 
 using strict::Kind;
@@ -15,45 +16,39 @@ using strict::Value;
 
 Status ValidateName(const std::string& name) {
   if (name.empty()) return Status::InvalidArgument("name is required");
-  if (name.size() > 128) {
-    return Status::InvalidArgument(StrCat("name = '", name, "' is longer than 128 characters"));
+  if (name.size() > kMaxJobNameBytes) {
+    return Status::InvalidArgument(
+        StrCat("name is ", name.size(), " characters long; at most ", kMaxJobNameBytes));
   }
   for (char c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '.' || c == '_' || c == '-';
     if (!ok) {
-      return Status::InvalidArgument(
-          StrCat("name = '", name, "' has '", c, "'; allowed: letters, digits, '.', '_', '-'"));
+      return Status::InvalidArgument(StrCat("name = '", Printable(name), "' has '",
+                                            Printable(std::string(1, c)),
+                                            "'; allowed: letters, digits, '.', '_', '-'"));
     }
   }
   return Status::Ok();
 }
 
-Result<Fallback> ParseFallback(const std::string& s) {
-  if (s == "bf16") return Fallback::kBf16;
-  if (s == "wait") return Fallback::kWait;
-  if (s == "fail") return Fallback::kFail;
-  return Status::InvalidArgument(StrCat("fallback = '", s, "' is not one of: bf16, wait, fail"));
-}
-
-// `config` is a mapping (the inline trainer config) or a string holding one (as ToJson writes
-// it); either way it is kept as canonical JSON text, which the trainer's YAML reader reads.
-strict::Reader ConfigReader(std::string* out) {
+// `config`: the training config as a mapping, or (as older job stores wrote it) a string holding
+// one. Errors start with "config: " and keep the YAML line.
+strict::Reader ConfigReader(RunConfig* out) {
   return [out](const Value& v, const std::string& path) -> Status {
+    Result<RunConfig> c = Status::InvalidArgument("");
     if (v.kind == Kind::kString) {
       FP8RT_ASSIGN_OR_RETURN(const Value inner, strict::Parse(v.text, path));
-      if (inner.kind != Kind::kMap) {
-        return Status::InvalidArgument(
-            StrCat(path, ": expected a mapping (the trainer config) or use config_path"));
-      }
-      *out = strict::ToJson(inner);
-      return Status::Ok();
-    }
-    if (v.kind != Kind::kMap) {
+      c = ReadRunConfig(inner, path);
+    } else if (v.kind == Kind::kMap) {
+      c = ReadRunConfig(v, path);
+    } else {
       return Status::InvalidArgument(
-          StrCat(path, ": expected a mapping (the trainer config) or use config_path"));
+          StrCat(path, ": expected a mapping (the training config), or give config_path; got ",
+                 strict::KindName(v.kind)));
     }
-    *out = strict::ToJson(v);
+    if (!c.ok()) return Status(c.status().code(), StrCat(path, ": ", c.status().message()));
+    *out = std::move(c).value();
     return Status::Ok();
   };
 }
@@ -82,24 +77,12 @@ strict::Reader GpuTypesReader(std::vector<std::string>* out) {
 
 }  // namespace
 
-const char* FallbackName(Fallback f) {
-  switch (f) {
-    case Fallback::kBf16:
-      return "bf16";
-    case Fallback::kWait:
-      return "wait";
-    case Fallback::kFail:
-      return "fail";
-  }
-  return "?";
-}
-
 Result<int> ParseComputeCapability(const Value& v, const std::string& path) {
   auto bad = [&] {
     return Status::InvalidArgument(
         StrCat(path, " = ", v.Describe(), " is not a compute capability like 8.0, 8.9 or 9.0"));
   };
-  if (v.kind == Kind::kInt || v.kind == Kind::kFloat) {
+  if ((v.kind == Kind::kInt && !v.overflow) || v.kind == Kind::kFloat) {
     if (!std::isfinite(v.f) || v.f < 0 || v.f >= 100) return bad();
     const long cc = std::lround(v.f * 10);
     if (std::fabs(v.f * 10 - static_cast<double>(cc)) > 1e-6) return bad();
@@ -122,43 +105,35 @@ Result<int> ParseComputeCapability(const Value& v, const std::string& path) {
   return std::stoi(major) * 10 + std::stoi(minor);
 }
 
-Status CheckConfigPath(const std::string& path, const std::vector<std::string>& roots) {
-  namespace fs = std::filesystem;
-  const fs::path p = fs::path(path).lexically_normal();
-  if (p.is_relative()) {
-    if (p.empty() || *p.begin() == "..") {
-      return Status::InvalidArgument(
-          StrCat("config_path = '", path,
-                 "' leaves the node's config directory (it starts with '..' once '..' and '.' "
-                 "are resolved)"));
-    }
-    return Status::Ok();
+Status JobSpec::Validate() const {
+  FP8RT_RETURN_IF_ERROR(ValidateName(name));
+  // The config's parallel layout must fit the gang the spec asks for: fp8train would refuse it
+  // on the node, after placement.
+  const int ranks = total_gpus();
+  const int tp = config.parallel.tp;
+  if (ranks % tp != 0) {
+    return Status::InvalidArgument(
+        StrCat("config: parallel.tp = ", tp, " does not divide the job's ", ranks,
+               " rank(s) (nodes = ", nodes, " x gpus_per_node = ", gpus_per_node, ")"));
   }
-  std::string list;
-  for (const std::string& root : roots) {
-    fs::path r = fs::path(root).lexically_normal();
-    if (r.has_filename() == false && r.has_parent_path()) r = r.parent_path();  // "dir/" -> "dir"
-    list += (list.empty() ? "" : ", ") + r.string();
-    if (!r.is_absolute()) continue;
-    auto [ri, pi] = std::mismatch(r.begin(), r.end(), p.begin(), p.end());
-    if (ri == r.end() && pi != p.end()) return Status::Ok();
+  if (config.parallel.dp != 0 && config.parallel.dp * tp != ranks) {
+    return Status::InvalidArgument(
+        StrCat("config: parallel.dp = ", config.parallel.dp, " x tp = ", tp, " is not the job's ",
+               ranks, " rank(s) (nodes = ", nodes, " x gpus_per_node = ", gpus_per_node,
+               "); leave dp at 0 to take them all"));
   }
-  return Status::InvalidArgument(
-      StrCat("config_path = '", path, "' is outside the allowed roots (",
-             list.empty() ? "none: give a path relative to the node's config directory" : list,
-             "); fp8d --config-root DIR allows absolute paths under DIR"));
+  return Status::Ok();
 }
 
-Result<JobSpec> ParseJobSpec(const std::string& text) {
-  FP8RT_ASSIGN_OR_RETURN(const Value root, strict::Parse(text, "job spec"));
+Result<JobSpec> ReadJobSpec(const Value& root, SpecSource source) {
   if (root.kind == Kind::kNull) return Status::InvalidArgument("job spec is empty");
   if (root.kind != Kind::kMap) {
     return Status::InvalidArgument("job spec: expected a mapping of fields");
   }
-
   JobSpec s;
-  std::string precision = "fp8", fallback = "bf16";
-  bool has_config = false, has_path = false, has_timeout = false;
+  std::string precision, fallback = "bf16";
+  bool has_path = false, has_timeout = false;
+  const Value* config = nullptr;
   auto flag = [](bool* seen, strict::Reader r) -> strict::Reader {
     return [seen, r = std::move(r)](const Value& v, const std::string& path) {
       *seen = true;
@@ -171,8 +146,12 @@ Result<JobSpec> ParseJobSpec(const std::string& text) {
   };
   FP8RT_RETURN_IF_ERROR(strict::ReadFields(
       root, "",
-      {{"name", strict::String(&s.name, 1024)},
-       {"config", flag(&has_config, ConfigReader(&s.config_yaml))},
+      {{"name", strict::String(&s.name, kMaxJobNameBytes)},
+       {"config",
+        [&config](const Value& v, const std::string&) {
+          config = &v;  // read below, once the spec is known to be one
+          return Status::Ok();
+        }},
        {"config_path", flag(&has_path, strict::String(&s.config_path, kMaxConfigPath))},
        {"nodes", strict::Integer(&s.nodes, 1, kMaxNodes)},
        {"gpus_per_node", strict::Integer(&s.gpus_per_node, 1, kMaxGpusPerNode)},
@@ -190,52 +169,51 @@ Result<JobSpec> ParseJobSpec(const std::string& text) {
        {"allow_mixed_gpu_types", strict::Bool(&s.allow_mixed_gpu_types)}}));
 
   FP8RT_RETURN_IF_ERROR(ValidateName(s.name));
-  if (has_config == has_path) {
+  const bool has_config = config != nullptr;
+  if (source == SpecSource::kUser && has_config == has_path) {
     return Status::InvalidArgument(
-        "exactly one of config (inline trainer config) and config_path is required");
+        "exactly one of config (the training config, inline) and config_path is required");
+  }
+  if (source == SpecSource::kStored && !has_config) {
+    return Status::InvalidArgument("config is required (a stored spec holds its config)");
   }
   if (has_path && s.config_path.empty()) {
-    return Status::InvalidArgument("config_path = '' must name the trainer config file");
+    return Status::InvalidArgument("config_path = '' must name the training config file");
   }
-  FP8RT_ASSIGN_OR_RETURN(s.precision, ParsePrecision(precision));
+  if (!precision.empty()) {
+    FP8RT_ASSIGN_OR_RETURN(s.precision, ParsePrecision(precision));
+  }
   FP8RT_ASSIGN_OR_RETURN(s.fallback, ParseFallback(fallback));
   if (has_timeout && s.fallback != Fallback::kWait) {
     return Status::InvalidArgument(
         StrCat("fallback_timeout_s is only allowed with fallback: wait (", "fallback is ",
                FallbackName(s.fallback), ")"));
   }
+  if (has_config) {
+    FP8RT_RETURN_IF_ERROR(ConfigReader(&s.config)(*config, "config"));
+    FP8RT_RETURN_IF_ERROR(s.Validate());
+  }
   return s;
 }
 
-bool UsesBlockScaling(const JobSpec& s) {
-  // (Cheap, every tick: the canonical JSON has the key and the value quoted; "block_size" is not
-  // "block".)
-  if (s.config_yaml.find("\"scaling\"") == std::string::npos ||
-      s.config_yaml.find("\"block\"") == std::string::npos) {
-    return false;
-  }
-  const nlohmann::json c = nlohmann::json::parse(s.config_yaml, nullptr, /*allow_exceptions=*/false);
-  if (!c.is_object()) return false;
-  const auto fp8 = c.find("fp8");
-  if (fp8 == c.end() || !fp8->is_object()) return false;
-  const auto scaling = fp8->find("scaling");
-  return scaling != fp8->end() && scaling->is_string() && scaling->get<std::string>() == "block";
+Result<JobSpec> ParseJobSpec(const std::string& text, SpecSource source) {
+  FP8RT_ASSIGN_OR_RETURN(const Value root, strict::Parse(text, "job spec"));
+  return ReadJobSpec(root, source);
 }
 
-std::string JobSpec::ToJson() const {
+std::string JobSpec::ToJson(SpecSource as) const {
   nlohmann::ordered_json j;
   j["name"] = name;
-  if (!config_path.empty()) {
-    j["config_path"] = config_path;
-  } else {
-    j["config"] = config_yaml;
+  if (!config_path.empty()) j["config_path"] = config_path;
+  if (config_path.empty() || as == SpecSource::kStored) {
+    j["config"] = nlohmann::ordered_json::parse(RunConfigToJson(config));
   }
   j["nodes"] = nodes;
   j["gpus_per_node"] = gpus_per_node;
   j["gpu_types"] = gpu_types;
   j["min_compute_capability"] = FormatComputeCapability(min_compute_capability);
   j["min_memory_gib"] = min_memory_gib;
-  j["precision"] = PrecisionName(precision);
+  if (precision) j["precision"] = PrecisionName(*precision);
   j["fallback"] = FallbackName(fallback);
   if (fallback == Fallback::kWait) j["fallback_timeout_s"] = fallback_timeout_s;
   j["priority"] = priority;
@@ -243,7 +221,7 @@ std::string JobSpec::ToJson() const {
   j["checkpoint_interval"] = checkpoint_interval;
   j["max_restarts"] = max_restarts;
   j["allow_mixed_gpu_types"] = allow_mixed_gpu_types;
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-}  // namespace fp8rt::sched
+}  // namespace fp8rt
