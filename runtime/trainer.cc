@@ -108,47 +108,75 @@ void ReportMemory(const GptModel& model, const DeviceInfo& device, int64_t step,
         << " GiB  (saved activations in the weight gradients' memory, not counted above)\n";
   }
   if (!device.is_cpu) {
-    out << "  " << std::left << std::setw(26) << "device in use (all)" << std::right
-        << std::setw(9) << used / kGiB
+    out << "  " << std::left << std::setw(26) << "device in use (all)" << std::right << std::setw(9)
+        << used / kGiB
         << " GiB  (adds the CUDA context, cuBLASLt/cuDNN workspaces, NCCL buffers)\n";
   }
   out.flags(flags);
 }
 
-}  // namespace
+// What one run holds from its set-up to its end; the loop's phases below read and write it.
+struct Run {
+  Run(const TrainOptions& options, const DeviceInfo& dev)
+      : o(options), c(options.config), device(dev) {}
+  const TrainOptions& o;
+  const RunConfig& c;
+  const DeviceInfo& device;
+  PrecisionDecision pd;
+  std::string fallback_reason;  // the precision's, when it fell back
+  int ranks = 1, rank = 0, dp = 1, tp = 1;
+  bool lead = true;  // writes metrics, progress and checkpoints
+  bool zero = false;
+  bool all_save = false;  // every rank writes its shard of a checkpoint
+  RankPlace place;
+  std::ostream* progress = nullptr;
+  std::ostream* metrics = nullptr;
+  std::unique_ptr<comm::Communicator> dp_group, tp_group;
+  std::unique_ptr<TokenDataset> data;
+  std::unique_ptr<DataLoader> loader;
+  std::unique_ptr<Validator> validator;
+  std::unique_ptr<GptModel> model;
+  // What waits on other ranks (a step, a scale check, an evaluation) runs in a scope of it: a
+  // dead or hung peer ends the job at the collective timeout.
+  comm::FailureMonitor* monitor = nullptr;
+  int64_t stop = 0;  // the last step this invocation runs
+  int64_t M = 0;     // tokens per micro-batch
+  double flops_per_token = 0;
+  long hash_every = 0;  // FP8RT_STATE_HASHES
+};
 
-Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device) {
-  const RunConfig& c = o.config;
-  TrainResult result;
+// The precision, the data, the rank grid and its groups, the loader: what the model is built on.
+Status SetUpGrid(Run& r) {
+  const TrainOptions& o = r.o;
+  const RunConfig& c = r.c;
   FP8RT_ASSIGN_OR_RETURN(
-      const PrecisionDecision pd,
-      DecidePrecision(RequestPrecision(c.precision, o.precision), c.fp8.mode, device));
-  const std::string fallback_reason =
-      pd.source == PrecisionSource::kFallback ? pd.reason : std::string();
-  result.precision = pd.precision;
-  result.fallback_reason = fallback_reason;
-  const int ranks = o.world != nullptr ? o.world->size() : 1;
-  const int rank = o.world != nullptr ? o.world->rank() : 0;
-  const bool lead = rank == 0;  // writes metrics, progress and checkpoints
-  std::ostream* const progress = lead ? o.progress : nullptr;
-  std::ostream* const metrics = lead ? o.metrics : nullptr;
-  if (!fallback_reason.empty() && progress) {
-    *progress << "warning: " << fallback_reason << "\n";
+      r.pd, DecidePrecision(RequestPrecision(c.precision, o.precision), c.fp8.mode, r.device));
+  r.fallback_reason = r.pd.source == PrecisionSource::kFallback ? r.pd.reason : std::string();
+  r.ranks = o.world != nullptr ? o.world->size() : 1;
+  r.rank = o.world != nullptr ? o.world->rank() : 0;
+  r.lead = r.rank == 0;
+  r.progress = r.lead ? o.progress : nullptr;
+  r.metrics = r.lead ? o.metrics : nullptr;
+  if (!r.fallback_reason.empty() && r.progress) {
+    *r.progress << "warning: " << r.fallback_reason << "\n";
   }
 
   FP8RT_ASSIGN_OR_RETURN(TokenDataset data, TokenDataset::Load(c.data.train_path, c.data.format));
-  if (data.max_token() >= c.model.vocab_size) {
+  r.data = std::make_unique<TokenDataset>(std::move(data));
+  if (r.data->max_token() >= c.model.vocab_size) {
     return Status::InvalidArgument(StrCat("corpus '", c.data.train_path, "' has token ",
-                                          data.max_token(), " >= model.vocab_size ",
+                                          r.data->max_token(), " >= model.vocab_size ",
                                           c.model.vocab_size));
   }
-  FP8RT_ASSIGN_OR_RETURN(std::unique_ptr<Validator> validator, Validator::Create(c));
-  const int tp = c.parallel.tp;
+  FP8RT_ASSIGN_OR_RETURN(r.validator, Validator::Create(c));
+  const int ranks = r.ranks, rank = r.rank, tp = c.parallel.tp;
+  r.tp = tp;
   if (ranks % tp != 0) {
     return Status::InvalidArgument(StrCat("parallel.tp is ", tp, " but the launcher started ",
                                           ranks, " rank(s), not a multiple of it"));
   }
   const int dp = c.parallel.dp == 0 ? ranks / tp : c.parallel.dp;
+  r.dp = dp;
   if (dp * tp != ranks) {
     return Status::InvalidArgument(StrCat("parallel.dp is ", dp, " but the launcher started ",
                                           ranks, " rank(s); dp x tp (tp = ", tp,
@@ -156,21 +184,20 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   }
   // The grid: rank = dp_rank * tp + tp_rank, so a replica's TP ranks are neighbours (one node).
   const int dp_rank = rank / tp;
-  const bool zero = c.parallel.zero && dp > 1;
-  const bool all_save = zero || tp > 1;  // every rank writes its shard of a checkpoint
-  RankPlace place;
-  place.dp = dp, place.tp = tp, place.dp_rank = dp_rank, place.tp_rank = rank % tp;
-  place.zero = zero, place.lead = lead;
-  std::unique_ptr<comm::Communicator> dp_group, tp_group;
+  r.zero = c.parallel.zero && dp > 1;
+  r.all_save = r.zero || tp > 1;
+  r.place.dp = dp, r.place.tp = tp, r.place.dp_rank = dp_rank, r.place.tp_rank = rank % tp;
+  r.place.zero = r.zero, r.place.lead = r.lead;
   if (tp > 1) {
-    FP8RT_ASSIGN_OR_RETURN(tp_group, o.world->comm().Split(dp_rank, rank, "tp"));
+    FP8RT_ASSIGN_OR_RETURN(r.tp_group, o.world->comm().Split(dp_rank, rank, "tp"));
     if (dp > 1) {
-      FP8RT_ASSIGN_OR_RETURN(dp_group, o.world->comm().Split(rank % tp, rank, "dp"));
+      FP8RT_ASSIGN_OR_RETURN(r.dp_group, o.world->comm().Split(rank % tp, rank, "dp"));
     }
   }
-  DataLoader loader(&data, c.train.batch_size, c.train.seq_len, c.train.seed, dp_rank, dp);
-  FP8RT_RETURN_IF_ERROR(loader.Init());
-  if (progress) {
+  r.loader = std::make_unique<DataLoader>(r.data.get(), c.train.batch_size, c.train.seq_len,
+                                          c.train.seed, dp_rank, dp);
+  FP8RT_RETURN_IF_ERROR(r.loader->Init());
+  if (std::ostream* progress = r.progress) {
     if (tp > 1) *progress << "tensor parallel: " << tp << " ranks per replica\n";
     *progress << "global batch: " << dp << " (dp) x " << c.train.batch_size << " (batch_size) x "
               << c.train.grad_accum
@@ -181,8 +208,8 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                 << ", collectives on " << o.world->comm().backend();
     }
     *progress << "\n";
-    if (validator) {
-      *progress << "validation: " << validator->tokens() << " held-out tokens of '"
+    if (r.validator) {
+      *progress << "validation: " << r.validator->tokens() << " held-out tokens of '"
                 << c.data.val_path << "' every " << c.train.eval_every << " steps and at the end\n";
     }
     if (dp > 1) {
@@ -198,10 +225,17 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                    "running without ZeRO-1\n";
     }
   }
+  return Status::Ok();
+}
 
+// The model on the grid, its weights (random, train.init_from, or the checkpoint); returns the
+// step it resumes after (0: a fresh start).
+Result<int64_t> SetUpModel(Run& r, TrainResult* result) {
+  const TrainOptions& o = r.o;
+  const RunConfig& c = r.c;
   ModelOptions mo;
   mo.model = c.model;
-  mo.precision = pd.precision;
+  mo.precision = r.pd.precision;
   mo.fp8 = c.fp8;
   mo.B = c.train.batch_size, mo.T = c.train.seq_len, mo.grad_accum = c.train.grad_accum;
   mo.grad_clip = c.train.grad_clip, mo.weight_decay = c.train.weight_decay;
@@ -209,80 +243,217 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   mo.attention = o.attention;
   mo.recompute = c.train.recompute;
   mo.share_grad_memory = c.train.share_gradient_memory;
-  mo.world = o.world != nullptr && ranks > 1 ? &o.world->comm() : nullptr;
-  mo.dp = dp == 1 ? nullptr : tp > 1 ? dp_group.get() : mo.world;
-  mo.tp = tp_group.get();
+  mo.world = o.world != nullptr && r.ranks > 1 ? &o.world->comm() : nullptr;
+  mo.dp = r.dp == 1 ? nullptr : r.tp > 1 ? r.dp_group.get() : mo.world;
+  mo.tp = r.tp_group.get();
   mo.grad_bucket_bytes = static_cast<int64_t>(c.parallel.bucket_mb * 1048576.0);
   mo.zero = c.parallel.zero;
   mo.grad_reduce_bf16 = c.parallel.grad_reduce_dtype == "bf16";
   mo.sparse_embedding_grad = c.parallel.sparse_embedding_grad;
-  std::unique_ptr<GptModel> model;
-  if (device.is_cpu) {
-    FP8RT_ASSIGN_OR_RETURN(model, CreateCpuGpt(mo));
+  if (r.device.is_cpu) {
+    FP8RT_ASSIGN_OR_RETURN(r.model, CreateCpuGpt(mo));
   } else {
-    FP8RT_ASSIGN_OR_RETURN(model, CreateCudaGpt(mo, device.ordinal));
+    FP8RT_ASSIGN_OR_RETURN(r.model, CreateCudaGpt(mo, r.device.ordinal));
   }
   if (!c.train.init_from.empty() && !o.resume) {
     // Continued pretraining: a Hugging Face model's weights (of this arch), fresh AdamW moments
     // and scale state; nothing drawn.
     FP8RT_ASSIGN_OR_RETURN(std::vector<float> master, MasterFromHf(c.model, c.train.init_from));
-    FP8RT_RETURN_IF_ERROR(model->InitFromWeights(std::move(master)));
-    if (progress) *progress << "init: weights from " << c.train.init_from << "\n";
+    FP8RT_RETURN_IF_ERROR(r.model->InitFromWeights(std::move(master)));
+    if (r.progress) *r.progress << "init: weights from " << c.train.init_from << "\n";
   } else {
-    FP8RT_RETURN_IF_ERROR(model->InitRandom(c.train.seed));
+    FP8RT_RETURN_IF_ERROR(r.model->InitRandom(c.train.seed));
   }
-  result.fp8_weights = model->num_fp8_weights();
-  result.attention_kernel = model->attention_kernel();
-  if (progress) *progress << "attention: " << result.attention_kernel << "\n";
+  result->fp8_weights = r.model->num_fp8_weights();
+  result->attention_kernel = r.model->attention_kernel();
+  if (r.progress) *r.progress << "attention: " << result->attention_kernel << "\n";
+  if (!o.resume) return int64_t{0};
+  if (o.checkpoint_dir.empty()) return Status::InvalidArgument("--resume needs --checkpoint-dir");
+  return Restore(o, r.pd.precision, *r.model, *r.loader);
+}
 
-  int64_t step = 0;
-  if (o.resume) {
-    if (o.checkpoint_dir.empty()) {
-      return Status::InvalidArgument("--resume needs --checkpoint-dir");
-    }
-    FP8RT_ASSIGN_OR_RETURN(step, Restore(o, pd.precision, *model, loader));
+// After a step: the cross-rank scale check, the metrics line (with the state hashes when asked)
+// and the progress line.
+Status ReportStep(Run& r, int64_t step, const StepStats& st, float lr, double sec) {
+  const RunConfig& c = r.c;
+  const double tok_s = static_cast<double>(r.M * c.train.grad_accum * r.dp) / sec;
+  // tokens_per_s is the job's (every replica's tokens); MFU is per GPU (rank).
+  const double mfu = r.device.bf16_peak_flops > 0
+                         ? tok_s / r.ranks * r.flops_per_token / r.device.bf16_peak_flops
+                         : 0.0;
+  // Every rank's scales and histories must be bit-identical: compare a hash of them.
+  const int every = c.parallel.scale_check_every;
+  if (r.ranks > 1 && r.pd.precision == Precision::kFp8 && every > 0 &&
+      (step % every == 0 || step == r.stop)) {
+    comm::FailureMonitor::Scope scope(r.monitor, StrCat("scale check after step ", step));
+    FP8RT_RETURN_IF_ERROR(CheckScalesAgree(*r.model, step));
   }
-  const int64_t stop = o.stop_step >= 0 ? o.stop_step : c.train.total_steps;
+  // Diagnostics (FP8RT_STATE_HASHES=N: every N steps): every rank's hashes of its state.
+  nlohmann::json state_hash;
+  if (r.hash_every > 0 && (step % r.hash_every == 0 || step == r.stop)) {
+    FP8RT_ASSIGN_OR_RETURN(state_hash, StateHashDiagnostics(*r.model, step, r.rank));
+  }
+  const bool logged = step % c.train.log_every == 0 || step == r.stop;
+  if (r.metrics && logged) {
+    nlohmann::json j = {{"step", step},
+                        {"loss", st.loss},
+                        {"lr", lr},
+                        {"grad_norm", st.grad_norm},
+                        {"tokens_per_s", tok_s},
+                        {"mfu", r.device.bf16_peak_flops > 0 ? nlohmann::json(mfu) : nullptr},
+                        {"precision", PrecisionName(r.pd.precision)},
+                        {"step_ms", sec * 1e3},
+                        {"fp8_weight_casts", st.weight_casts},
+                        {"fp8_weights", r.model->num_fp8_weights()},
+                        {"model_gib", r.model->allocated_bytes() / 1073741824.0}};
+    if (r.ranks > 1) {
+      j["dp"] = r.dp;
+      j["tp"] = r.tp;
+      j["amax_collectives"] = st.amax_collectives;
+      if (c.fp8.mode == ScalingMode::kCurrent) {
+        j["current_amax_collectives"] = st.current_amax_collectives;
+      }
+      j["amax_reduce_ms"] = st.amax_reduce_ms;
+      j["grad_reduce_ms"] = st.grad_reduce_ms;
+      j["grad_buckets"] = st.grad_buckets;
+      if (r.zero) j["weight_gather_ms"] = st.weight_gather_ms;
+    }
+    if (!r.device.is_cpu) j["device_used_gib"] = DeviceMemoryUsedBytes(r.device) / 1073741824.0;
+    if (!state_hash.is_null()) j["state_hash"] = state_hash;
+    if (!r.fallback_reason.empty()) j["fallback_reason"] = r.fallback_reason;
+    *r.metrics << j.dump() << "\n" << std::flush;
+  }
+  if (r.progress && logged) {
+    *r.progress << "step " << step << "/" << r.stop << "  loss " << std::fixed
+                << std::setprecision(4) << st.loss << "  lr " << std::scientific
+                << std::setprecision(2) << lr << std::defaultfloat << "  " << std::setprecision(4)
+                << tok_s << " tok/s  " << sec * 1e3 << " ms\n";
+  }
+  return Status::Ok();
+}
+
+// After the report: FP8 telemetry, the held-out evaluation and the text sample, when due.
+Status AfterStep(Run& r, int64_t step, TrainResult* result) {
+  const RunConfig& c = r.c;
+  if (c.fp8.telemetry_every > 0 && r.pd.precision == Precision::kFp8 &&
+      step % c.fp8.telemetry_every == 0 && r.metrics) {
+    FP8RT_ASSIGN_OR_RETURN(auto rows, r.model->Telemetry());
+    nlohmann::json t = nlohmann::json::array();
+    for (const auto& row : rows) {
+      t.push_back({{"tensor", row.name},
+                   {"amax", row.amax_history_max},
+                   {"scale", row.scale},
+                   {"saturated", row.saturated}});
+    }
+    *r.metrics << nlohmann::json({{"step", step}, {"fp8_telemetry", t}}).dump() << "\n";
+  }
+  if (r.validator && IsEvalStep(c.train, step, r.stop)) {
+    const auto e0 = std::chrono::steady_clock::now();
+    // (it may wait on collectives of the step: ZeRO-1's weight all-gather runs on)
+    comm::FailureMonitor::Scope scope(r.monitor, StrCat("evaluation after step ", step));
+    FP8RT_ASSIGN_OR_RETURN(const double val_loss, r.validator->Evaluate(*r.model));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
+    result->val_losses.emplace_back(step, val_loss);
+    if (r.metrics) {
+      *r.metrics << nlohmann::json({{"step", step},
+                                    {"val_loss", val_loss},
+                                    {"val_tokens", r.validator->tokens()},
+                                    {"eval_s", s}})
+                        .dump()
+                 << "\n"
+                 << std::flush;
+    }
+    if (r.progress) {
+      *r.progress << "step " << step << "/" << r.stop << "  val_loss " << std::fixed
+                  << std::setprecision(4) << val_loss << std::defaultfloat << "  ("
+                  << r.validator->tokens() << " held-out tokens, " << std::setprecision(3) << s
+                  << " s)\n";
+    }
+  }
+  if (c.train.sample_every > 0 && (step % c.train.sample_every == 0 || step == r.stop)) {
+    // Every rank exports the weights (under TP and ZeRO-1 the parts are gathered); the lead
+    // samples, the others drop them and wait in the next collective (a large model's sample
+    // takes a while on the CPU: keep parallel.collective_timeout_s above it).
+    std::vector<float> master;
+    FP8RT_RETURN_IF_ERROR(r.model->ExportWeights(&master));
+    if (r.progress) {
+      SampleOptions so;
+      so.max_new_tokens = c.train.sample_tokens, so.seed = c.train.seed + step;
+      const auto text = Generate(c.model, std::move(master), BytesToTokens("\n"), so);
+      const std::string raw =
+          text.ok() ? TokensToText(*text) : StrCat("(none: ", text.status().message(), ")");
+      std::string line;  // one log line: newlines and tabs written as \n and \t
+      for (char ch : raw) {
+        line += ch == '\n' ? "\\n" : ch == '\t' ? "\\t" : std::string(1, ch);
+      }
+      *r.progress << "step " << step << "/" << r.stop << "  sample: " << line << "\n";
+    }
+  }
+  return Status::Ok();
+}
+
+// A checkpoint of `step`, with its save time in the metrics (what a supervisor allows a preempted
+// job before it kills it).
+Status CheckpointStep(Run& r, int64_t step) {
+  const auto s0 = std::chrono::steady_clock::now();
+  FP8RT_RETURN_IF_ERROR(
+      SaveCheckpoint(r.o, r.pd.precision, *r.model, step, r.loader->cursor(), r.place));
+  if (r.metrics) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+    *r.metrics << nlohmann::json({{"step", step}, {"checkpoint_s", s}}).dump() << "\n"
+               << std::flush;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device) {
+  const RunConfig& c = o.config;
+  TrainResult result;
+  Run r(o, device);
+  FP8RT_RETURN_IF_ERROR(SetUpGrid(r));
+  result.precision = r.pd.precision;
+  result.fallback_reason = r.fallback_reason;
+  FP8RT_ASSIGN_OR_RETURN(int64_t step, SetUpModel(r, &result));
+  r.stop = o.stop_step >= 0 ? o.stop_step : c.train.total_steps;
   result.first_step = step + 1;
   result.last_step = step;
-
-  const int64_t M = int64_t{c.train.batch_size} * c.train.seq_len;
-  std::vector<int32_t> x(static_cast<size_t>(M * c.train.grad_accum)), y(x.size());
-  // What waits on other ranks (a step, a scale check, an evaluation) runs in a scope of it: a dead
-  // or hung peer ends the job at the collective timeout.
-  comm::FailureMonitor* const monitor = o.world != nullptr ? o.world->monitor() : nullptr;
-  const double flops_per_token = 6.0 * static_cast<double>(c.model.matmul_params()) +
-                                 12.0 * c.model.n_layer * c.model.n_embd * c.train.seq_len;
+  r.M = int64_t{c.train.batch_size} * c.train.seq_len;
+  std::vector<int32_t> x(static_cast<size_t>(r.M * c.train.grad_accum)), y(x.size());
+  r.monitor = o.world != nullptr ? o.world->monitor() : nullptr;
+  r.flops_per_token = 6.0 * static_cast<double>(c.model.matmul_params()) +
+                      12.0 * c.model.n_layer * c.model.n_embd * c.train.seq_len;
   // Diagnostics: FP8RT_STATE_HASHES=N hashes the state every N steps (and the last).
-  long hash_every = 0;
   if (const char* env = std::getenv("FP8RT_STATE_HASHES"); env != nullptr && *env != '\0') {
     char* end = nullptr;
-    hash_every = std::strtol(env, &end, 10);
-    if (*end != '\0' || hash_every < 0) {
-      return Status::InvalidArgument(StrCat("FP8RT_STATE_HASHES = '", env,
-                                            "': expected a number of steps (0: off)"));
+    r.hash_every = std::strtol(env, &end, 10);
+    if (*end != '\0' || r.hash_every < 0) {
+      return Status::InvalidArgument(
+          StrCat("FP8RT_STATE_HASHES = '", env, "': expected a number of steps (0: off)"));
     }
   }
-  while (step < stop) {
+  // forward -> backward -> reduce -> clip -> update, then what the step reports and triggers.
+  while (step < r.stop) {
     // Alone, a signal stops before the next step; with several ranks the ranks vote in the
     // step (StepStats::stop) and all stop after the same one, so none waits on a stopped peer.
-    if (ranks == 1 && o.stop_flag && o.stop_flag->load()) {
+    if (r.ranks == 1 && o.stop_flag && o.stop_flag->load()) {
       result.stopped_by_signal = true;
       break;
     }
     ++step;
     // --profile-ops skips this invocation's first two steps (cuBLASLt heuristics, warm caches).
-    if (o.profile_ops && step == result.first_step + 2) model->EnableOpProfile(true);
+    if (o.profile_ops && step == result.first_step + 2) r.model->EnableOpProfile(true);
     for (int micro = 0; micro < c.train.grad_accum; ++micro) {
-      loader.NextBatch(x.data() + micro * M, y.data() + micro * M);
+      r.loader->NextBatch(x.data() + micro * r.M, y.data() + micro * r.M);
     }
     const float lr = LearningRate(c.train, step);
     const auto t0 = std::chrono::steady_clock::now();
     StepStats st;
     st.stop = o.stop_flag != nullptr && o.stop_flag->load();
     {
-      comm::FailureMonitor::Scope scope(monitor, StrCat("training step ", step));
-      FP8RT_RETURN_IF_ERROR(model->Step(static_cast<int>(step), lr, x.data(), y.data(), &st));
+      comm::FailureMonitor::Scope scope(r.monitor, StrCat("training step ", step));
+      FP8RT_RETURN_IF_ERROR(r.model->Step(static_cast<int>(step), lr, x.data(), y.data(), &st));
     }
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     result.last_step = step;
@@ -293,135 +464,24 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
       return Status::NonFinite(StrCat("loss is ", st.loss, " at step ", step));
     }
     if (step == result.first_step) {
-      ReportMemory(*model, device, step, o.memory_report, metrics, progress);
+      ReportMemory(*r.model, device, step, o.memory_report, r.metrics, r.progress);
     }
-    const double tok_s = static_cast<double>(M * c.train.grad_accum * dp) / sec;
-    // tokens_per_s is the job's (every replica's tokens); MFU is per GPU (rank).
-    const double mfu = device.bf16_peak_flops > 0
-                           ? tok_s / ranks * flops_per_token / device.bf16_peak_flops
-                           : 0.0;
-    // Every rank's scales and histories must be bit-identical: compare a hash of them.
-    const int every = c.parallel.scale_check_every;
-    if (ranks > 1 && pd.precision == Precision::kFp8 && every > 0 &&
-        (step % every == 0 || step == stop)) {
-      comm::FailureMonitor::Scope scope(monitor, StrCat("scale check after step ", step));
-      FP8RT_RETURN_IF_ERROR(CheckScalesAgree(*model, step));
-    }
-    // Diagnostics (FP8RT_STATE_HASHES=N: every N steps): every rank's hashes of its state.
-    nlohmann::json state_hash;
-    if (hash_every > 0 && (step % hash_every == 0 || step == stop)) {
-      FP8RT_ASSIGN_OR_RETURN(state_hash, StateHashDiagnostics(*model, step, rank));
-    }
-    if (metrics && (step % c.train.log_every == 0 || step == stop)) {
-      nlohmann::json j = {{"step", step},
-                          {"loss", st.loss},
-                          {"lr", lr},
-                          {"grad_norm", st.grad_norm},
-                          {"tokens_per_s", tok_s},
-                          {"mfu", device.bf16_peak_flops > 0 ? nlohmann::json(mfu) : nullptr},
-                          {"precision", PrecisionName(pd.precision)},
-                          {"step_ms", sec * 1e3},
-                          {"fp8_weight_casts", st.weight_casts},
-                          {"fp8_weights", model->num_fp8_weights()},
-                          {"model_gib", model->allocated_bytes() / 1073741824.0}};
-      if (ranks > 1) {
-        j["dp"] = dp;
-        j["tp"] = tp;
-        j["amax_collectives"] = st.amax_collectives;
-        if (c.fp8.mode == ScalingMode::kCurrent) {
-          j["current_amax_collectives"] = st.current_amax_collectives;
-        }
-        j["amax_reduce_ms"] = st.amax_reduce_ms;
-        j["grad_reduce_ms"] = st.grad_reduce_ms;
-        j["grad_buckets"] = st.grad_buckets;
-        if (zero) j["weight_gather_ms"] = st.weight_gather_ms;
-      }
-      if (!device.is_cpu) j["device_used_gib"] = DeviceMemoryUsedBytes(device) / 1073741824.0;
-      if (!state_hash.is_null()) j["state_hash"] = state_hash;
-      if (!fallback_reason.empty()) j["fallback_reason"] = fallback_reason;
-      *metrics << j.dump() << "\n" << std::flush;
-    }
-    if (progress && (step % c.train.log_every == 0 || step == stop)) {
-      *progress << "step " << step << "/" << stop << "  loss " << std::fixed << std::setprecision(4)
-                << st.loss << "  lr " << std::scientific << std::setprecision(2) << lr
-                << std::defaultfloat << "  " << std::setprecision(4) << tok_s << " tok/s  "
-                << sec * 1e3 << " ms\n";
-    }
-    if (c.fp8.telemetry_every > 0 && pd.precision == Precision::kFp8 &&
-        step % c.fp8.telemetry_every == 0 && metrics) {
-      FP8RT_ASSIGN_OR_RETURN(auto rows, model->Telemetry());
-      nlohmann::json t = nlohmann::json::array();
-      for (const auto& r : rows) {
-        t.push_back({{"tensor", r.name},
-                     {"amax", r.amax_history_max},
-                     {"scale", r.scale},
-                     {"saturated", r.saturated}});
-      }
-      *metrics << nlohmann::json({{"step", step}, {"fp8_telemetry", t}}).dump() << "\n";
-    }
-    if (validator && IsEvalStep(c.train, step, stop)) {
-      const auto e0 = std::chrono::steady_clock::now();
-      // (it may wait on collectives of the step: ZeRO-1's weight all-gather runs on)
-      comm::FailureMonitor::Scope scope(monitor, StrCat("evaluation after step ", step));
-      FP8RT_ASSIGN_OR_RETURN(const double val_loss, validator->Evaluate(*model));
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
-      result.val_losses.emplace_back(step, val_loss);
-      if (metrics) {
-        *metrics << nlohmann::json({{"step", step},
-                                    {"val_loss", val_loss},
-                                    {"val_tokens", validator->tokens()},
-                                    {"eval_s", s}})
-                        .dump()
-                 << "\n"
-                 << std::flush;
-      }
-      if (progress) {
-        *progress << "step " << step << "/" << stop << "  val_loss " << std::fixed
-                  << std::setprecision(4) << val_loss << std::defaultfloat << "  ("
-                  << validator->tokens() << " held-out tokens, " << std::setprecision(3) << s
-                  << " s)\n";
-      }
-    }
-    if (c.train.sample_every > 0 && (step % c.train.sample_every == 0 || step == stop)) {
-      // Every rank exports the weights (under TP and ZeRO-1 the parts are gathered); the lead
-      // samples, the others drop them and wait in the next collective (a large model's sample
-      // takes a while on the CPU: keep parallel.collective_timeout_s above it).
-      std::vector<float> master;
-      FP8RT_RETURN_IF_ERROR(model->ExportWeights(&master));
-      if (progress) {
-        SampleOptions so;
-        so.max_new_tokens = c.train.sample_tokens, so.seed = c.train.seed + step;
-        const auto text = Generate(c.model, std::move(master), BytesToTokens("\n"), so);
-        const std::string raw = text.ok() ? TokensToText(*text)
-                                          : StrCat("(none: ", text.status().message(), ")");
-        std::string line;  // one log line: newlines and tabs written as \n and \t
-        for (char ch : raw) {
-          line += ch == '\n' ? "\\n" : ch == '\t' ? "\\t" : std::string(1, ch);
-        }
-        *progress << "step " << step << "/" << stop << "  sample: " << line << "\n";
-      }
-    }
-    if (ranks > 1 && st.stop) {
+    FP8RT_RETURN_IF_ERROR(ReportStep(r, step, st, lr, sec));
+    FP8RT_RETURN_IF_ERROR(AfterStep(r, step, &result));
+    if (r.ranks > 1 && st.stop) {
       result.stopped_by_signal = true;
       break;
     }
-    if ((lead || all_save) && !o.checkpoint_dir.empty() && c.train.checkpoint_every > 0 &&
-        step % c.train.checkpoint_every == 0 && step < stop) {
-      const auto s0 = std::chrono::steady_clock::now();
-      FP8RT_RETURN_IF_ERROR(SaveCheckpoint(o, pd.precision, *model, step, loader.cursor(), place));
-      // How long a save takes: what a supervisor allows a preempted job before it kills it.
-      if (metrics) {
-        const double s =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
-        *metrics << nlohmann::json({{"step", step}, {"checkpoint_s", s}}).dump() << "\n"
-                 << std::flush;
-      }
+    if ((r.lead || r.all_save) && !o.checkpoint_dir.empty() && c.train.checkpoint_every > 0 &&
+        step % c.train.checkpoint_every == 0 && step < r.stop) {
+      FP8RT_RETURN_IF_ERROR(CheckpointStep(r, step));
     }
   }
-  if (o.profile_ops) result.op_profile = model->OpProfile();
-  if ((lead || all_save) && !o.checkpoint_dir.empty() && result.last_step >= result.first_step) {
+  if (o.profile_ops) result.op_profile = r.model->OpProfile();
+  if ((r.lead || r.all_save) && !o.checkpoint_dir.empty() &&
+      result.last_step >= result.first_step) {
     FP8RT_RETURN_IF_ERROR(
-        SaveCheckpoint(o, pd.precision, *model, result.last_step, loader.cursor(), place));
+        SaveCheckpoint(o, r.pd.precision, *r.model, result.last_step, r.loader->cursor(), r.place));
   }
   return result;
 }
