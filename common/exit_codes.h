@@ -14,5 +14,9 @@ inline constexpr int kExitPeerFailure = 4;
 // fp8train: the loss turned NaN or infinite (the message names the step). Not worth a restart:
 // the same data and state give the same loss, so fp8d fails the job instead of retrying it.
 inline constexpr int kExitNonFinite = 5;
+// fp8train: a checkpoint could not be written (a full disk, an I/O error) and
+// train.on_checkpoint_error is stop; the message names the file, and the last committed
+// checkpoint is intact. fp8d restarts the job from it, as after a failed rank.
+inline constexpr int kExitCheckpointFailed = 6;
 
 }  // namespace fp8rt

@@ -20,6 +20,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kUnimplemented: return "UNIMPLEMENTED";
     case StatusCode::kInternal: return "INTERNAL";
     case StatusCode::kNonFinite: return "NON_FINITE";
+    case StatusCode::kCheckpointFailed: return "CHECKPOINT_FAILED";
   }
   return "UNKNOWN";
 }

@@ -26,6 +26,7 @@ enum class StatusCode {
   kUnimplemented,
   kInternal,
   kNonFinite,  // a NaN or infinity where a finite number must be (a training loss)
+  kCheckpointFailed,  // a checkpoint could not be written (train.on_checkpoint_error: stop)
 };
 
 const char* StatusCodeName(StatusCode code);

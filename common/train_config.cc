@@ -118,6 +118,8 @@ Status RunConfig::Validate() const {
   FP8RT_RETURN_IF_ERROR(Range("train.beta2", train.beta2, 0, 0.999999));
   FP8RT_RETURN_IF_ERROR(Range("train.eps", train.eps, 0, 1));
   FP8RT_RETURN_IF_ERROR(Range("train.checkpoint_every", train.checkpoint_every, 0, 1e9));
+  FP8RT_RETURN_IF_ERROR(
+      OneOf("train.on_checkpoint_error", train.on_checkpoint_error, {"stop", "continue"}));
   FP8RT_RETURN_IF_ERROR(Range("train.log_every", train.log_every, 1, 1e9));
   FP8RT_RETURN_IF_ERROR(Range("train.eval_every", train.eval_every, 0, 1e9));
   FP8RT_RETURN_IF_ERROR(Range("train.eval_tokens", train.eval_tokens, 1, 1e12));
@@ -205,6 +207,8 @@ void Schema(RunConfig& c, V& v) {
     v.Field("grad_clip", &t.grad_clip);
     v.Field("seed", &t.seed);
     v.Field("checkpoint_every", &t.checkpoint_every);
+    v.Field("async_checkpoint", &t.async_checkpoint);
+    v.Field("on_checkpoint_error", &t.on_checkpoint_error);
     v.Field("log_every", &t.log_every);
     v.Field("eval_every", &t.eval_every);
     v.Field("eval_tokens", &t.eval_tokens);

@@ -129,6 +129,14 @@ struct TrainConfig {
   float grad_clip = 1.0f;     // global-norm clipping; <= 0 disables. Default: 1.0
   uint64_t seed = 1337;       // init and data sampling. Default: 1337
   int checkpoint_every = 0;   // steps between checkpoints; 0: only at exit. Default: 0
+  // Checkpoints are written while training goes on: each rank snapshots what it owns (on the
+  // device where it has room) and a writer thread writes and commits it (runtime/
+  // checkpoint_saver.h). false: training waits for each write. Default: true
+  bool async_checkpoint = true;
+  // A checkpoint that cannot be written (a full disk, an I/O error): "stop" ends the run with
+  // exit code 6, "continue" goes on with a warning in the metrics and the job's status; either
+  // way the last committed checkpoint stands. Default: stop
+  std::string on_checkpoint_error = "stop";
   int log_every = 1;          // metrics line period. Default: 1
   // With data.val: every this many steps, and after the last, the mean loss over the first
   // eval_tokens tokens of data.val (the same tokens every time) goes to the metrics as val_loss;

@@ -55,9 +55,10 @@ class CheckpointWriter {
   Result<CheckpointFile> StageFile(int64_t step, const std::string& name, const void* bytes,
                                    size_t n) const;
   Status Commit(const Checkpoint& ckpt, const std::vector<CheckpointFile>& staged) const;
+  // Where step's files are staged (this attempt's: each attempt stages apart).
+  std::string StagingDir(int64_t step) const;
 
  private:
-  std::string StagingDir(int64_t step) const;
   std::string dir_;
   int attempt_ = -1;
 };

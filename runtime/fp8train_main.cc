@@ -232,6 +232,7 @@ int main(int argc, char** argv) {
     std::cerr << who << r.status().ToString() << "\n";
     const auto code = r.status().code();
     if (code == StatusCode::kNonFinite) return kExitNonFinite;
+    if (code == StatusCode::kCheckpointFailed) return kExitCheckpointFailed;
     return code == StatusCode::kInvalidArgument || code == StatusCode::kFailedPrecondition ||
                    code == StatusCode::kCorruption || code == StatusCode::kNotFound
                ? kExitUsage

@@ -19,6 +19,22 @@
 
 namespace fp8rt {
 
+// A checkpoint's copy of what one rank owns (GptModel::ExportOwnedState's three arrays: the FP32
+// master weights and the AdamW moments m and v), taken at a step boundary and read out later, by
+// one other thread, while training goes on (runtime/checkpoint_saver.h).
+class StateSnapshot {
+ public:
+  virtual ~StateSnapshot() = default;
+  virtual int64_t elements() const = 0;  // of each array
+  // Where the copy lies: beside the model on the device, or in (pinned) host memory when the
+  // device had no room for it.
+  virtual bool on_device() const = 0;
+  // Elements [offset, offset + n) of array `which` (0 master, 1 m, 2 v), n <= chunk_elements(),
+  // in host memory valid until the next call.
+  virtual Result<const float*> Read(int which, int64_t offset, int64_t n) = 0;
+  virtual int64_t chunk_elements() const = 0;
+};
+
 struct ModelOptions {
   ModelConfig model;
   Precision precision = Precision::kFp8;  // the precision actually run (after any fallback)
@@ -136,6 +152,11 @@ class GptModel {
   // (gpt_detail::Layout(model, tp) order; the whole model without TP).
   virtual Status ExportOwnedState(std::vector<float>* master, std::vector<float>* m,
                                   std::vector<float>* v) = 0;
+  // A copy of what ExportOwnedState returns, taken now (on the device in a buffer the model keeps
+  // for the next one, 3 x 4 bytes per owned parameter, when the device has room for it and 1 GiB
+  // besides; else in pinned host memory, blocking) for a checkpoint written while training goes
+  // on. FailedPrecondition while an earlier snapshot is still alive.
+  virtual Result<std::unique_ptr<StateSnapshot>> SnapshotOwnedState() = 0;
   // FP8 scale state (empty when no FP8 tensors).
   virtual Result<std::vector<TensorScaleRecord>> ExportScales() = 0;
   virtual Status ImportScales(const std::vector<TensorScaleRecord>& records) = 0;

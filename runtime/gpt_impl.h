@@ -3,9 +3,11 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +31,9 @@ class Gpt final : public GptModel {
     if (!gather_pending_.empty() && FinishGather().ok()) (void)ops_->Sync();
     for (void* p : allocations_) ops_->Free(p);
     if (staging_) ops_->FreeHost(staging_);
+    for (float* p : {snapshot_host_, snapshot_chunk_}) {
+      if (p) ops_->FreeHost(p);
+    }
   }
 
   Status Setup();
@@ -57,6 +62,7 @@ class Gpt final : public GptModel {
     FP8RT_RETURN_IF_ERROR(ops_->Download(m->data(), m_, n * sizeof(float)));
     return ops_->Download(v->data(), v_, n * sizeof(float));
   }
+  Result<std::unique_ptr<StateSnapshot>> SnapshotOwnedState() override;
   Result<std::vector<TensorScaleRecord>> ExportScales() override { return fp8_.ExportScales(); }
   Status ImportScales(const std::vector<TensorScaleRecord>& records) override {
     return fp8_.ImportScales(records);
@@ -368,6 +374,14 @@ class Gpt final : public GptModel {
   MemCategory mem_category_ = kMemOther;  // of the next allocations
   size_t category_bytes_[kNumMemCategories] = {};
   int64_t M_ = 0;  // B * T tokens per micro-batch
+
+  // The checkpoint snapshot (SnapshotOwnedState): 3 x owned floats on the device or, where the
+  // device has no room, in pinned host memory; a pinned chunk the writer reads device copies
+  // through; whether a snapshot is alive.
+  float* snapshot_ = nullptr;
+  float* snapshot_host_ = nullptr;
+  float* snapshot_chunk_ = nullptr;
+  std::shared_ptr<std::atomic<bool>> snapshot_alive_ = std::make_shared<std::atomic<bool>>(false);
 
   // Parameters: FP32 master, FP32 gradients and moments, T working copy.
   float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;

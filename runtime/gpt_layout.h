@@ -80,6 +80,7 @@ enum MemCategory {
   kMemWorkspace,     // op scratch (embedding and LayerNorm backward, norms; attention's where
                      // cuDNN does not run it)
   kMemOther,         // token ids, per-step scalars, gather buffers
+  kMemCheckpoint,    // the checkpoint snapshot (from the first checkpoint on)
   kNumMemCategories
 };
 inline const char* kMemCategoryNames[kNumMemCategories] = {
@@ -87,7 +88,7 @@ inline const char* kMemCategoryNames[kNumMemCategories] = {
     "working weights",       "saved activations", "logits (+ shared scratch)",
     "activation gradients",  "fp8 weights (+T)",  "fp8 saved inputs",
     "fp8 cast scratch",      "fp8 scale state",   "op workspaces",
-    "other"};
+    "other",                 "checkpoint snapshot"};
 inline const char* kLinearNames[kNumLinear + 1] = {"qkv", "attn_proj", "fc", "fc_proj", "lm_head"};
 // Op names for --profile-ops, per linear kind (kQkv .. kLmHead).
 inline const char* kFpropNames[] = {"gemm fprop qkv", "gemm fprop attn_proj", "gemm fprop fc",

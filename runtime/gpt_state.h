@@ -1,8 +1,8 @@
 // The model's state in and out: GPT-2 initialisation (drawn for the whole model, whatever the
 // parallelism), whole-model export and import of the master weights and AdamW moments (under TP
 // and ZeRO-1 each rank takes its part on import and the parts are all-gathered on export), and
-// the T working copies written from the master. Member functions of Gpt<Ops, T>, included at the
-// end of runtime/gpt_impl.h.
+// the T working copies written from the master, and the checkpoint snapshot. Member functions of
+// Gpt<Ops, T>, included at the end of runtime/gpt_impl.h.
 #pragma once
 
 namespace fp8rt::gpt_detail {
@@ -216,6 +216,93 @@ Result<std::vector<std::pair<std::string, uint64_t>>> Gpt<Ops, T>::StateHashes()
   }
   out.emplace_back("scales", h);
   return out;
+}
+
+// The snapshot the model hands a checkpoint writer: three arrays of `n` floats at `base` (device
+// or host memory), read through a pinned chunk when on the device.
+template <typename Ops>
+class OwnedStateSnapshot final : public StateSnapshot {
+ public:
+  static constexpr int64_t kChunk = int64_t{16} << 20;  // floats: 64 MiB reads
+
+  OwnedStateSnapshot(Ops* ops, const float* base, int64_t n, bool on_device, float* chunk,
+                     std::shared_ptr<std::atomic<bool>> alive)
+      : ops_(ops), base_(base), n_(n), on_device_(on_device), chunk_(chunk),
+        alive_(std::move(alive)) {}
+  ~OwnedStateSnapshot() override { alive_->store(false); }
+  int64_t elements() const override { return n_; }
+  bool on_device() const override { return on_device_; }
+  int64_t chunk_elements() const override { return kChunk; }
+  Result<const float*> Read(int which, int64_t offset, int64_t n) override {
+    if (which < 0 || which > 2 || offset < 0 || n < 0 || n > kChunk || offset + n > n_) {
+      return Status::InvalidArgument(StrCat("snapshot read of array ", which, " [", offset, ", ",
+                                            offset + n, ") is outside its ", n_, " elements"));
+    }
+    const float* src = base_ + which * n_ + offset;
+    if (!on_device_) return src;
+    FP8RT_RETURN_IF_ERROR(ops_->DownloadFromAnotherThread(chunk_, src, n * sizeof(float)));
+    return static_cast<const float*>(chunk_);
+  }
+
+ private:
+  Ops* ops_;
+  const float* base_;
+  int64_t n_;
+  bool on_device_;
+  float* chunk_;
+  std::shared_ptr<std::atomic<bool>> alive_;
+};
+
+template <typename Ops, typename T>
+Result<std::unique_ptr<StateSnapshot>> Gpt<Ops, T>::SnapshotOwnedState() {
+  if (snapshot_alive_->exchange(true)) {
+    return Status::FailedPrecondition(
+        "a checkpoint snapshot is still being written (at most one write in flight)");
+  }
+  auto give_back = [&](Status s) {
+    snapshot_alive_->store(false);
+    return s;
+  };
+  const int64_t n = Zero() ? shard_total_ : layout_.total;
+  const size_t bytes = 3 * static_cast<size_t>(n) * sizeof(float);
+  if (snapshot_ == nullptr && snapshot_host_ == nullptr) {
+    // Beside the model when the device keeps room for it (a copy there takes milliseconds and
+    // the writer reads it out while training goes on), else in pinned host memory.
+    if (!Ops::kDevice || ops_->FreeDeviceBytes() >= bytes + (size_t{1} << 30)) {
+      const MemCategory was = mem_category_;
+      mem_category_ = kMemCheckpoint;
+      if (!Alloc(&snapshot_, 3 * n).ok()) snapshot_ = nullptr;
+      mem_category_ = was;
+    }
+    if (snapshot_ == nullptr) {
+      snapshot_host_ = static_cast<float*>(ops_->AllocHost(bytes));
+      if (snapshot_host_ == nullptr) {
+        return give_back(Status(StatusCode::kResourceExhausted,
+                                StrCat("no room for the checkpoint snapshot: ", bytes,
+                                       " bytes on the device or in pinned host memory")));
+      }
+    }
+    if (Ops::kDevice && snapshot_ != nullptr) {
+      snapshot_chunk_ = static_cast<float*>(
+          ops_->AllocHost(OwnedStateSnapshot<Ops>::kChunk * sizeof(float)));
+      if (snapshot_chunk_ == nullptr) {
+        return give_back(Status(StatusCode::kResourceExhausted,
+                                "no pinned host memory for the checkpoint writer's 64 MiB chunk"));
+      }
+    }
+  }
+  const float* arrays[3] = {master_, m_, v_};
+  for (int k = 0; k < 3; ++k) {
+    const size_t b = static_cast<size_t>(n) * sizeof(float);
+    const Status s = snapshot_ != nullptr ? ops_->CopyOnDevice(snapshot_ + k * n, arrays[k], b)
+                                          : ops_->Download(snapshot_host_ + k * n, arrays[k], b);
+    if (!s.ok()) return give_back(s);
+  }
+  if (const Status s = ops_->Sync(); !s.ok()) return give_back(s);
+  const bool on_device = Ops::kDevice && snapshot_ != nullptr;
+  return std::unique_ptr<StateSnapshot>(std::make_unique<OwnedStateSnapshot<Ops>>(
+      ops_.get(), snapshot_ != nullptr ? snapshot_ : snapshot_host_, n, on_device, snapshot_chunk_,
+      snapshot_alive_));
 }
 
 }  // namespace fp8rt::gpt_detail

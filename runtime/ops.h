@@ -59,6 +59,16 @@ class CpuOps {
   void FreeHost(void* p) { Free(p); }
   Status UploadAsync(void* dst, const void* src, size_t bytes) { return Upload(dst, src, bytes); }
   Status Sync() { return Status::Ok(); }
+  // The checkpoint snapshot (runtime/gpt_state.h): host memory on the CPU.
+  Status CopyOnDevice(void* dst, const void* src, size_t bytes) {
+    std::memcpy(dst, src, bytes);
+    return Status::Ok();
+  }
+  Status DownloadFromAnotherThread(void* dst, const void* src, size_t bytes) {
+    std::memcpy(dst, src, bytes);
+    return Status::Ok();
+  }
+  size_t FreeDeviceBytes() const { return 0; }
   // --profile-ops: Mark(op) before each op of a step, EndProfileStep() after the step's sync.
   void EnableProfile(bool on) { prof_.Enable(on); }
   void Mark(const char* op) { prof_.Mark(op); }

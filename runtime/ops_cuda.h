@@ -89,6 +89,7 @@ class CudaOps {
       }
     }
     if (comm_stream_) cudaStreamDestroy(comm_stream_);
+    if (read_stream_) cudaStreamDestroy(read_stream_);
     if (stream_) cudaStreamDestroy(stream_);
   }
   CudaOps(const CudaOps&) = delete;
@@ -111,7 +112,9 @@ class CudaOps {
           StrCat("attention '", attention, "': expected auto, cudnn, flash or gemm"));
     }
     FP8RT_CUDA_TRY(cudaSetDevice(device));
+    device_ = device;
     FP8RT_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    FP8RT_CUDA_TRY(cudaStreamCreateWithFlags(&read_stream_, cudaStreamNonBlocking));
     // Diagnostics: FP8RT_COMM_STREAM=compute runs every collective on the compute stream, in
     // order (no overlap), to tell a stream-ordering race from anything else.
     const char* cs = std::getenv("FP8RT_COMM_STREAM");
@@ -166,6 +169,7 @@ class CudaOps {
     return ReserveScratch(need);
   }
   cudaStream_t stream() const { return stream_; }
+  int device() const { return device_; }
   // cuDNN attention's forward and backward workspaces for shape s (0 and 0 on the other paths,
   // whose scratch is small and stays in the op scratch). May build cuDNN's plans.
   void AttentionWorkspaceBytes(const AttentionShape& s, DType t, size_t* fwd, size_t* bwd) {
@@ -233,6 +237,23 @@ class CudaOps {
   Status Sync() {
     FP8RT_CUDA_TRY(cudaStreamSynchronize(stream_));
     return Status::Ok();
+  }
+  // The checkpoint snapshot (runtime/gpt_state.h): a device copy on the compute stream, ordered
+  // after the step that wrote the state; read back later by another thread (the checkpoint
+  // writer) on a stream of its own, beside training's; the room there is for it.
+  Status CopyOnDevice(void* dst, const void* src, size_t bytes) {
+    FP8RT_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    return Status::Ok();
+  }
+  Status DownloadFromAnotherThread(void* dst, const void* src, size_t bytes) {
+    FP8RT_CUDA_TRY(cudaSetDevice(device_));
+    FP8RT_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, read_stream_));
+    FP8RT_CUDA_TRY(cudaStreamSynchronize(read_stream_));
+    return Status::Ok();
+  }
+  size_t FreeDeviceBytes() const {
+    size_t free_b = 0, total_b = 0;
+    return cudaMemGetInfo(&free_b, &total_b) == cudaSuccess ? free_b : 0;
   }
 
   template <typename T>
@@ -647,6 +668,8 @@ class CudaOps {
     return path;
   }
 
+  int device_ = 0;
+  cudaStream_t read_stream_ = nullptr;  // DownloadFromAnotherThread
   cudaStream_t stream_ = nullptr;
   // The communication stream and its events, created on first use (a world of one never does).
   // The stream has the device's highest priority, so the collectives' blocks are scheduled as

@@ -5,18 +5,12 @@
 #include <filesystem>
 #include <utility>
 
-#include "common/checkpoint_fence.h"
 #include "common/crc32c.h"
+#include "runtime/checkpoint_saver.h"
 #include "runtime/gpt_layout.h"
 
 namespace fp8rt {
 namespace {
-
-std::vector<uint8_t> Bytes(const std::vector<float>& v) {
-  std::vector<uint8_t> b(v.size() * sizeof(float));
-  std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
 
 Result<std::vector<float>> Floats(const Checkpoint& ck, const char* name) {
   const CheckpointBlob* b = ck.Find(name);
@@ -76,100 +70,16 @@ uint32_t HashScaleRecords(const std::vector<TensorScaleRecord>& recs) {
   return crc;
 }
 
-// The lead alone writes a checkpoint of a model that every rank holds whole (one rank, or plain
-// data parallelism); under TP or ZeRO-1 every rank writes the part it owns (its "shard") into the
-// same directory and the lead commits the manifest that lists them (CheckpointWriter's phases,
-// with a collective between phases so every rank agrees on the outcome). The scale state, the
-// same on every rank (checked every parallel.scale_check_every steps), is written once, by the
-// lead.
+// One checkpoint, written now: the saver's snapshot, write and commit, waited for
+// (runtime/checkpoint_saver.h). A failed write is this function's error.
 Status SaveCheckpoint(const TrainOptions& o, Precision p, GptModel& model, int64_t step,
                       const DataCursor& cursor, const RankPlace& place) {
-  Checkpoint ck;
-  ck.step = step;
-  ck.fingerprint = Fingerprint(o.config, p);
-  ck.state = {{"step", std::to_string(step)},
-              {"data.epoch", std::to_string(cursor.epoch)},
-              {"data.index", std::to_string(cursor.index)},
-              {"precision", PrecisionName(p)}};
-  const bool sharded = place.tp > 1 || place.zero;
-  const CheckpointWriter writer(o.checkpoint_dir, o.attempt);
-  auto put_scales = [&]() -> Status {
-    if (p != Precision::kFp8) return Status::Ok();
-    // (A stale attempt stops before it writes scale state for steps the job may redo.)
-    FP8RT_RETURN_IF_ERROR(HoldCheckpointFence(o.checkpoint_dir, o.attempt).status());
-    // Scales first: a checkpoint that LATEST names always has its scale state.
-    std::filesystem::create_directories(o.checkpoint_dir);
-    FP8RT_ASSIGN_OR_RETURN(auto store, ScaleStore::Open(ScaleStorePath(o.checkpoint_dir), true));
-    FP8RT_ASSIGN_OR_RETURN(auto scales, model.ExportScales());
-    return store->Put(step, scales);
-  };
-  if (!sharded) {
-    if (!place.lead) return Status::Ok();
-    std::vector<float> master, m, v;
-    FP8RT_RETURN_IF_ERROR(model.ExportState(&master, &m, &v));
-    ck.blobs.push_back({"master.bin", Bytes(master)});
-    ck.blobs.push_back({"adam_m.bin", Bytes(m)});
-    ck.blobs.push_back({"adam_v.bin", Bytes(v)});
-    FP8RT_RETURN_IF_ERROR(put_scales());
-    return writer.Write(ck);
-  }
-  ck.state["shards.dp"] = std::to_string(place.dp);
-  ck.state["shards.tp"] = std::to_string(place.tp);
-  ck.state["shards.zero"] = place.zero ? "1" : "0";
-  std::vector<float> arrays[3];
-  FP8RT_RETURN_IF_ERROR(model.ExportOwnedState(&arrays[0], &arrays[1], &arrays[2]));
-  // 1. The lead empties the staging directory; the others wait for it.
-  const Status prepared = place.lead ? writer.PrepareStaging(step) : Status::Ok();
-  FP8RT_ASSIGN_OR_RETURN(auto ready, model.GatherAcrossReplicas(prepared.ok() ? 1 : 0));
-  FP8RT_RETURN_IF_ERROR(prepared);
-  if (ready[0] != 1) {
-    return Status::IOError(StrCat("rank 0 could not prepare checkpoint step ", step, " in '",
-                                  o.checkpoint_dir, "'"));
-  }
-  // 2. Each rank that owns a shard writes it (without ZeRO, replica 0's TP ranks); each says
-  // how it went and the files' checksums (top bits: 1 written, 2 nothing to write, 0 failed).
-  const bool owner = place.zero || place.dp_rank == 0;
-  Status wrote = Status::Ok();
-  uint32_t crcs[3] = {};
-  for (int i = 0; owner && wrote.ok() && i < 3; ++i) {
-    const std::string name = ShardFileName(kArrayNames[i], place.dp_rank, place.tp_rank);
-    auto f = writer.StageFile(step, name, arrays[i].data(), arrays[i].size() * sizeof(float));
-    if (f.ok()) crcs[i] = f->crc32c;
-    wrote = f.status();
-  }
-  std::vector<uint64_t> told[3];
-  for (int i = 0; i < 3; ++i) {
-    const uint64_t v = !owner ? uint64_t{2} << 32 : wrote.ok() ? (uint64_t{1} << 32 | crcs[i]) : 0;
-    FP8RT_ASSIGN_OR_RETURN(told[i], model.GatherAcrossReplicas(v));
-  }
-  FP8RT_RETURN_IF_ERROR(wrote);
-  // 3. The lead commits; every rank learns whether it did.
-  Status committed = Status::Ok();
-  if (place.lead) {
-    std::vector<CheckpointFile> files;
-    for (size_t r = 0; r < told[0].size() && committed.ok(); ++r) {
-      const int d = static_cast<int>(r) / place.tp, t = static_cast<int>(r) % place.tp;
-      for (int i = 0; i < 3 && committed.ok(); ++i) {
-        const uint64_t v = told[i][r];
-        if (v >> 32 == 2) continue;
-        if (v >> 32 != 1) {
-          committed = Status::IOError(StrCat("rank ", r, " could not write its checkpoint shard"));
-          break;
-        }
-        files.push_back({ShardFileName(kArrayNames[i], d, t),
-                         static_cast<uint64_t>(arrays[i].size() * sizeof(float)),
-                         static_cast<uint32_t>(v & 0xffffffffu)});
-      }
-    }
-    if (committed.ok()) committed = put_scales();
-    if (committed.ok()) committed = writer.Commit(ck, files);
-  }
-  FP8RT_ASSIGN_OR_RETURN(auto done, model.GatherAcrossReplicas(committed.ok() ? 1 : 0));
-  FP8RT_RETURN_IF_ERROR(committed);
-  if (done[0] != 1) {
-    return Status::IOError(StrCat("rank 0 could not commit checkpoint step ", step, " in '",
-                                  o.checkpoint_dir, "'"));
-  }
+  if (!(place.tp > 1 || place.zero) && !place.lead) return Status::Ok();
+  CheckpointSaver saver(o, p, place, &model);
+  std::optional<SaveReport> done;
+  FP8RT_RETURN_IF_ERROR(saver.Begin(step, cursor, &done));
+  FP8RT_RETURN_IF_ERROR(saver.Finish(&done));
+  if (done && !done->error.empty()) return Status::IOError(done->error);
   return Status::Ok();
 }
 

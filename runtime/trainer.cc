@@ -9,8 +9,10 @@
 #include <fstream>
 #include <iomanip>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "runtime/checkpoint.h"
+#include "runtime/checkpoint_saver.h"
 #include "runtime/data.h"
 #include "runtime/evaluate.h"
 #include "runtime/generate.h"
@@ -136,6 +138,9 @@ struct Run {
   std::unique_ptr<DataLoader> loader;
   std::unique_ptr<Validator> validator;
   std::unique_ptr<GptModel> model;
+  // Writes the checkpoints (runtime/checkpoint_saver.h): with --checkpoint-dir, on rank 0, and on
+  // every rank of a sharded checkpoint (TP or ZeRO-1).
+  std::unique_ptr<CheckpointSaver> saver;
   // What waits on other ranks (a step, a scale check, an evaluation) runs in a scope of it: a
   // dead or hung peer ends the job at the collective timeout.
   comm::FailureMonitor* monitor = nullptr;
@@ -392,18 +397,71 @@ Status AfterStep(Run& r, int64_t step, TrainResult* result) {
   return Status::Ok();
 }
 
-// A checkpoint of `step`, with its save time in the metrics (what a supervisor allows a preempted
-// job before it kills it).
-Status CheckpointStep(Run& r, int64_t step) {
-  const auto s0 = std::chrono::steady_clock::now();
-  FP8RT_RETURN_IF_ERROR(
-      SaveCheckpoint(r.o, r.pd.precision, *r.model, step, r.loader->cursor(), r.place));
+// A save that finished: its times in the metrics (checkpoint_s, from the snapshot to the commit,
+// is what a supervisor allows a preempted job; checkpoint_blocked_s what training waited), or its
+// failure: a warning, then train.on_checkpoint_error decides (a stale attempt always stops).
+Status ReportSave(Run& r, const std::optional<SaveReport>& done) {
+  if (!done) return Status::Ok();
+  const SaveReport& s = *done;
+  if (!s.error.empty()) {
+    if (r.metrics) {
+      *r.metrics << nlohmann::json({{"step", s.step}, {"checkpoint_error", s.error}}).dump()
+                 << "\n"
+                 << std::flush;
+    }
+    if (r.progress) {
+      *r.progress << "warning: the checkpoint of step " << s.step << " failed: " << s.error
+                  << " (the last committed checkpoint stands)\n";
+    }
+    if (s.error_code == StatusCode::kFailedPrecondition) return Status::FailedPrecondition(s.error);
+    if (r.c.train.on_checkpoint_error == "stop") {
+      return Status(StatusCode::kCheckpointFailed,
+                    StrCat("the checkpoint of step ", s.step, " failed: ", s.error,
+                           "; stopping (train.on_checkpoint_error: stop)"));
+    }
+    return Status::Ok();
+  }
   if (r.metrics) {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
-    *r.metrics << nlohmann::json({{"step", step}, {"checkpoint_s", s}}).dump() << "\n"
+    *r.metrics << nlohmann::json({{"step", s.step},
+                                  {"checkpoint_s", s.total_s},
+                                  {"checkpoint_blocked_s", s.blocked_s},
+                                  {"checkpoint_phases",
+                                   {{"snapshot_s", s.snapshot_s},
+                                    {"write_s", s.write_s},
+                                    {"fsync_s", s.fsync_s},
+                                    {"commit_s", s.commit_s}}},
+                                  {"checkpoint_bytes", s.bytes},
+                                  {"snapshot_on_device", s.on_device}})
+                      .dump()
+               << "\n"
                << std::flush;
   }
   return Status::Ok();
+}
+
+// A checkpoint of `step`: the snapshot now, the write while training goes on (or now, with
+// train.async_checkpoint: false).
+Status CheckpointStep(Run& r, int64_t step) {
+  std::optional<SaveReport> done;
+  FP8RT_RETURN_IF_ERROR(r.saver->Begin(step, r.loader->cursor(), &done));
+  FP8RT_RETURN_IF_ERROR(ReportSave(r, done));
+  if (r.c.train.async_checkpoint) return Status::Ok();
+  done.reset();
+  FP8RT_RETURN_IF_ERROR(r.saver->Finish(&done));
+  return ReportSave(r, done);
+}
+
+// The run's last checkpoint, of `step`, committed before it returns (a preempted run exits 3
+// only after it).
+Status FinalCheckpoint(Run& r, int64_t step) {
+  std::optional<SaveReport> done;
+  if (r.saver->pending_step() != step) {
+    FP8RT_RETURN_IF_ERROR(r.saver->Begin(step, r.loader->cursor(), &done));
+    FP8RT_RETURN_IF_ERROR(ReportSave(r, done));
+    done.reset();
+  }
+  FP8RT_RETURN_IF_ERROR(r.saver->Finish(&done));
+  return ReportSave(r, done);
 }
 
 }  // namespace
@@ -416,6 +474,9 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   result.precision = r.pd.precision;
   result.fallback_reason = r.fallback_reason;
   FP8RT_ASSIGN_OR_RETURN(int64_t step, SetUpModel(r, &result));
+  if (!o.checkpoint_dir.empty() && (r.lead || r.all_save)) {
+    r.saver = std::make_unique<CheckpointSaver>(o, r.pd.precision, r.place, r.model.get());
+  }
   r.stop = o.stop_step >= 0 ? o.stop_step : c.train.total_steps;
   result.first_step = step + 1;
   result.last_step = step;
@@ -468,20 +529,23 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
     }
     FP8RT_RETURN_IF_ERROR(ReportStep(r, step, st, lr, sec));
     FP8RT_RETURN_IF_ERROR(AfterStep(r, step, &result));
+    if (r.saver && r.saver->pending()) {  // a save in flight: committed yet?
+      std::optional<SaveReport> done;
+      FP8RT_RETURN_IF_ERROR(r.saver->Poll(&done));
+      FP8RT_RETURN_IF_ERROR(ReportSave(r, done));
+    }
     if (r.ranks > 1 && st.stop) {
       result.stopped_by_signal = true;
       break;
     }
-    if ((r.lead || r.all_save) && !o.checkpoint_dir.empty() && c.train.checkpoint_every > 0 &&
-        step % c.train.checkpoint_every == 0 && step < r.stop) {
+    if (r.saver && c.train.checkpoint_every > 0 && step % c.train.checkpoint_every == 0 &&
+        step < r.stop) {
       FP8RT_RETURN_IF_ERROR(CheckpointStep(r, step));
     }
   }
   if (o.profile_ops) result.op_profile = r.model->OpProfile();
-  if ((r.lead || r.all_save) && !o.checkpoint_dir.empty() &&
-      result.last_step >= result.first_step) {
-    FP8RT_RETURN_IF_ERROR(
-        SaveCheckpoint(o, r.pd.precision, *r.model, result.last_step, r.loader->cursor(), r.place));
+  if (r.saver && result.last_step >= result.first_step) {
+    FP8RT_RETURN_IF_ERROR(FinalCheckpoint(r, result.last_step));
   }
   return result;
 }

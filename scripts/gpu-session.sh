@@ -2,9 +2,11 @@
 # One call on a GPU node, from the repository root with bundle/ and data/ carried: device facts,
 # the gpu test suite, the kernel benchmark table, and fp8train runs. Logs go to $OUT (or ./out).
 # Usage: scripts/gpu-session.sh [tests] [bench] [train] [torch] [throughput] [comm] [baseline]
-#        [memory] [recipespeed] [llama] [llamaspeed]   (default: tests bench train torch throughput)
+#        [memory] [recipespeed] [llama] [llamaspeed] [checkpoint]
+#        (default: tests bench train torch throughput)
 # Environment: GPU_TEST_FILTER (gtest filter for tests), LLAMA_STEPS (llamaspeed; default 20),
-#              LLAMA_PRECISIONS (llamaspeed; default "bf16 fp8").
+#              LLAMA_PRECISIONS (llamaspeed; default "bf16 fp8"), CKPT_DIR (checkpoint; default
+#              /tmp/fp8rt-ckpt), BASELINE (baseline, checkpoint; default bundle/bin/fp8train.base).
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -228,4 +230,49 @@ if [[ $parts == *llamaspeed* ]]; then
       --steps "${LLAMA_STEPS:-20}" > "$OUT/llama_torch_$p.log" 2>&1
     echo "torch llama $p exit $?"; grep -E "^\| torch|^llama_torch" "$OUT/llama_torch_$p.log" | tail -3
   done
+fi
+if [[ $parts == *checkpoint* ]]; then
+  # What a gpt-1.3b FP8 checkpoint costs (docs/PERFORMANCE.md "Checkpoints"): the disk's own
+  # sequential write speed (dd), CRC-32C and the writer's pattern (fp8rt_io_bench), then the
+  # previous build's synchronous save (BASELINE), this build's with train.async_checkpoint: false,
+  # and this build's default (async) while training goes on. CKPT_DIR: where (default
+  # /tmp/fp8rt-ckpt); each run's checkpoints are removed after it.
+  D=${CKPT_DIR:-/tmp/fp8rt-ckpt}; BASELINE=${BASELINE:-$B/fp8train.base}
+  mkdir -p "$D"
+  echo "== checkpoints: disk"
+  df -h "$D" | tee "$OUT/ckpt_disk.txt"
+  for mode in oflag=direct conv=fdatasync; do
+    echo "dd 4 GiB $mode: $(dd if=/dev/zero of="$D/dd.bin" bs=64M count=64 $mode 2>&1 | tail -1)" \
+      | tee -a "$OUT/ckpt_disk.txt"
+    rm -f "$D/dd.bin"
+  done
+  timeout 120 $B/fp8rt_io_bench --crc-gib 2 --dir "$D" --write-gib 8 | tee "$OUT/io_bench.md"
+  # A config with checkpoints every $1 steps (and $2 appended to the train mapping).
+  ckcfg() { sed "s/log_every: 1}/log_every: 1, checkpoint_every: $1$2}/" configs/gpt-1.3b.yaml; }
+  # Runs $1 (a binary) until its first checkpoint's metrics line, then kills it (no final save).
+  first_save() {
+    local bin=$1 name=$2; rm -rf "$D/$name"
+    $bin --config "/tmp/ck_$name.yaml" --device cuda:0 --steps 40 --checkpoint-dir "$D/$name" \
+      --metrics "$OUT/ck_$name.jsonl" > "$OUT/ck_$name.log" 2>&1 & local pid=$!
+    for _ in $(seq 2400); do
+      grep -q checkpoint_s "$OUT/ck_$name.jsonl" 2>/dev/null && break
+      kill -0 $pid 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
+    echo "$name: $(grep -h checkpoint_s "$OUT/ck_$name.jsonl" | head -1)"
+    rm -rf "$D/$name"
+  }
+  ckcfg 5 "" > /tmp/ck_base.yaml
+  ckcfg 5 ", async_checkpoint: false" > /tmp/ck_sync.yaml
+  [ -x "$BASELINE" ] && first_save "$BASELINE" base
+  first_save $B/fp8train sync
+  # Async: a checkpoint at step 100 written while steps 101.. train; the last at 200.
+  ckcfg 100 "" > /tmp/ck_async.yaml
+  rm -rf "$D/async"
+  timeout 300 $B/fp8train --config /tmp/ck_async.yaml --device cuda:0 --steps 200 \
+    --checkpoint-dir "$D/async" --metrics "$OUT/ck_async.jsonl" > "$OUT/ck_async.log" 2>&1
+  echo "async exit $?"; grep -h checkpoint_s "$OUT/ck_async.jsonl"
+  rm -rf "$D/async"
+  python3 bench/checkpoint_summary.py "$OUT" | tee "$OUT/checkpoint.md"
 fi

@@ -1,8 +1,13 @@
 // fp8train on the GPU: a run stopped and resumed from its checkpoint continues with the same
-// losses as an uninterrupted run (FP8 scale state restored from RocksDB, grad accumulation on).
+// losses as an uninterrupted run (FP8 scale state restored from RocksDB, grad accumulation on);
+// a checkpoint written while training goes on (its snapshot on the device) is the synchronous
+// one byte for byte.
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 
 #include "runtime/trainer.h"
 #include "tests/common/corpus.h"
@@ -51,6 +56,47 @@ TEST_F(TrainerGpu, ResumeContinuesExactlyInFp8AndBf16) {
       EXPECT_EQ(r->losses[i], w->losses[5 + i]) << PrecisionName(p) << " step " << 6 + i;
     }
   }
+  fs::remove_all(dir);
+}
+
+TEST_F(TrainerGpu, AnAsyncCheckpointFromADeviceSnapshotIsTheSynchronousOne) {
+  const fs::path dir = fs::temp_directory_path() / ("fp8rt_async_gpu_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string corpus = test::EnglishCorpus((dir / "corpus.txt").string());
+  ASSERT_FALSE(corpus.empty());
+  auto dev = QueryDevice("cuda:0");
+  ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+  const Precision p = test::ComputeCapability() >= 89 ? Precision::kFp8 : Precision::kBf16;
+  auto files = [](const fs::path& d) {
+    std::map<std::string, std::string> out;
+    for (const auto& e : fs::directory_iterator(d)) {
+      std::ifstream in(e.path(), std::ios::binary);
+      out[e.path().filename().string()] = std::string((std::istreambuf_iterator<char>(in)), {});
+    }
+    return out;
+  };
+  std::map<std::string, std::string> written[2];
+  for (bool async : {true, false}) {
+    TrainOptions o;
+    o.config.model = {2, 128, 4, 128, 256};
+    o.config.data.train_path = corpus;
+    o.config.train.batch_size = 4, o.config.train.seq_len = 128, o.config.train.total_steps = 12;
+    o.config.train.checkpoint_every = 3;
+    o.config.train.async_checkpoint = async;
+    o.config.precision = p;
+    o.stop_step = 8;
+    o.checkpoint_dir = (dir / (async ? "async" : "sync")).string();
+    std::ostringstream metrics;
+    o.metrics = &metrics;
+    auto r = RunTraining(o, *dev);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    written[async] = files(fs::path(o.checkpoint_dir) / "step_00000006");
+    EXPECT_NE(metrics.str().find("\"snapshot_on_device\":true"), std::string::npos)
+        << "the device has room for the snapshot: " << metrics.str();
+  }
+  ASSERT_EQ(written[1].size(), 4u);
+  EXPECT_TRUE(written[0] == written[1]);
   fs::remove_all(dir);
 }
 

@@ -1,0 +1,285 @@
+// Asynchronous checkpoints (runtime/checkpoint_saver.h).
+#include "runtime/checkpoint_saver.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "common/checkpoint_fence.h"
+#include "common/crc32c.h"
+#include "runtime/scale_store.h"
+
+namespace fp8rt {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Writes all of it, or says why not, naming the file.
+Status WriteAll(int fd, const std::string& path, const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      return Status::IOError(StrCat(
+          "writing '", path, "' failed: ", w < 0 ? std::strerror(errno) : "nothing was written"));
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::atomic<bool>& CheckpointSaver::HoldWriterForTest() {
+  static std::atomic<bool> hold{false};
+  return hold;
+}
+
+CheckpointSaver::CheckpointSaver(const TrainOptions& o, Precision p, const RankPlace& place,
+                                 GptModel* model)
+    : o_(o), precision_(p), place_(place), model_(model) {
+  owner_ = Sharded() ? place.zero || place.dp_rank == 0 : place.lead;
+}
+
+CheckpointSaver::~CheckpointSaver() { Join(); }
+
+void CheckpointSaver::Join() {
+  if (writer_.joinable()) writer_.join();
+}
+
+Status CheckpointSaver::Begin(int64_t step, const DataCursor& cursor,
+                              std::optional<SaveReport>* finished) {
+  if (pending_) FP8RT_RETURN_IF_ERROR(Finish(finished));
+  const auto t0 = Clock::now();
+  report_ = SaveReport{};
+  report_.step = step;
+  files_.clear();
+  written_ = false;
+  ck_ = Checkpoint{};
+  ck_.step = step;
+  ck_.fingerprint = Fingerprint(o_.config, precision_);
+  ck_.state = {{"step", std::to_string(step)},
+               {"data.epoch", std::to_string(cursor.epoch)},
+               {"data.index", std::to_string(cursor.index)},
+               {"precision", PrecisionName(precision_)}};
+  if (Sharded()) {
+    ck_.state["shards.dp"] = std::to_string(place_.dp);
+    ck_.state["shards.tp"] = std::to_string(place_.tp);
+    ck_.state["shards.zero"] = place_.zero ? "1" : "0";
+  }
+  // The scale state, the same on every rank, is written once, by rank 0.
+  scales_.clear();
+  if (precision_ == Precision::kFp8 && place_.lead) {
+    FP8RT_ASSIGN_OR_RETURN(scales_, model_->ExportScales());
+  }
+  if (Sharded()) {
+    // Rank 0 empties the staging directory; the others wait for it.
+    const CheckpointWriter writer(o_.checkpoint_dir, o_.attempt);
+    const Status prepared = place_.lead ? writer.PrepareStaging(step) : Status::Ok();
+    FP8RT_ASSIGN_OR_RETURN(auto ready, model_->GatherAcrossReplicas(prepared.ok() ? 1 : 0));
+    FP8RT_RETURN_IF_ERROR(prepared);
+    if (ready[0] != 1) {
+      return Status::IOError(StrCat("rank 0 could not prepare checkpoint step ", step, " in '",
+                                    o_.checkpoint_dir, "'"));
+    }
+  }
+  if (owner_) {
+    const auto s0 = Clock::now();
+    FP8RT_ASSIGN_OR_RETURN(snapshot_, model_->SnapshotOwnedState());
+    report_.snapshot_s = Since(s0);
+    report_.on_device = snapshot_->on_device();
+  }
+  report_.blocked_s = Since(t0);
+  started_ = t0;
+  pending_ = true;
+  if (owner_) {
+    writer_ = std::thread([this] { Write(); });
+  } else {
+    written_ = true;
+  }
+  return Status::Ok();
+}
+
+void CheckpointSaver::Write() {
+  while (HoldWriterForTest().load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const CheckpointWriter writer(o_.checkpoint_dir, o_.attempt);
+  const int64_t step = report_.step;
+  const std::string staging = writer.StagingDir(step);
+  auto fail = [&](const Status& s) {
+    report_.error = s.message();
+    report_.error_code = s.code();
+    snapshot_.reset();
+    std::error_code ec;
+    if (!Sharded()) fs::remove_all(staging, ec);  // (sharded: rank 0's, once every rank is done)
+    written_ = true;
+  };
+  if (!Sharded()) {
+    if (const Status s = writer.PrepareStaging(step); !s.ok()) return fail(s);
+  }
+  const auto w0 = Clock::now();
+  double fsync_s = 0;
+  const int64_t n = snapshot_->elements();
+  const int64_t chunk = snapshot_->chunk_elements();
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = Sharded()
+                                 ? ShardFileName(kArrayNames[i], place_.dp_rank, place_.tp_rank)
+                                 : StrCat(i == 0   ? "master"
+                                          : i == 1 ? "adam_m"
+                                                   : "adam_v",
+                                          ".bin");
+    const std::string path = (fs::path(staging) / name).string();
+    const int fd =
+        ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) {
+      return fail(Status::IOError(StrCat("cannot create '", path, "': ", std::strerror(errno))));
+    }
+    uint32_t crc = 0;
+    Status s = Status::Ok();
+    for (int64_t off = 0; off < n && s.ok(); off += chunk) {
+      const int64_t k = std::min(chunk, n - off);
+      auto data = snapshot_->Read(i, off, k);
+      if (!data.ok()) {
+        s = data.status();
+        break;
+      }
+      crc = Crc32c(*data, static_cast<size_t>(k) * sizeof(float), crc);
+      s = WriteAll(fd, path, *data, static_cast<size_t>(k) * sizeof(float));
+    }
+    const auto f0 = Clock::now();
+    if (s.ok() && ::fsync(fd) != 0) {
+      s = Status::IOError(StrCat("fsync of '", path, "' failed: ", std::strerror(errno)));
+    }
+    fsync_s += Since(f0);
+    if (::close(fd) != 0 && s.ok()) {
+      s = Status::IOError(StrCat("closing '", path, "' failed: ", std::strerror(errno)));
+    }
+    if (!s.ok()) return fail(s);
+    const uint64_t bytes = static_cast<uint64_t>(n) * sizeof(float);
+    files_.push_back({name, bytes, crc});
+    report_.bytes += bytes;
+  }
+  report_.fsync_s = fsync_s;
+  report_.write_s = Since(w0) - fsync_s;
+  snapshot_.reset();  // the next checkpoint may take one
+  if (!Sharded()) {
+    const auto c0 = Clock::now();
+    if (const Status s = CommitAlone(); !s.ok()) return fail(s);
+    report_.commit_s = Since(c0);
+  }
+  written_ = true;
+}
+
+Status CheckpointSaver::PutScales() {
+  if (precision_ != Precision::kFp8 || !place_.lead) return Status::Ok();
+  // (A stale attempt stops before it writes scale state for steps the job may redo.)
+  FP8RT_RETURN_IF_ERROR(HoldCheckpointFence(o_.checkpoint_dir, o_.attempt).status());
+  // Scales first: a checkpoint that LATEST names always has its scale state.
+  std::error_code ec;
+  fs::create_directories(o_.checkpoint_dir, ec);
+  FP8RT_ASSIGN_OR_RETURN(auto store, ScaleStore::Open(ScaleStorePath(o_.checkpoint_dir), true));
+  return store->Put(report_.step, scales_);
+}
+
+Status CheckpointSaver::CommitAlone() {
+  FP8RT_RETURN_IF_ERROR(PutScales());
+  return CheckpointWriter(o_.checkpoint_dir, o_.attempt).Commit(ck_, files_);
+}
+
+Status CheckpointSaver::Poll(std::optional<SaveReport>* done) {
+  if (!pending_) return Status::Ok();
+  if (Sharded()) return CommitSharded(false, done);
+  if (!written_.load()) return Status::Ok();
+  Join();
+  report_.total_s = Since(started_);
+  pending_ = false;
+  *done = report_;
+  return Status::Ok();
+}
+
+Status CheckpointSaver::Finish(std::optional<SaveReport>* done) {
+  if (!pending_) return Status::Ok();
+  if (Sharded()) return CommitSharded(true, done);
+  Join();
+  report_.total_s = Since(started_);
+  pending_ = false;
+  *done = report_;
+  return Status::Ok();
+}
+
+Status CheckpointSaver::CommitSharded(bool wait, std::optional<SaveReport>* done) {
+  if (wait) {
+    Join();
+  } else {
+    // Everyone's writer done? (Every rank asks at the same steps, so they all go on together.)
+    FP8RT_ASSIGN_OR_RETURN(auto all, model_->GatherAcrossReplicas(written_.load() ? 1 : 0));
+    for (uint64_t v : all) {
+      if (v != 1) return Status::Ok();
+    }
+    Join();
+  }
+  const auto c0 = Clock::now();
+  // Each rank's files: (top bits) 1 written with its checksum, 2 nothing to write, 0 failed.
+  std::vector<uint64_t> told[3];
+  for (int i = 0; i < 3; ++i) {
+    const bool ok = report_.error.empty() && files_.size() == 3;
+    const uint64_t v = !owner_ ? uint64_t{2} << 32
+                       : ok    ? (uint64_t{1} << 32 | files_[i].crc32c)
+                               : 0;
+    FP8RT_ASSIGN_OR_RETURN(told[i], model_->GatherAcrossReplicas(v));
+  }
+  Status committed = Status::Ok();
+  if (place_.lead) {
+    std::vector<CheckpointFile> files;
+    const uint64_t bytes = files_.empty() ? 0 : files_[0].bytes;
+    for (size_t r = 0; r < told[0].size() && committed.ok(); ++r) {
+      const int d = static_cast<int>(r) / place_.tp, t = static_cast<int>(r) % place_.tp;
+      for (int i = 0; i < 3 && committed.ok(); ++i) {
+        const uint64_t v = told[i][r];
+        if (v >> 32 == 2) continue;
+        if (v >> 32 != 1) {
+          committed = Status::IOError(
+              StrCat("rank ", r, " could not write its checkpoint shard",
+                     r == 0 && !report_.error.empty() ? StrCat(": ", report_.error) : ""));
+          break;
+        }
+        // Every shard of one array has this rank's size (ZeRO-1 and TP split evenly).
+        files.push_back(
+            {ShardFileName(kArrayNames[i], d, t), bytes, static_cast<uint32_t>(v & 0xffffffffu)});
+      }
+    }
+    if (committed.ok()) committed = PutScales();
+    if (committed.ok()) {
+      committed = CheckpointWriter(o_.checkpoint_dir, o_.attempt).Commit(ck_, files);
+    }
+    if (!committed.ok()) {
+      std::error_code ec;
+      fs::remove_all(CheckpointWriter(o_.checkpoint_dir, o_.attempt).StagingDir(report_.step), ec);
+    }
+  }
+  FP8RT_ASSIGN_OR_RETURN(auto acks, model_->GatherAcrossReplicas(committed.ok() ? 1 : 0));
+  if (!committed.ok()) {
+    report_.error = committed.message();
+    report_.error_code = committed.code();
+  } else if (acks[0] != 1 && report_.error.empty()) {
+    report_.error = StrCat("rank 0 could not commit checkpoint step ", report_.step, " in '",
+                           o_.checkpoint_dir, "'");
+  }
+  report_.commit_s = Since(c0);
+  report_.total_s = Since(started_);
+  pending_ = false;
+  *done = report_;
+  return Status::Ok();
+}
+
+}  // namespace fp8rt

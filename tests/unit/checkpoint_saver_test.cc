@@ -1,0 +1,214 @@
+// Asynchronous checkpoints (runtime/checkpoint_saver.h) in real CPU runs: the same bytes as a
+// synchronous save and an exact resume; training goes on while the writer is held; a stop waits
+// for the commit; a disk that fills up mid-write is reported naming the file and the last good
+// checkpoint still resumes exactly.
+#include "runtime/checkpoint_saver.h"
+
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "common/exit_codes.h"
+#include "tests/common/subprocess.h"
+#include "tests/common/train_helpers.h"
+
+namespace fp8rt {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+bool Has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+class CheckpointSaverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    corpus_ = test::EnglishCorpus(dir_.str() + "/corpus.txt");
+    ASSERT_FALSE(corpus_.empty());
+  }
+  TrainOptions Options(const std::string& ckpt, int steps, bool async,
+                       Precision p = Precision::kFp8) {
+    TrainOptions o;
+    o.config = test::TinyRunConfig(corpus_, p, 40);
+    o.config.train.checkpoint_every = 4;
+    o.config.train.async_checkpoint = async;
+    o.stop_step = steps;
+    o.checkpoint_dir = ckpt;
+    return o;
+  }
+  // Every file of a checkpoint directory, by its path below it.
+  static std::map<std::string, std::string> Files(const std::string& dir) {
+    std::map<std::string, std::string> out;
+    for (const auto& e : fs::recursive_directory_iterator(dir)) {
+      if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = Slurp(e.path().string());
+    }
+    return out;
+  }
+  test::TempDir dir_;
+  std::string corpus_;
+};
+
+// The async writer writes what the synchronous one does, byte for byte, and a resume from it
+// continues exactly as the run that never stopped.
+TEST_F(CheckpointSaverTest, AnAsyncCheckpointIsASynchronousOneByteForByteAndResumesExactly) {
+  const std::string a = dir_.str() + "/async", s = dir_.str() + "/sync";
+  auto ra = RunTraining(Options(a, 10, true), DeviceInfo{});
+  ASSERT_TRUE(ra.ok()) << ra.status().ToString();
+  auto rs = RunTraining(Options(s, 10, false), DeviceInfo{});
+  ASSERT_TRUE(rs.ok()) << rs.status().ToString();
+  for (const char* step : {"step_00000004", "step_00000008", "step_00000010"}) {
+    const auto fa = Files(StrCat(a, "/", step)), fs_ = Files(StrCat(s, "/", step));
+    ASSERT_EQ(fa.size(), 4u) << step << ": master, adam_m, adam_v, manifest";
+    EXPECT_TRUE(fa == fs_) << step;
+  }
+  EXPECT_EQ(Slurp(a + "/LATEST"), "step_00000010\n");
+  // Resume at step 8 (the async run's checkpoint) and run to 16: the losses of steps 9-16 are the
+  // uninterrupted run's.
+  auto whole = RunTraining(Options(dir_.str() + "/whole", 16, true), DeviceInfo{});
+  ASSERT_TRUE(whole.ok());
+  fs::remove_all(a + "/step_00000010");
+  std::ofstream(a + "/LATEST") << "step_00000008\n";
+  TrainOptions resume = Options(a, 16, true);
+  resume.resume = true;
+  auto rr = RunTraining(resume, DeviceInfo{});
+  ASSERT_TRUE(rr.ok()) << rr.status().ToString();
+  ASSERT_EQ(rr->first_step, 9);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(rr->losses[i], whole->losses[8 + i]) << "step " << 9 + i;
+}
+
+// While the writer is held, training steps go on; the checkpoint commits once it is let go.
+TEST_F(CheckpointSaverTest, StepsAdvanceWhileTheWriterIsHeldAndAStopWaitsForTheCommit) {
+  const std::string ckpt = dir_.str() + "/held", metrics = dir_.str() + "/metrics.jsonl";
+  std::ofstream out(metrics);
+  TrainOptions o = Options(ckpt, 1000, true);
+  o.config.train.total_steps = 1000;
+  o.metrics = &out;
+  std::atomic<bool> stop{false};
+  o.stop_flag = &stop;
+  CheckpointSaver::HoldWriterForTest() = true;
+  Result<TrainResult> r = Status::Internal("not run");
+  std::atomic<bool> returned{false};
+  std::thread run([&] {
+    r = RunTraining(o, DeviceInfo{});
+    returned = true;
+  });
+  // Steps 5 and 6 are trained after the checkpoint of step 4 began, while its writer waits.
+  auto count_steps = [&] {
+    int n = 0;
+    std::ifstream in(metrics);
+    for (std::string l; std::getline(in, l);) n += Has(l, "\"loss\"");
+    return n;
+  };
+  for (int i = 0; i < 3000 && count_steps() < 6; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_GE(count_steps(), 6) << "training did not go on while the checkpoint was written";
+  EXPECT_FALSE(fs::exists(ckpt + "/LATEST")) << "nothing committed while the writer is held";
+  // A stop (SIGTERM) now: the run's last checkpoint waits for the held one and its own commit.
+  stop = true;
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(returned.load()) << "the run returned before its checkpoints were committed";
+  CheckpointSaver::HoldWriterForTest() = false;
+  run.join();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->stopped_by_signal);
+  EXPECT_EQ(Slurp(ckpt + "/LATEST"),
+            fs::path(CheckpointStepDir(ckpt, r->last_step)).filename().string() + "\n");
+  EXPECT_TRUE(fs::exists(ckpt + "/step_00000004/manifest.json"));
+  out.flush();
+  const std::string m = Slurp(metrics);
+  EXPECT_TRUE(Has(m, "\"checkpoint_blocked_s\"")) << m;
+  EXPECT_TRUE(Has(m, "\"snapshot_on_device\":false")) << "on the CPU the snapshot is host memory";
+}
+
+// A disk that fills up during a write (a tmpfs of a few hundred KiB): the run stops within
+// seconds with exit code 6, naming the file; LATEST still names the last good checkpoint, which
+// resumes exactly. With train.on_checkpoint_error: continue the run goes on with a warning.
+TEST_F(CheckpointSaverTest, ADiskThatFillsUpIsReportedAndTheLastCheckpointResumesExactly) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
+  const std::string mnt = dir_.str() + "/small";
+  fs::create_directories(mnt);
+  // One checkpoint of this model is ~265 KiB (3 x 22k FP32 parameters and a manifest): the
+  // first fits, the second runs out of room.
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=400k") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  const std::string config = dir_.str() + "/tiny.yaml";
+  std::ofstream(config) << "model: {n_layer: 1, n_embd: 32, n_head: 2, block_size: 32}\n"
+                        << "data: {train: " << corpus_ << "}\n"
+                        << "train: {batch_size: 2, seq_len: 32, total_steps: 40, "
+                        << "checkpoint_every: 4}\nprecision: fp32\n";
+  const test::ProcessResult full =
+      test::RunProcess({FP8TRAIN_PATH, "--config", config, "--device", "cpu", "--steps", "20",
+                        "--checkpoint-dir", mnt + "/ckpt"},
+                       {}, dir_.str() + "/full.log", 60s);
+  EXPECT_EQ(full.code, kExitCheckpointFailed) << full.output;
+  EXPECT_LT(full.seconds, 30) << "reported within seconds";
+  EXPECT_TRUE(Has(full.output, "the checkpoint of step 8 failed: writing '" + mnt +
+                                   "/ckpt/step_00000008.staging/"))
+      << full.output;
+  EXPECT_TRUE(Has(full.output, "No space left on device")) << full.output;
+  EXPECT_EQ(Slurp(mnt + "/ckpt/LATEST"), "step_00000004\n");
+  EXPECT_FALSE(fs::exists(mnt + "/ckpt/step_00000008.staging")) << "the failed write is removed";
+  // The good checkpoint resumes exactly (copied off the full disk): steps 5-8 as a run that never
+  // stopped.
+  fs::copy(mnt + "/ckpt", dir_.str() + "/good", fs::copy_options::recursive);
+  const test::ProcessResult whole = test::RunProcess(
+      {FP8TRAIN_PATH, "--config", config, "--device", "cpu", "--steps", "8", "--metrics", "-"}, {},
+      dir_.str() + "/whole.log", 60s);
+  const test::ProcessResult resumed =
+      test::RunProcess({FP8TRAIN_PATH, "--config", config, "--device", "cpu", "--steps", "8",
+                        "--resume", "--checkpoint-dir", dir_.str() + "/good", "--metrics", "-"},
+                       {}, dir_.str() + "/resumed.log", 60s);
+  ASSERT_EQ(whole.code, 0) << whole.output;
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  auto losses = [](const std::string& output) {
+    std::map<int64_t, double> out;
+    std::istringstream in(output);
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("loss") && j.contains("step")) {
+        out[j["step"].get<int64_t>()] = j["loss"].get<double>();
+      }
+    }
+    return out;
+  };
+  const auto w = losses(whole.output), r = losses(resumed.output);
+  for (int64_t step = 5; step <= 8; ++step) {
+    ASSERT_TRUE(w.count(step) && r.count(step)) << step << "\n" << resumed.output;
+    EXPECT_EQ(w.at(step), r.at(step)) << "step " << step;
+  }
+  // Going on instead: the run finishes, each failed checkpoint warned about.
+  fs::remove_all(mnt + "/ckpt");
+  std::ofstream(config) << "model: {n_layer: 1, n_embd: 32, n_head: 2, block_size: 32}\n"
+                        << "data: {train: " << corpus_ << "}\n"
+                        << "train: {batch_size: 2, seq_len: 32, total_steps: 40, "
+                        << "checkpoint_every: 4, on_checkpoint_error: continue}\n"
+                        << "precision: fp32\n";
+  const test::ProcessResult go_on =
+      test::RunProcess({FP8TRAIN_PATH, "--config", config, "--device", "cpu", "--steps", "12",
+                        "--checkpoint-dir", mnt + "/ckpt", "--metrics", "-"},
+                       {}, dir_.str() + "/on.log", 60s);
+  EXPECT_EQ(go_on.code, 0) << go_on.output;
+  EXPECT_TRUE(Has(go_on.output, "\"checkpoint_error\":")) << go_on.output;
+  EXPECT_EQ(losses(go_on.output).count(12), 1u) << "the run went on: " << go_on.output;
+  EXPECT_EQ(Slurp(mnt + "/ckpt/LATEST"), "step_00000004\n");
+}
+
+}  // namespace
+}  // namespace fp8rt
