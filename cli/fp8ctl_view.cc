@@ -47,7 +47,9 @@ json View(const json& job) {
   v["progress"] = {{"step", num("step")},         {"total", num("total_steps")},
                    {"loss", num("loss")},         {"tokens_per_s", num("tokens_per_s")},
                    {"mfu", num("mfu")},           {"eta_s", num("eta_s")},
-                   {"val_loss", num("val_loss")}, {"val_step", num("val_step")}};
+                   {"val_loss", num("val_loss")}, {"val_step", num("val_step")},
+                   {"save_s", num("save_s")}};
+  if (!Str(p, "checkpoint_error").empty()) v["progress"]["checkpoint_error"] = p["checkpoint_error"];
   return v;
 }
 
@@ -111,6 +113,11 @@ void PrintStatus(const json& v, std::ostream& out) {
                         a.value("gpus", json::array()).dump());
   }
   out << "\n  placement: " << (placement.empty() ? "-" : placement);
+  if (v.contains("progress") && v["progress"].is_object() &&
+      !Str(v["progress"], "checkpoint_error").empty()) {
+    out << "\n  warning: " << Shown(v["progress"], "checkpoint_error")
+        << " (training went on; the last good checkpoint stands)";
+  }
   out << "\n  progress: " << ProgressLine(v) << "\n  restarts: " << v.value("restarts", 0);
   const int64_t ck = v.value("checkpoint_step", int64_t{-1});
   out << "\n  last checkpoint: ";
@@ -119,6 +126,12 @@ void PrintStatus(const json& v, std::ostream& out) {
   } else {
     out << "step " << ck;
     if (v.value("checkpoint_at", int64_t{0}) > 0) out << ", " << Age(v["checkpoint_at"].get<int64_t>()) << " ago";
+    // What a preemption waits for (the scheduler's grace and victim choice use it).
+    const json& p = v["progress"];
+    if (p.is_object() && p.contains("save_s") && p["save_s"].is_number()) {
+      out << "; a save takes " << Fixed(p["save_s"].get<double>(), 1)
+          << " s to commit (what a preemption waits for)";
+    }
   }
   out << "\n";
 }

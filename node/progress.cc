@@ -30,6 +30,17 @@ bool MetricsTail::Poll(Progress* p) {
     if (!j.is_discarded() && j.is_object() && j.contains("checkpoint_s") &&
         j["checkpoint_s"].is_number()) {
       p->checkpoint_s = std::max(p->checkpoint_s, j["checkpoint_s"].get<double>());
+      p->checkpoint_error.clear();
+      continue;
+    }
+    if (!j.is_discarded() && j.is_object() && j.contains("checkpoint_error") &&
+        j["checkpoint_error"].is_string()) {
+      const int64_t at = j.contains("step") && j["step"].is_number_integer()
+                             ? j["step"].get<int64_t>()
+                             : -1;
+      p->checkpoint_error = StrCat("the checkpoint of step ", at,
+                                   " failed: ", j["checkpoint_error"].get<std::string>());
+      if (p->checkpoint_error.size() > 1000) p->checkpoint_error.resize(1000);
       continue;
     }
     // fp8train stops at a non-finite validation loss before logging it, so a number is expected.

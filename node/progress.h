@@ -27,6 +27,9 @@ struct Progress {
   bool loss_not_finite = false;
   int64_t lines = 0;             // step lines read so far
   double checkpoint_s = -1;      // the longest checkpoint save seen (seconds); -1: none yet
+  // The last checkpoint that failed and was gone on from (train.on_checkpoint_error: continue):
+  // what failed, naming the file; cleared by a later checkpoint that commits. "": none
+  std::string checkpoint_error;
   double val_loss = -1;          // the latest held-out loss (a val_loss line); -1: none yet
   int64_t val_step = -1;         // the step val_loss was measured at; -1: none yet
 };

@@ -41,6 +41,7 @@ std::string HeartbeatJson(const std::vector<JobReport>& jobs, const std::vector<
     if (!r.running) e["exit_code"] = r.exit_code;
     if (!r.running && r.failed_rank >= 0) e["failed_rank"] = r.failed_rank;
     if (!r.reason.empty()) e["reason"] = r.reason;
+    if (!r.checkpoint_error.empty()) e["checkpoint_error"] = r.checkpoint_error;
     e["step"] = r.step;
     e["checkpoint_step"] = r.checkpoint_step;
     e["total_steps"] = r.total_steps;

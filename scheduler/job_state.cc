@@ -153,6 +153,7 @@ std::string JobToJson(const Job& job) {
     prog[key] = v >= 0 ? json(v) : json(nullptr);
   }
   prog["val_step"] = p.val_step >= 0 ? json(p.val_step) : json(nullptr);
+  if (!p.checkpoint_error.empty()) prog["checkpoint_error"] = p.checkpoint_error;
   j["progress"] = prog;
   j["submitted_at"] = job.submitted_at;
   j["updated_at"] = job.updated_at;
@@ -199,6 +200,7 @@ Result<Job> JobFromJson(const std::string& text) {
       job.progress.val_step = !p.contains("val_step") || p.at("val_step").is_null()
                                   ? -1
                                   : p.at("val_step").get<int64_t>();
+      job.progress.checkpoint_error = p.value("checkpoint_error", std::string());
     }
     job.submitted_at = j.at("submitted_at").get<int64_t>();
     job.updated_at = j.at("updated_at").get<int64_t>();

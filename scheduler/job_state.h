@@ -44,6 +44,9 @@ struct JobProgress {
   double save_s = -1;  // the longest checkpoint save measured (what a preemption waits for)
   double val_loss = -1;   // the latest held-out loss (data.val)
   int64_t val_step = -1;  // the step val_loss was measured at
+  // A checkpoint that failed and that the job went on from (train.on_checkpoint_error:
+  // continue), in the trainer's words; "": none since the last good one.
+  std::string checkpoint_error;
   int64_t at = 0;  // seconds: when it was reported
   bool operator==(const JobProgress&) const = default;
 };

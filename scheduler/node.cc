@@ -264,6 +264,8 @@ Result<HeartbeatRequest> ParseHeartbeat(const std::string& body) {
                                       {"save_s", strict::Number(&r.progress.save_s, -1, 1e9)},
                                       {"val_loss", strict::Number(&r.progress.val_loss, -1, 1e30)},
                                       {"val_step", strict::Integer(&r.progress.val_step, -1)},
+                                      {"checkpoint_error",
+                                       strict::String(&r.progress.checkpoint_error, 1024)},
                                       {"logs", LogsReader(&r.logs)}},
                                      {"job_id", "status"}));
     if (!seen.insert(r.job_id).second) {

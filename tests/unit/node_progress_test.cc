@@ -97,6 +97,28 @@ TEST(MetricsTail, KeepsTheLatestValidationLossApartFromTheSteps) {
   EXPECT_FALSE(p.loss_not_finite);
 }
 
+// A checkpoint that failed and was gone on from (train.on_checkpoint_error: continue) is kept, in
+// the trainer's words, until a later one commits.
+TEST(MetricsTail, KeepsAFailedCheckpointUntilALaterOneCommits) {
+  test::TempDir d;
+  const std::string path = d.str() + "/metrics.jsonl";
+  MetricsTail tail(path);
+  Progress p;
+  {
+    std::ofstream(path) << R"({"step":8,"loss":5,"tokens_per_s":1000})" << "\n"
+                        << R"({"step":4,"checkpoint_error":"writing 'x' failed: No space left on device"})"
+                        << "\n";
+  }
+  EXPECT_TRUE(tail.Poll(&p));
+  EXPECT_EQ(p.step, 8) << "the error line is not a step";
+  EXPECT_EQ(p.checkpoint_error,
+            "the checkpoint of step 4 failed: writing 'x' failed: No space left on device");
+  { std::ofstream(path, std::ios::app) << R"({"step":8,"checkpoint_s":2.5})" << "\n"; }
+  tail.Poll(&p);
+  EXPECT_EQ(p.checkpoint_error, "") << "a committed checkpoint clears it";
+  EXPECT_EQ(p.checkpoint_s, 2.5);
+}
+
 TEST(HangDetector, JudgesTheSilenceAgainstTheJobsOwnPace) {
   HangOptions o;
   o.k = 10, o.floor = 2000ms;

@@ -44,6 +44,7 @@ TEST(NodeProtocol, HeartbeatsReadBackWithEveryField) {
   run.job_id = 7, run.attempt = 2, run.step = 120, run.checkpoint_step = 100, run.total_steps = 200;
   run.loss = 2.5, run.tokens_per_s = 1234.5, run.eta_s = 30;
   run.val_loss = 2.75, run.val_step = 100;
+  run.checkpoint_error = "the checkpoint of step 100 failed: writing 'x' failed: EIO";
   node::JobReport dead;
   dead.job_id = 8, dead.attempt = 1, dead.running = false, dead.exit_code = 137,
   dead.failed_rank = 1, dead.reason = "no progress since step 40 for 3 s";
@@ -63,7 +64,9 @@ TEST(NodeProtocol, HeartbeatsReadBackWithEveryField) {
   EXPECT_DOUBLE_EQ(a.progress.eta_s, 30);
   EXPECT_DOUBLE_EQ(a.progress.val_loss, 2.75);
   EXPECT_EQ(a.progress.val_step, 100);
+  EXPECT_EQ(a.progress.checkpoint_error, run.checkpoint_error);
   const sched::JobReport& b = hb->jobs[1];
+  EXPECT_EQ(b.progress.checkpoint_error, "");
   EXPECT_DOUBLE_EQ(b.progress.val_loss, -1) << "no evaluation reported";
   EXPECT_EQ(b.progress.val_step, -1);
   EXPECT_EQ(b.status, sched::RankStatus::kExited);
