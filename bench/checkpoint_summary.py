@@ -34,6 +34,9 @@ def main(out_dir):
     print("| run | checkpoint | training blocked s | to commit s | GB written | write GB/s | "
           "of dd oflag=direct | tok/s before | tok/s during the write |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    # The previous build does not say how much it wrote: the same model's files, as this one's.
+    same_bytes = next((l["checkpoint_bytes"] for l in lines(out / "ck_sync.jsonl")
+                       if "checkpoint_bytes" in l), 0)
     for name in ("base", "sync", "async"):
         ls = lines(out / f"ck_{name}.jsonl")
         saves = [(i, l) for i, l in enumerate(ls) if "checkpoint_s" in l]
@@ -42,9 +45,9 @@ def main(out_dir):
         for i, s in saves:
             total = s["checkpoint_s"]
             blocked = s.get("checkpoint_blocked_s", total)
-            gb = s.get("checkpoint_bytes", 0) / 1e9
+            gb = s.get("checkpoint_bytes", same_bytes) / 1e9
             ph = s.get("checkpoint_phases", {})
-            io_s = ph.get("write_s", 0) + ph.get("fsync_s", 0)
+            io_s = ph.get("write_s", 0) + ph.get("fsync_s", 0) if ph else total
             rate = gb / io_s if gb and io_s else None
             of_dd = rate / dd["oflag=direct"] if rate and dd.get("oflag=direct") else None
             steps = [l for l in ls[:i] if "loss" in l]

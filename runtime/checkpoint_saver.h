@@ -50,6 +50,15 @@ struct SaveReport {
   StatusCode error_code = StatusCode::kOk;
 };
 
+// One array of a snapshot into `path`: a reader thread brings piece i into slot i % 2 (from the
+// device, where the snapshot lives there) and checksums it while this thread writes piece i - 1,
+// so the disk never waits for the copy. Aligned pieces go through O_DIRECT (no page cache to fill
+// and flush: what `dd oflag=direct` measures); the tail, and everything on a file system that
+// refuses O_DIRECT (tmpfs), through the page cache.
+// `*crc` gets the file's CRC-32C; `*fsync_s` grows by the time fsync took. Errors name the file.
+Status WriteSnapshotArray(StateSnapshot* snapshot, int which, const std::string& path,
+                          uint32_t* crc, double* fsync_s);
+
 class CheckpointSaver {
  public:
   // `model` must outlive the saver. Every rank of a sharded checkpoint (TP or ZeRO-1) has one;

@@ -30,8 +30,9 @@ class StateSnapshot {
   // device had no room for it.
   virtual bool on_device() const = 0;
   // Elements [offset, offset + n) of array `which` (0 master, 1 m, 2 v), n <= chunk_elements(),
-  // in host memory valid until the next call.
-  virtual Result<const float*> Read(int which, int64_t offset, int64_t n) = 0;
+  // in host memory (4 KiB-aligned when offset is a multiple of chunk_elements()) valid until the
+  // next Read into the same `slot` (0 or 1: a writer reads one piece while it writes the other).
+  virtual Result<const float*> Read(int which, int64_t offset, int64_t n, int slot) = 0;
   virtual int64_t chunk_elements() const = 0;
 };
 

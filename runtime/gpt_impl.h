@@ -376,7 +376,7 @@ class Gpt final : public GptModel {
   int64_t M_ = 0;  // B * T tokens per micro-batch
 
   // The checkpoint snapshot (SnapshotOwnedState): 3 x owned floats on the device or, where the
-  // device has no room, in pinned host memory; a pinned chunk the writer reads device copies
+  // device has no room, in pinned host memory; two pinned pieces the writer reads device copies
   // through; whether a snapshot is alive.
   float* snapshot_ = nullptr;
   float* snapshot_host_ = nullptr;

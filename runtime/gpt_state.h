@@ -225,23 +225,26 @@ class OwnedStateSnapshot final : public StateSnapshot {
  public:
   static constexpr int64_t kChunk = int64_t{16} << 20;  // floats: 64 MiB reads
 
-  OwnedStateSnapshot(Ops* ops, const float* base, int64_t n, bool on_device, float* chunk,
+  // `chunks`: two pinned buffers of kChunk floats (device snapshots only).
+  OwnedStateSnapshot(Ops* ops, const float* base, int64_t n, bool on_device, float* chunks,
                      std::shared_ptr<std::atomic<bool>> alive)
-      : ops_(ops), base_(base), n_(n), on_device_(on_device), chunk_(chunk),
+      : ops_(ops), base_(base), n_(n), on_device_(on_device), chunks_(chunks),
         alive_(std::move(alive)) {}
   ~OwnedStateSnapshot() override { alive_->store(false); }
   int64_t elements() const override { return n_; }
   bool on_device() const override { return on_device_; }
   int64_t chunk_elements() const override { return kChunk; }
-  Result<const float*> Read(int which, int64_t offset, int64_t n) override {
-    if (which < 0 || which > 2 || offset < 0 || n < 0 || n > kChunk || offset + n > n_) {
+  Result<const float*> Read(int which, int64_t offset, int64_t n, int slot) override {
+    if (which < 0 || which > 2 || offset < 0 || n < 0 || n > kChunk || offset + n > n_ ||
+        slot < 0 || slot > 1) {
       return Status::InvalidArgument(StrCat("snapshot read of array ", which, " [", offset, ", ",
                                             offset + n, ") is outside its ", n_, " elements"));
     }
     const float* src = base_ + which * n_ + offset;
     if (!on_device_) return src;
-    FP8RT_RETURN_IF_ERROR(ops_->DownloadFromAnotherThread(chunk_, src, n * sizeof(float)));
-    return static_cast<const float*>(chunk_);
+    float* chunk = chunks_ + slot * kChunk;
+    FP8RT_RETURN_IF_ERROR(ops_->DownloadFromAnotherThread(chunk, src, n * sizeof(float)));
+    return static_cast<const float*>(chunk);
   }
 
  private:
@@ -249,7 +252,7 @@ class OwnedStateSnapshot final : public StateSnapshot {
   const float* base_;
   int64_t n_;
   bool on_device_;
-  float* chunk_;
+  float* chunks_;
   std::shared_ptr<std::atomic<bool>> alive_;
 };
 
@@ -284,10 +287,11 @@ Result<std::unique_ptr<StateSnapshot>> Gpt<Ops, T>::SnapshotOwnedState() {
     }
     if (Ops::kDevice && snapshot_ != nullptr) {
       snapshot_chunk_ = static_cast<float*>(
-          ops_->AllocHost(OwnedStateSnapshot<Ops>::kChunk * sizeof(float)));
+          ops_->AllocHost(2 * OwnedStateSnapshot<Ops>::kChunk * sizeof(float)));
       if (snapshot_chunk_ == nullptr) {
         return give_back(Status(StatusCode::kResourceExhausted,
-                                "no pinned host memory for the checkpoint writer's 64 MiB chunk"));
+                                "no pinned host memory for the checkpoint writer's two 64 MiB "
+                                "pieces"));
       }
     }
   }

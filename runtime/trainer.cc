@@ -448,6 +448,7 @@ Status CheckpointStep(Run& r, int64_t step) {
   if (r.c.train.async_checkpoint) return Status::Ok();
   done.reset();
   FP8RT_RETURN_IF_ERROR(r.saver->Finish(&done));
+  if (done) done->blocked_s = done->total_s;  // training waited for all of it
   return ReportSave(r, done);
 }
 

@@ -248,7 +248,7 @@ if [[ $parts == *checkpoint* ]]; then
   done
   timeout 120 $B/fp8rt_io_bench --crc-gib 2 --dir "$D" --write-gib 8 | tee "$OUT/io_bench.md"
   # A config with checkpoints every $1 steps (and $2 appended to the train mapping).
-  ckcfg() { sed "s/log_every: 1}/log_every: 1, checkpoint_every: $1$2}/" configs/gpt-1.3b.yaml; }
+  ckcfg() { sed -e "s/log_every: 1}/log_every: 1, checkpoint_every: $1$2}/" -e "s|\.\./data/|$PWD/data/|" configs/gpt-1.3b.yaml; }
   # Runs $1 (a binary) until its first checkpoint's metrics line, then kills it (no final save).
   first_save() {
     local bin=$1 name=$2; rm -rf "$D/$name"

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/crc32c.h"
 #include "common/exit_codes.h"
 #include "tests/common/subprocess.h"
 #include "tests/common/train_helpers.h"
@@ -208,6 +211,104 @@ TEST_F(CheckpointSaverTest, ADiskThatFillsUpIsReportedAndTheLastCheckpointResume
   EXPECT_TRUE(Has(go_on.output, "\"checkpoint_error\":")) << go_on.output;
   EXPECT_EQ(losses(go_on.output).count(12), 1u) << "the run went on: " << go_on.output;
   EXPECT_EQ(Slurp(mnt + "/ckpt/LATEST"), "step_00000004\n");
+}
+
+// A snapshot held in host memory that hands out its pieces through two slot buffers, as the
+// device snapshot does; `skew` bytes off a 4 KiB boundary (a buffer O_DIRECT cannot take), and
+// `fail_piece`, when >= 0, the piece whose read fails.
+class FakeSnapshot final : public StateSnapshot {
+ public:
+  FakeSnapshot(int64_t n, int64_t chunk, size_t skew, int64_t fail_piece)
+      : n_(n), chunk_(chunk), skew_(skew), fail_piece_(fail_piece) {
+    for (int64_t i = 0; i < 3 * n; ++i) data_.push_back(static_cast<float>(i % 1009) * 0.25f - i);
+    for (auto& slot : slots_) {
+      slot.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, Round(chunk * 4 + skew))));
+    }
+  }
+  int64_t elements() const override { return n_; }
+  bool on_device() const override { return true; }
+  int64_t chunk_elements() const override { return chunk_; }
+  Result<const float*> Read(int which, int64_t offset, int64_t n, int slot) override {
+    if (fail_piece_ >= 0 && offset / chunk_ == fail_piece_) {
+      return Status::IOError("the device copy failed");
+    }
+    if (slot < 0 || slot > 1 || n > chunk_ || offset + n > n_) {
+      return Status::InvalidArgument("a read outside the snapshot");
+    }
+    // Piece p goes where piece p - 2 was: that one must be in the file by now.
+    const int64_t piece = offset / chunk_;
+    if (piece >= 2 && !path.empty()) {
+      std::error_code ec;
+      EXPECT_GE(fs::file_size(path, ec), static_cast<uintmax_t>((piece - 1) * chunk_ * 4))
+          << "piece " << piece << " read into a slot still being written";
+    }
+    std::memcpy(slots_[slot].get() + skew_, data_.data() + which * n_ + offset, n * 4);
+    return reinterpret_cast<const float*>(slots_[slot].get() + skew_);
+  }
+  std::string path;  // the file being written, when the test wants the slots' order checked
+  std::string Bytes(int which) const {
+    return std::string(reinterpret_cast<const char*>(data_.data() + which * n_), n_ * 4);
+  }
+
+ private:
+  static size_t Round(size_t n) { return (n + 4095) / 4096 * 4096; }
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  int64_t n_, chunk_;
+  size_t skew_;
+  int64_t fail_piece_;
+  std::vector<float> data_;
+  std::unique_ptr<uint8_t, Free> slots_[2];
+};
+
+// The writer's pipeline writes every array whole and checksums it right whatever the sizes: pieces
+// of 4 KiB multiples (O_DIRECT) and not, a short tail, a single piece, buffers O_DIRECT refuses.
+TEST(CheckpointArrayWriterTest, WritesEveryByteAndItsChecksumOnAwkwardSizes) {
+  test::TempDir dir;  // on the disk the tests run on (ext4 here: O_DIRECT is taken)
+  struct Case {
+    int64_t n, chunk;
+    size_t skew;
+  };
+  for (const Case c : {Case{5 * 1024 + 7, 1024, 0}, Case{4096 * 3, 4096, 0}, Case{3000, 777, 0},
+                       Case{10, 4096, 0}, Case{9 * 1024 + 1, 2048, 4}, Case{1, 1, 0}}) {
+    SCOPED_TRACE(StrCat("n ", c.n, " chunk ", c.chunk, " skew ", c.skew));
+    FakeSnapshot snap(c.n, c.chunk, c.skew, -1);
+    for (int which = 0; which < 3; ++which) {
+      const std::string path = dir.str() + "/a" + std::to_string(which) + ".bin";
+      uint32_t crc = 0;
+      double fsync_s = 0;
+      snap.path = path;
+      ASSERT_TRUE(WriteSnapshotArray(&snap, which, path, &crc, &fsync_s).ok());
+      const std::string want = snap.Bytes(which);
+      EXPECT_EQ(Slurp(path), want);
+      EXPECT_EQ(crc, Crc32c(want.data(), want.size()));
+      EXPECT_GE(fsync_s, 0.0);
+    }
+  }
+  // A file that was there (longer) is replaced, not overwritten in place.
+  const std::string path = dir.str() + "/long.bin";
+  std::ofstream(path) << std::string(1 << 20, 'x');
+  FakeSnapshot snap(3000, 1024, 0, -1);
+  uint32_t crc = 0;
+  double fsync_s = 0;
+  ASSERT_TRUE(WriteSnapshotArray(&snap, 1, path, &crc, &fsync_s).ok());
+  EXPECT_EQ(Slurp(path), snap.Bytes(1));
+}
+
+TEST(CheckpointArrayWriterTest, AReadThatFailsMidwayIsTheWritersErrorAndNothingHangs) {
+  test::TempDir dir;
+  FakeSnapshot snap(8 * 1024, 1024, 0, 5);
+  uint32_t crc = 0;
+  double fsync_s = 0;
+  const Status s = WriteSnapshotArray(&snap, 2, dir.str() + "/v.bin", &crc, &fsync_s);
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(Has(s.message(), "the device copy failed")) << s.message();
+  // A file that cannot be created names itself.
+  const std::string bad = dir.str() + "/no/such/dir/m.bin";
+  const Status t = WriteSnapshotArray(&snap, 0, bad, &crc, &fsync_s);
+  EXPECT_FALSE(t.ok());
+  EXPECT_TRUE(Has(t.message(), bad)) << t.message();
 }
 
 }  // namespace
