@@ -251,7 +251,7 @@ if [[ $parts == *checkpoint* ]]; then
   ckcfg() { sed -e "s/log_every: 1}/log_every: 1, checkpoint_every: $1$2}/" -e "s|\.\./data/|$PWD/data/|" configs/gpt-1.3b.yaml; }
   # Runs $1 (a binary) until its first checkpoint's metrics line, then kills it (no final save).
   first_save() {
-    local bin=$1 name=$2; rm -rf "$D/$name"
+    local bin=$1 name=$2; rm -rf "$D/$name" "$OUT/ck_$name.jsonl"
     $bin --config "/tmp/ck_$name.yaml" --device cuda:0 --steps 40 --checkpoint-dir "$D/$name" \
       --metrics "$OUT/ck_$name.jsonl" > "$OUT/ck_$name.log" 2>&1 & local pid=$!
     for _ in $(seq 2400); do
@@ -269,7 +269,7 @@ if [[ $parts == *checkpoint* ]]; then
   first_save $B/fp8train sync
   # Async: a checkpoint at step 100 written while steps 101.. train; the last at 200.
   ckcfg 100 "" > /tmp/ck_async.yaml
-  rm -rf "$D/async"
+  rm -rf "$D/async" "$OUT/ck_async.jsonl"
   timeout 300 $B/fp8train --config /tmp/ck_async.yaml --device cuda:0 --steps 200 \
     --checkpoint-dir "$D/async" --metrics "$OUT/ck_async.jsonl" > "$OUT/ck_async.log" 2>&1
   echo "async exit $?"; grep -h checkpoint_s "$OUT/ck_async.jsonl"
