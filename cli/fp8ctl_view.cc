@@ -48,7 +48,7 @@ json View(const json& job) {
                    {"loss", num("loss")},         {"tokens_per_s", num("tokens_per_s")},
                    {"mfu", num("mfu")},           {"eta_s", num("eta_s")},
                    {"val_loss", num("val_loss")}, {"val_step", num("val_step")},
-                   {"save_s", num("save_s")}};
+                   {"save_s", num("save_s")},     {"checkpoint_disk_bytes", num("checkpoint_disk_bytes")}};
   if (!Str(p, "checkpoint_error").empty()) v["progress"]["checkpoint_error"] = p["checkpoint_error"];
   return v;
 }
@@ -131,6 +131,11 @@ void PrintStatus(const json& v, std::ostream& out) {
     if (p.is_object() && p.contains("save_s") && p["save_s"].is_number()) {
       out << "; a save takes " << Fixed(p["save_s"].get<double>(), 1)
           << " s to commit (what a preemption waits for)";
+    }
+    if (p.is_object() && p.contains("checkpoint_disk_bytes") &&
+        p["checkpoint_disk_bytes"].is_number()) {
+      out << "; checkpoints on disk: " << Fixed(p["checkpoint_disk_bytes"].get<double>() / 1e9, 2)
+          << " GB";
     }
   }
   out << "\n";

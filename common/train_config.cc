@@ -120,6 +120,9 @@ Status RunConfig::Validate() const {
   FP8RT_RETURN_IF_ERROR(Range("train.checkpoint_every", train.checkpoint_every, 0, 1e9));
   FP8RT_RETURN_IF_ERROR(
       OneOf("train.on_checkpoint_error", train.on_checkpoint_error, {"stop", "continue"}));
+  FP8RT_RETURN_IF_ERROR(Range("train.keep_checkpoints", train.keep_checkpoints, 0, 1e9));
+  FP8RT_RETURN_IF_ERROR(
+      Range("train.keep_checkpoints_every", train.keep_checkpoints_every, 0, 1e9));
   FP8RT_RETURN_IF_ERROR(Range("train.log_every", train.log_every, 1, 1e9));
   FP8RT_RETURN_IF_ERROR(Range("train.eval_every", train.eval_every, 0, 1e9));
   FP8RT_RETURN_IF_ERROR(Range("train.eval_tokens", train.eval_tokens, 1, 1e12));
@@ -209,6 +212,8 @@ void Schema(RunConfig& c, V& v) {
     v.Field("checkpoint_every", &t.checkpoint_every);
     v.Field("async_checkpoint", &t.async_checkpoint);
     v.Field("on_checkpoint_error", &t.on_checkpoint_error);
+    v.Field("keep_checkpoints", &t.keep_checkpoints);
+    v.Field("keep_checkpoints_every", &t.keep_checkpoints_every);
     v.Field("log_every", &t.log_every);
     v.Field("eval_every", &t.eval_every);
     v.Field("eval_tokens", &t.eval_tokens);

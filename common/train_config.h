@@ -137,6 +137,11 @@ struct TrainConfig {
   // exit code 6, "continue" goes on with a warning in the metrics and the job's status; either
   // way the last committed checkpoint stands. Default: stop
   std::string on_checkpoint_error = "stop";
+  // Retention: after each commit, the checkpoints older than the newest keep_checkpoints are
+  // removed, except those at a multiple of keep_checkpoints_every (0: none kept for that); the
+  // one a resume takes is never removed. 0: every checkpoint is kept. Defaults: 0, 0
+  int keep_checkpoints = 0;
+  int keep_checkpoints_every = 0;
   int log_every = 1;          // metrics line period. Default: 1
   // With data.val: every this many steps, and after the last, the mean loss over the first
   // eval_tokens tokens of data.val (the same tokens every time) goes to the metrics as val_loss;

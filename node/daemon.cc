@@ -223,6 +223,7 @@ Status NodeDaemon::Heartbeat() {
       if (per_step > 0) r.step_s = per_step;
       r.save_s = run.progress.checkpoint_s;
       r.checkpoint_error = run.progress.checkpoint_error;
+      r.checkpoint_disk_bytes = run.progress.checkpoint_disk_bytes;
       r.val_loss = run.progress.val_loss;
       r.val_step = run.progress.val_step;
       if (per_step > 0 && run.total_steps > run.progress.step) {

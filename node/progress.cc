@@ -31,6 +31,10 @@ bool MetricsTail::Poll(Progress* p) {
         j["checkpoint_s"].is_number()) {
       p->checkpoint_s = std::max(p->checkpoint_s, j["checkpoint_s"].get<double>());
       p->checkpoint_error.clear();
+      if (j.contains("checkpoint_disk_bytes") && j["checkpoint_disk_bytes"].is_number_unsigned() &&
+          j["checkpoint_disk_bytes"].get<uint64_t>() < (uint64_t{1} << 62)) {
+        p->checkpoint_disk_bytes = j["checkpoint_disk_bytes"].get<int64_t>();
+      }
       continue;
     }
     if (!j.is_discarded() && j.is_object() && j.contains("checkpoint_error") &&

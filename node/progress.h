@@ -30,6 +30,7 @@ struct Progress {
   // The last checkpoint that failed and was gone on from (train.on_checkpoint_error: continue):
   // what failed, naming the file; cleared by a later checkpoint that commits. "": none
   std::string checkpoint_error;
+  int64_t checkpoint_disk_bytes = -1;  // what the committed checkpoints take; -1: not said yet
   double val_loss = -1;          // the latest held-out loss (a val_loss line); -1: none yet
   int64_t val_step = -1;         // the step val_loss was measured at; -1: none yet
 };

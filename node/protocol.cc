@@ -46,6 +46,7 @@ std::string HeartbeatJson(const std::vector<JobReport>& jobs, const std::vector<
     e["checkpoint_step"] = r.checkpoint_step;
     e["total_steps"] = r.total_steps;
     if (r.val_step >= 0) e["val_step"] = r.val_step;
+    if (r.checkpoint_disk_bytes >= 0) e["checkpoint_disk_bytes"] = r.checkpoint_disk_bytes;
     for (const auto& [key, v] : {std::pair<const char*, double>{"loss", r.loss},
                                  {"tokens_per_s", r.tokens_per_s},
                                  {"mfu", r.mfu},

@@ -35,6 +35,7 @@ struct JobReport {
   double step_s = -1;  // median seconds per step
   double save_s = -1;  // longest checkpoint save measured
   std::string checkpoint_error;  // the last failed checkpoint gone on from; "": none
+  int64_t checkpoint_disk_bytes = -1;  // the job's committed checkpoints; -1: not said yet
   double val_loss = -1;  // the latest held-out loss, measured at step val_step
   int64_t val_step = -1;
   std::map<int, std::string> logs;  // rank -> output since the last heartbeat (<= 64 KiB each)

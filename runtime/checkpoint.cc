@@ -4,11 +4,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -199,6 +201,78 @@ Result<Checkpoint> ReadCheckpoint(const std::string& dir, int64_t step,
     return Status::Corruption(StrCat("'", sdir, "/manifest.json' is malformed: ", e.what()));
   }
   return ck;
+}
+
+namespace {
+
+// The step of a committed checkpoint's directory name (step_ and 8 or more digits), else -1.
+int64_t StepOfName(const std::string& name) {
+  if (name.size() < 13 || name.size() > 24 || name.rfind("step_", 0) != 0) return -1;
+  int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+// The committed checkpoints in `dir` (real directories, not links), by step.
+std::map<int64_t, fs::path> CommittedSteps(const std::string& dir) {
+  std::map<int64_t, fs::path> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const int64_t step = StepOfName(it->path().filename().string());
+    if (step >= 0 && it->is_directory(ec) && !it->is_symlink(ec)) out[step] = it->path();
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<int64_t>> PruneCheckpoints(const std::string& dir, int keep, int64_t keep_every,
+                                              int attempt) {
+  std::vector<int64_t> removed;
+  if (keep <= 0) return removed;
+  FP8RT_ASSIGN_OR_RETURN(const FenceHold fence, HoldCheckpointFence(dir, attempt));
+  FP8RT_ASSIGN_OR_RETURN(const int64_t latest, LatestCheckpointStep(dir));
+  const std::map<int64_t, fs::path> steps = CommittedSteps(dir);
+  int kept = 1;  // LATEST's
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const int64_t step = it->first;
+    if (step >= latest) continue;  // LATEST's, and any newer: kept
+    if (kept < keep) {
+      ++kept;
+      continue;
+    }
+    if (keep_every > 0 && step % keep_every == 0) continue;
+    std::error_code ec;
+    const fs::path aside = it->second.string() + ".removing";
+    fs::remove_all(aside, ec);
+    fs::rename(it->second, aside, ec);
+    if (ec) {
+      return Status::IOError(StrCat("cannot remove old checkpoint '", it->second.string(),
+                                    "': ", ec.message()));
+    }
+    fs::remove_all(aside, ec);
+    if (ec) {
+      return Status::IOError(
+          StrCat("cannot remove old checkpoint '", aside.string(), "': ", ec.message()));
+    }
+    removed.push_back(step);
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
+
+uint64_t CheckpointDiskBytes(const std::string& dir) {
+  uint64_t bytes = 0;
+  for (const auto& [step, path] : CommittedSteps(dir)) {
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->is_regular_file(ec) && !it->is_symlink(ec)) bytes += it->file_size(ec);
+    }
+  }
+  return bytes;
 }
 
 }  // namespace fp8rt

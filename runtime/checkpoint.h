@@ -71,4 +71,15 @@ Result<Checkpoint> ReadCheckpoint(const std::string& dir, int64_t step,
 Result<int64_t> LatestCheckpointStep(const std::string& dir);
 std::string CheckpointStepDir(const std::string& dir, int64_t step);
 
+// Retention (train.keep_checkpoints, train.keep_checkpoints_every): of the committed
+// checkpoints in `dir` (step_NNNNNNNN directories), removes those older than LATEST's that are
+// neither among the `keep` newest (LATEST's counted) nor at a multiple of `keep_every` (0: none
+// kept for that). Never the one LATEST names (what a resume takes), nor any newer than it;
+// `keep` 0 keeps everything. Each is renamed aside, then removed. With `attempt` >= 0, under the
+// directory's fence (a stale attempt removes nothing). The removed steps, ascending.
+Result<std::vector<int64_t>> PruneCheckpoints(const std::string& dir, int keep, int64_t keep_every,
+                                              int attempt);
+// Bytes on disk of the committed checkpoints in `dir` (the step directories).
+uint64_t CheckpointDiskBytes(const std::string& dir);
+
 }  // namespace fp8rt

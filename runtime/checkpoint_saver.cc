@@ -260,6 +260,7 @@ void CheckpointSaver::Write() {
     const auto c0 = Clock::now();
     if (const Status s = CommitAlone(); !s.ok()) return fail(s);
     report_.commit_s = Since(c0);
+    Retain();
   }
   written_ = true;
 }
@@ -273,6 +274,24 @@ Status CheckpointSaver::PutScales() {
   fs::create_directories(o_.checkpoint_dir, ec);
   FP8RT_ASSIGN_OR_RETURN(auto store, ScaleStore::Open(ScaleStorePath(o_.checkpoint_dir), true));
   return store->Put(report_.step, scales_);
+}
+
+void CheckpointSaver::Retain() {
+  const TrainConfig& t = o_.config.train;
+  auto removed = PruneCheckpoints(o_.checkpoint_dir, t.keep_checkpoints,
+                                  t.keep_checkpoints_every, o_.attempt);
+  if (!removed.ok()) {
+    report_.retention_error = removed.status().message();
+  } else {
+    report_.removed = *removed;
+    // Their scale state goes with them.
+    if (!removed->empty() && precision_ == Precision::kFp8) {
+      auto store = ScaleStore::Open(ScaleStorePath(o_.checkpoint_dir), false);
+      const Status s = store.ok() ? (*store)->Delete(*removed) : store.status();
+      if (!s.ok()) report_.retention_error = s.message();
+    }
+  }
+  report_.disk_bytes = CheckpointDiskBytes(o_.checkpoint_dir);
 }
 
 Status CheckpointSaver::CommitAlone() {
@@ -360,6 +379,7 @@ Status CheckpointSaver::CommitSharded(bool wait, std::optional<SaveReport>* done
                            o_.checkpoint_dir, "'");
   }
   report_.commit_s = Since(c0);
+  if (place_.lead && committed.ok()) Retain();
   report_.total_s = Since(started_);
   pending_ = false;
   *done = report_;

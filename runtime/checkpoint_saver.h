@@ -44,6 +44,11 @@ struct SaveReport {
   double total_s = 0;      // from the snapshot to the commit: what a preemption waits for
   uint64_t bytes = 0;      // this rank's files
   bool on_device = false;  // where the snapshot was
+  // Rank 0, after the commit: the checkpoints retention removed (train.keep_checkpoints), the
+  // bytes the committed ones take now, and why retention failed ("": it did not).
+  std::vector<int64_t> removed;
+  uint64_t disk_bytes = 0;
+  std::string retention_error;
   std::string error;       // a failed save: what failed, naming the file; nothing committed
   // Its kind: kFailedPrecondition when a later attempt of the job holds the checkpoint fence
   // (this run is stale and must stop whatever train.on_checkpoint_error says).
@@ -91,6 +96,8 @@ class CheckpointSaver {
   // Collectives: every rank calls it at the same steps.
   Status CommitSharded(bool wait, std::optional<SaveReport>* done);
   Status CommitAlone();
+  // Rank 0, after a commit: retention and the checkpoints' disk use, into report_.
+  void Retain();
   Status PutScales();
   void Join();
 

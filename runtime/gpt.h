@@ -158,6 +158,17 @@ class GptModel {
   // besides; else in pinned host memory, blocking) for a checkpoint written while training goes
   // on. FailedPrecondition while an earlier snapshot is still alive.
   virtual Result<std::unique_ptr<StateSnapshot>> SnapshotOwnedState() = 0;
+  // What a snapshot takes (fp8train --memory-report): its size, whether one was taken and
+  // where it lives, and the pinned host memory it holds (all of it on the host, or the writer's
+  // two 64 MiB pieces beside a device copy).
+  struct SnapshotMemory {
+    size_t bytes = 0;
+    bool taken = false;
+    bool beside_model = false;  // in the model's memory (the device's; the CPU model's own)
+    bool on_device = false;
+    size_t pinned_host_bytes = 0;
+  };
+  virtual SnapshotMemory snapshot_memory() const = 0;
   // FP8 scale state (empty when no FP8 tensors).
   virtual Result<std::vector<TensorScaleRecord>> ExportScales() = 0;
   virtual Status ImportScales(const std::vector<TensorScaleRecord>& records) = 0;

@@ -77,6 +77,7 @@ class Gpt final : public GptModel {
   int num_fp8_weights() const override { return fp8_.num_weights; }
   size_t allocated_bytes() const override { return allocated_bytes_; }
   size_t shared_gradient_bytes() const override { return shared_grad_bytes_; }
+  SnapshotMemory snapshot_memory() const override;  // gpt_state.h
   std::vector<std::pair<std::string, size_t>> MemoryReport() const override {
     std::vector<std::pair<std::string, size_t>> out;
     for (int c = 0; c < kNumMemCategories; ++c) {

@@ -309,4 +309,18 @@ Result<std::unique_ptr<StateSnapshot>> Gpt<Ops, T>::SnapshotOwnedState() {
       snapshot_alive_));
 }
 
+template <typename Ops, typename T>
+GptModel::SnapshotMemory Gpt<Ops, T>::snapshot_memory() const {
+  SnapshotMemory m;
+  m.bytes = 3 * static_cast<size_t>(Zero() ? shard_total_ : layout_.total) * sizeof(float);
+  m.taken = snapshot_ != nullptr || snapshot_host_ != nullptr;
+  m.beside_model = snapshot_ != nullptr;
+  m.on_device = Ops::kDevice && snapshot_ != nullptr;
+  if (snapshot_host_ != nullptr) m.pinned_host_bytes = m.bytes;
+  if (snapshot_chunk_ != nullptr) {
+    m.pinned_host_bytes += 2 * OwnedStateSnapshot<Ops>::kChunk * sizeof(float);
+  }
+  return m;
+}
+
 }  // namespace fp8rt::gpt_detail

@@ -120,6 +120,21 @@ Status ScaleStore::Put(int64_t step, const std::vector<TensorScaleRecord>& recor
   return Status::Ok();
 }
 
+Status ScaleStore::Delete(const std::vector<int64_t>& steps) {
+  if (steps.empty()) return Status::Ok();
+  rocksdb::WriteBatch batch;
+  for (const int64_t step : steps) {
+    const std::string prefix = "rec/" + StepHex(step) + "/";
+    batch.DeleteRange(db_->DefaultColumnFamily(), prefix, prefix + "\xff");
+    batch.Delete("step/" + StepHex(step));
+  }
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  rocksdb::Status s = db_->Write(wo, &batch);
+  if (!s.ok()) return Status::IOError(StrCat("scale store delete: ", s.ToString()));
+  return Status::Ok();
+}
+
 Result<std::vector<TensorScaleRecord>> ScaleStore::Get(int64_t step) const {
   std::string count;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), "step/" + StepHex(step), &count);

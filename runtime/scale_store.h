@@ -43,6 +43,8 @@ class ScaleStore {
   Status Put(int64_t step, const std::vector<TensorScaleRecord>& records);
   // Records of `step` in name order; NotFound if the step was never written.
   Result<std::vector<TensorScaleRecord>> Get(int64_t step) const;
+  // Removes the records of `steps` (of checkpoints removed by retention), in one synced batch.
+  Status Delete(const std::vector<int64_t>& steps);
   // Every step that has records, ascending.
   Result<std::vector<int64_t>> Steps() const;
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -77,11 +78,33 @@ Result<nlohmann::json> StateHashDiagnostics(GptModel& model, int64_t step, int r
 
 // The model's memory by category (GptModel::MemoryReport) and the device's use: a metrics line
 // after this invocation's first step, and with --memory-report a table on the progress stream.
+// Where the checkpoint snapshot lives (or will, from the first checkpoint on) and the pinned host
+// memory it holds: a line of the memory table.
+std::string SnapshotMemoryLine(const GptModel::SnapshotMemory& m, bool cpu) {
+  constexpr double kGiB = 1073741824.0;
+  std::ostringstream out;
+  out << "  " << std::left << std::setw(26) << "checkpoint snapshot" << std::right << std::fixed
+      << std::setprecision(3) << std::setw(9) << m.bytes / kGiB << " GiB  ";
+  if (!m.taken) {
+    out << (cpu ? "(from the first checkpoint on, beside the model)\n"
+                : "(from the first checkpoint on: on the device where it keeps 1 GiB free beside "
+                  "it, else in pinned host memory)\n");
+  } else {
+    out << (m.on_device      ? "on the device (counted above)"
+            : m.beside_model ? "beside the model (counted above)"
+                             : "in pinned host memory")
+        << "; pinned host memory " << m.pinned_host_bytes / kGiB << " GiB\n";
+  }
+  return out.str();
+}
+
+// `checkpoints`: this rank will snapshot its state for checkpoints (what that takes is shown).
 void ReportMemory(const GptModel& model, const DeviceInfo& device, int64_t step, bool table,
-                  std::ostream* metrics, std::ostream* progress) {
+                  bool checkpoints, std::ostream* metrics, std::ostream* progress) {
   constexpr double kGiB = 1073741824.0;
   const auto cats = model.MemoryReport();
   const double used = device.is_cpu ? 0.0 : DeviceMemoryUsedBytes(device);
+  const GptModel::SnapshotMemory snap = model.snapshot_memory();
   if (metrics) {
     nlohmann::json by = nlohmann::json::object();
     for (const auto& [name, bytes] : cats) by[name] = bytes;
@@ -90,6 +113,12 @@ void ReportMemory(const GptModel& model, const DeviceInfo& device, int64_t step,
                         {"model_gib", model.allocated_bytes() / kGiB},
                         {"in_gradient_memory_bytes", model.shared_gradient_bytes()}};
     if (!device.is_cpu) j["device_used_gib"] = used / kGiB;
+    if (checkpoints) {
+      j["checkpoint_snapshot"] = {{"bytes", snap.bytes},
+                                  {"taken", snap.taken},
+                                  {"on_device", snap.on_device},
+                                  {"pinned_host_bytes", snap.pinned_host_bytes}};
+    }
     *metrics << j.dump() << "\n" << std::flush;
   }
   if (!table || progress == nullptr) return;
@@ -114,6 +143,7 @@ void ReportMemory(const GptModel& model, const DeviceInfo& device, int64_t step,
         << used / kGiB
         << " GiB  (adds the CUDA context, cuBLASLt/cuDNN workspaces, NCCL buffers)\n";
   }
+  if (checkpoints) out << SnapshotMemoryLine(snap, device.is_cpu);
   out.flags(flags);
 }
 
@@ -421,8 +451,12 @@ Status ReportSave(Run& r, const std::optional<SaveReport>& done) {
     }
     return Status::Ok();
   }
+  if (!s.retention_error.empty() && r.progress) {
+    *r.progress << "warning: removing old checkpoints (train.keep_checkpoints) failed: "
+                << s.retention_error << "\n";
+  }
   if (r.metrics) {
-    *r.metrics << nlohmann::json({{"step", s.step},
+    nlohmann::json line = {{"step", s.step},
                                   {"checkpoint_s", s.total_s},
                                   {"checkpoint_blocked_s", s.blocked_s},
                                   {"checkpoint_phases",
@@ -431,10 +465,11 @@ Status ReportSave(Run& r, const std::optional<SaveReport>& done) {
                                     {"fsync_s", s.fsync_s},
                                     {"commit_s", s.commit_s}}},
                                   {"checkpoint_bytes", s.bytes},
-                                  {"snapshot_on_device", s.on_device}})
-                      .dump()
-               << "\n"
-               << std::flush;
+                                  {"snapshot_on_device", s.on_device}};
+    if (s.disk_bytes > 0) line["checkpoint_disk_bytes"] = s.disk_bytes;
+    if (!s.removed.empty()) line["checkpoints_removed"] = s.removed;
+    if (!s.retention_error.empty()) line["retention_error"] = s.retention_error;
+    *r.metrics << line.dump() << "\n" << std::flush;
   }
   return Status::Ok();
 }
@@ -443,7 +478,12 @@ Status ReportSave(Run& r, const std::optional<SaveReport>& done) {
 // train.async_checkpoint: false).
 Status CheckpointStep(Run& r, int64_t step) {
   std::optional<SaveReport> done;
+  const bool first = !r.model->snapshot_memory().taken;
   FP8RT_RETURN_IF_ERROR(r.saver->Begin(step, r.loader->cursor(), &done));
+  if (first && r.o.memory_report && r.progress && r.model->snapshot_memory().taken) {
+    *r.progress << "memory at the first checkpoint (step " << step << "):\n"
+                << SnapshotMemoryLine(r.model->snapshot_memory(), r.device.is_cpu);
+  }
   FP8RT_RETURN_IF_ERROR(ReportSave(r, done));
   if (r.c.train.async_checkpoint) return Status::Ok();
   done.reset();
@@ -526,7 +566,8 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
       return Status::NonFinite(StrCat("loss is ", st.loss, " at step ", step));
     }
     if (step == result.first_step) {
-      ReportMemory(*r.model, device, step, o.memory_report, r.metrics, r.progress);
+      ReportMemory(*r.model, device, step, o.memory_report, r.saver != nullptr, r.metrics,
+                   r.progress);
     }
     FP8RT_RETURN_IF_ERROR(ReportStep(r, step, st, lr, sec));
     FP8RT_RETURN_IF_ERROR(AfterStep(r, step, &result));

@@ -154,6 +154,7 @@ std::string JobToJson(const Job& job) {
   }
   prog["val_step"] = p.val_step >= 0 ? json(p.val_step) : json(nullptr);
   if (!p.checkpoint_error.empty()) prog["checkpoint_error"] = p.checkpoint_error;
+  if (p.checkpoint_disk_bytes >= 0) prog["checkpoint_disk_bytes"] = p.checkpoint_disk_bytes;
   j["progress"] = prog;
   j["submitted_at"] = job.submitted_at;
   j["updated_at"] = job.updated_at;
@@ -201,6 +202,7 @@ Result<Job> JobFromJson(const std::string& text) {
                                   ? -1
                                   : p.at("val_step").get<int64_t>();
       job.progress.checkpoint_error = p.value("checkpoint_error", std::string());
+      job.progress.checkpoint_disk_bytes = p.value("checkpoint_disk_bytes", int64_t{-1});
     }
     job.submitted_at = j.at("submitted_at").get<int64_t>();
     job.updated_at = j.at("updated_at").get<int64_t>();

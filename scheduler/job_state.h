@@ -47,6 +47,8 @@ struct JobProgress {
   // A checkpoint that failed and that the job went on from (train.on_checkpoint_error:
   // continue), in the trainer's words; "": none since the last good one.
   std::string checkpoint_error;
+  // What the job's committed checkpoints take on disk (after retention); -1: not said yet.
+  int64_t checkpoint_disk_bytes = -1;
   int64_t at = 0;  // seconds: when it was reported
   bool operator==(const JobProgress&) const = default;
 };

@@ -266,6 +266,8 @@ Result<HeartbeatRequest> ParseHeartbeat(const std::string& body) {
                                       {"val_step", strict::Integer(&r.progress.val_step, -1)},
                                       {"checkpoint_error",
                                        strict::String(&r.progress.checkpoint_error, 1024)},
+                                      {"checkpoint_disk_bytes",
+                                       strict::Integer(&r.progress.checkpoint_disk_bytes, -1)},
                                       {"logs", LogsReader(&r.logs)}},
                                      {"job_id", "status"}));
     if (!seen.insert(r.job_id).second) {

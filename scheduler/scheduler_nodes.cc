@@ -139,6 +139,8 @@ void Scheduler::ApplyReport(const NodeRt& node, const Job& job, const JobReport*
       rep->progress.step >= 0) {
     JobProgress p = rep->progress;
     p.save_s = std::max(p.save_s, j.progress.save_s);
+    // (A new attempt says what its checkpoints take at its first commit.)
+    if (p.checkpoint_disk_bytes < 0) p.checkpoint_disk_bytes = j.progress.checkpoint_disk_bytes;
     p.at = now;
     if (!(p == j.progress)) {
       j.progress = p;

@@ -8,6 +8,7 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +21,7 @@
 
 #include "common/crc32c.h"
 #include "common/exit_codes.h"
+#include "runtime/scale_store.h"
 #include "tests/common/subprocess.h"
 #include "tests/common/train_helpers.h"
 
@@ -211,6 +213,81 @@ TEST_F(CheckpointSaverTest, ADiskThatFillsUpIsReportedAndTheLastCheckpointResume
   EXPECT_TRUE(Has(go_on.output, "\"checkpoint_error\":")) << go_on.output;
   EXPECT_EQ(losses(go_on.output).count(12), 1u) << "the run went on: " << go_on.output;
   EXPECT_EQ(Slurp(mnt + "/ckpt/LATEST"), "step_00000004\n");
+}
+
+// train.keep_checkpoints: a run that checkpoints every 2 steps keeps the newest 2 and every 8th,
+// their scale state with them; the metrics say what was removed and what the rest take; the run
+// resumes from what is left.
+TEST_F(CheckpointSaverTest, RetentionKeepsTheNewestAndEveryMthAndTheRunResumes) {
+  for (const std::string bad : {"keep_checkpoints: -1", "keep_checkpoints_every: x",
+                                "keep_checkpoints: 2.5"}) {
+    auto c = ParseRunConfig(StrCat("data: {train: t.txt}\ntrain: {", bad, "}\n"));
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_TRUE(Has(c.status().message(), "train." + bad.substr(0, bad.find(':'))))
+        << c.status().message();
+  }
+  const std::string ckpt = dir_.str() + "/kept";
+  std::ostringstream metrics;
+  TrainOptions o = Options(ckpt, 13, true);
+  o.config.train.checkpoint_every = 2;
+  o.config.train.keep_checkpoints = 2;
+  o.config.train.keep_checkpoints_every = 8;
+  o.metrics = &metrics;
+  auto r = RunTraining(o, DeviceInfo{});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(ckpt)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step_", 0) == 0) left.push_back(n);
+  }
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"step_00000008", "step_00000012", "step_00000013"}));
+  {
+    auto store = ScaleStore::Open(ScaleStorePath(ckpt), false);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_EQ(*(*store)->Steps(), (std::vector<int64_t>{8, 12, 13}));
+  }
+  const std::string m = metrics.str();
+  EXPECT_TRUE(Has(m, "\"checkpoints_removed\":[2]")) << m;
+  EXPECT_TRUE(Has(m, "\"checkpoints_removed\":[10]")) << m;
+  // The last line's disk use is what the three left take.
+  uint64_t on_disk = 0;
+  for (const auto& e : fs::recursive_directory_iterator(ckpt)) {
+    const std::string rel = fs::relative(e.path(), ckpt).string();
+    if (rel.rfind("step_", 0) == 0 && e.is_regular_file()) on_disk += e.file_size();
+  }
+  EXPECT_TRUE(Has(m, StrCat("\"checkpoint_disk_bytes\":", on_disk))) << m;
+  TrainOptions again = Options(ckpt, 15, true);
+  again.resume = true;
+  auto resumed = RunTraining(again, DeviceInfo{});
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  EXPECT_EQ(resumed->first_step, 14);
+}
+
+// --memory-report says what the snapshot will take before the first checkpoint, and where it
+// went once taken (the metrics carry the same).
+TEST_F(CheckpointSaverTest, TheMemoryReportShowsTheSnapshot) {
+  std::ostringstream progress, metrics;
+  TrainOptions o = Options(dir_.str() + "/mem", 5, true);
+  o.memory_report = true;
+  o.progress = &progress;
+  o.metrics = &metrics;
+  auto r = RunTraining(o, DeviceInfo{});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const std::string p = progress.str();
+  EXPECT_TRUE(Has(p, "checkpoint snapshot")) << p;
+  EXPECT_TRUE(Has(p, "from the first checkpoint on")) << p;
+  EXPECT_TRUE(Has(p, "memory at the first checkpoint (step 4)")) << p;
+  EXPECT_TRUE(Has(p, "beside the model (counted above); pinned host memory 0.000 GiB")) << p;
+  EXPECT_TRUE(Has(metrics.str(), "\"checkpoint_snapshot\":{\"bytes\":")) << metrics.str();
+  // Without checkpoints there is nothing to show.
+  std::ostringstream quiet;
+  TrainOptions q = Options("", 2, true);
+  q.memory_report = true;
+  q.progress = &quiet;
+  ASSERT_TRUE(RunTraining(q, DeviceInfo{}).ok());
+  EXPECT_TRUE(Has(quiet.str(), "total (model)")) << quiet.str();
+  EXPECT_FALSE(Has(quiet.str(), "checkpoint snapshot")) << quiet.str();
 }
 
 // A snapshot held in host memory that hands out its pieces through two slot buffers, as the

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "common/checkpoint_fence.h"
 #include "runtime/scale_store.h"
@@ -201,11 +203,91 @@ TEST(ScaleStore, PutGetStepsAndReopen) {
   EXPECT_EQ((*(*s)->Get(20))[1].scale, 4.f);
   EXPECT_EQ((*s)->Get(15).status().code(), StatusCode::kNotFound);
   EXPECT_NE(FormatScaleRecords(10, *at10).find("h0.fc.weight"), std::string::npos);
+  // Retention removes steps' records in one batch; the others stay.
+  ASSERT_TRUE((*s)->Delete({10, 15}).ok());
+  EXPECT_EQ(*(*s)->Steps(), (std::vector<int64_t>{20}));
+  EXPECT_EQ((*s)->Get(10).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ((*(*s)->Get(20))[1].scale, 4.f);
 }
 
 TEST(ScaleStore, MissingStoreIsRefused) {
   TempDir d;
   EXPECT_FALSE(ScaleStore::Open(d.str() + "/nope", false).ok());
+}
+
+std::vector<int64_t> StepsIn(const std::string& dir) {
+  std::vector<int64_t> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step_", 0) == 0 && n.find('.') == std::string::npos && !e.is_symlink()) {
+      out.push_back(std::stoll(n.substr(5)));
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Retention keeps the newest N and every Mth, never the one LATEST names nor any newer, touches
+// nothing that is not a committed checkpoint directory, and a stale attempt removes nothing.
+TEST(CheckpointRetention, KeepsWhatItPromises) {
+  TempDir d;
+  const CheckpointWriter w(d.str());
+  for (int64_t step = 1; step <= 10; ++step) ASSERT_TRUE(w.Write(Sample(step)).ok());
+  // Each one's bytes, counted here file by file.
+  std::map<int64_t, uint64_t> bytes;
+  for (int64_t step = 1; step <= 10; ++step) {
+    for (const auto& e : fs::directory_iterator(CheckpointStepDir(d.str(), step))) {
+      bytes[step] += fs::file_size(e.path());
+    }
+  }
+  EXPECT_GT(bytes[1], 1000u);
+  uint64_t all = 0;
+  for (const auto& [step, b] : bytes) all += b;
+  EXPECT_EQ(CheckpointDiskBytes(d.str()), all);
+  // keep 0: everything stays.
+  EXPECT_TRUE(PruneCheckpoints(d.str(), 0, 0, -1)->empty());
+  EXPECT_EQ(StepsIn(d.str()).size(), 10u);
+  // What is not a committed checkpoint is left alone: a staging directory, a file, a link to
+  // a directory elsewhere (its target untouched).
+  TempDir elsewhere;
+  std::ofstream(elsewhere.str() + "/precious") << "x";
+  fs::create_directories(d.str() + "/step_00000002.staging");
+  std::ofstream(d.str() + "/notes.txt") << "mine";
+  fs::create_symlink(elsewhere.str(), d.str() + "/step_00000000");
+  auto removed = PruneCheckpoints(d.str(), 3, 4, -1);
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_EQ(*removed, (std::vector<int64_t>{1, 2, 3, 5, 6, 7}));
+  EXPECT_EQ(StepsIn(d.str()), (std::vector<int64_t>{4, 8, 9, 10}));
+  EXPECT_TRUE(fs::exists(d.str() + "/step_00000002.staging"));
+  EXPECT_TRUE(fs::exists(d.str() + "/notes.txt"));
+  EXPECT_TRUE(fs::exists(elsewhere.str() + "/precious"));
+  EXPECT_FALSE(fs::exists(d.str() + "/step_00000005.removing"));
+  EXPECT_EQ(CheckpointDiskBytes(d.str()), bytes[4] + bytes[8] + bytes[9] + bytes[10]);
+  EXPECT_TRUE(ReadCheckpoint(d.str(), -1, {}).ok());
+  EXPECT_TRUE(ReadCheckpoint(d.str(), 4, {}).ok());
+  // LATEST behind newer directories (a job resumed from an earlier checkpoint): the newer ones
+  // and LATEST's stay; keep 1 removes only what is older than LATEST.
+  std::ofstream(d.str() + "/LATEST") << "step_00000008\n";
+  removed = PruneCheckpoints(d.str(), 1, 0, -1);
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_EQ(*removed, (std::vector<int64_t>{4}));
+  EXPECT_EQ(StepsIn(d.str()), (std::vector<int64_t>{8, 9, 10}));
+  // No LATEST: nothing is known to be safe to remove.
+  TempDir none;
+  ASSERT_TRUE(CheckpointWriter(none.str()).PrepareStaging(1).ok());
+  EXPECT_FALSE(PruneCheckpoints(none.str(), 1, 0, -1).ok());
+}
+
+TEST(CheckpointRetention, AStaleAttemptRemovesNothing) {
+  TempDir d;
+  const CheckpointWriter w(d.str(), 1);
+  ASSERT_TRUE(RaiseCheckpointFence(d.str(), 1).ok());
+  for (int64_t step = 1; step <= 4; ++step) ASSERT_TRUE(w.Write(Sample(step)).ok());
+  ASSERT_TRUE(RaiseCheckpointFence(d.str(), 2).ok());
+  const auto removed = PruneCheckpoints(d.str(), 1, 0, 1);
+  EXPECT_EQ(removed.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(StepsIn(d.str()), (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(*PruneCheckpoints(d.str(), 1, 0, 2), (std::vector<int64_t>{1, 2, 3}));
 }
 
 }  // namespace

@@ -113,10 +113,24 @@ TEST(MetricsTail, KeepsAFailedCheckpointUntilALaterOneCommits) {
   EXPECT_EQ(p.step, 8) << "the error line is not a step";
   EXPECT_EQ(p.checkpoint_error,
             "the checkpoint of step 4 failed: writing 'x' failed: No space left on device");
-  { std::ofstream(path, std::ios::app) << R"({"step":8,"checkpoint_s":2.5})" << "\n"; }
+  EXPECT_EQ(p.checkpoint_disk_bytes, -1);
+  {
+    std::ofstream(path, std::ios::app)
+        << R"({"step":8,"checkpoint_s":2.5,"checkpoint_disk_bytes":47368000000})" << "\n";
+  }
   tail.Poll(&p);
   EXPECT_EQ(p.checkpoint_error, "") << "a committed checkpoint clears it";
   EXPECT_EQ(p.checkpoint_s, 2.5);
+  EXPECT_EQ(p.checkpoint_disk_bytes, 47368000000);
+  // What is not a byte count is not taken for one.
+  {
+    std::ofstream(path, std::ios::app)
+        << R"({"step":9,"checkpoint_s":1,"checkpoint_disk_bytes":-5})" << "\n"
+        << R"({"step":10,"checkpoint_s":1,"checkpoint_disk_bytes":"many"})" << "\n"
+        << R"({"step":11,"checkpoint_s":1,"checkpoint_disk_bytes":1e300})" << "\n";
+  }
+  tail.Poll(&p);
+  EXPECT_EQ(p.checkpoint_disk_bytes, 47368000000);
 }
 
 TEST(HangDetector, JudgesTheSilenceAgainstTheJobsOwnPace) {

@@ -80,6 +80,28 @@ TEST(Fp8ctlView, TheProgressBarAndTheFallbackReason) {
   EXPECT_EQ(fp8ctl::View(fp8)["fallback_reason"], "") << "no fallback, nothing to explain";
 }
 
+// fp8ctl status's checkpoint line: the last one, what a save takes, what they take on disk, and
+// the warning of one that failed and was gone on from.
+TEST(Fp8ctlView, TheCheckpointLine) {
+  json job = json::parse(R"({"id": 3, "owner": "alice", "state": "RUNNING",
+      "spec": {"name": "gpt"}, "precision": "fp8", "reason": "running", "restarts": 0,
+      "checkpoint_step": 4000, "placement": [],
+      "progress": {"step": 4100, "total_steps": 5000, "save_s": 7.81,
+                   "checkpoint_disk_bytes": 47368000000, "at": 5}})");
+  std::ostringstream out;
+  fp8ctl::PrintStatus(fp8ctl::View(job), out);
+  EXPECT_TRUE(Has(out.str(), "last checkpoint: step 4000; a save takes 7.8 s to commit (what a "
+                             "preemption waits for); checkpoints on disk: 47.37 GB"))
+      << out.str();
+  EXPECT_FALSE(Has(out.str(), "warning")) << out.str();
+  job["progress"]["checkpoint_error"] = "the checkpoint of step 4050 failed: EIO";
+  job["progress"].erase("checkpoint_disk_bytes");
+  std::ostringstream warned;
+  fp8ctl::PrintStatus(fp8ctl::View(job), warned);
+  EXPECT_TRUE(Has(warned.str(), "warning: the checkpoint of step 4050 failed: EIO")) << warned.str();
+  EXPECT_FALSE(Has(warned.str(), "on disk")) << warned.str();
+}
+
 TEST_F(Fp8ctl, SubmitListStatusEventsCancel) {
   const ProcessResult sub = Ctl({"submit", files_ + "/c.yaml", "--gpus", "2"});
   ASSERT_EQ(sub.code, fp8ctl::kOk) << sub.output;

@@ -45,6 +45,7 @@ TEST(NodeProtocol, HeartbeatsReadBackWithEveryField) {
   run.loss = 2.5, run.tokens_per_s = 1234.5, run.eta_s = 30;
   run.val_loss = 2.75, run.val_step = 100;
   run.checkpoint_error = "the checkpoint of step 100 failed: writing 'x' failed: EIO";
+  run.checkpoint_disk_bytes = 47368000000;
   node::JobReport dead;
   dead.job_id = 8, dead.attempt = 1, dead.running = false, dead.exit_code = 137,
   dead.failed_rank = 1, dead.reason = "no progress since step 40 for 3 s";
@@ -65,7 +66,9 @@ TEST(NodeProtocol, HeartbeatsReadBackWithEveryField) {
   EXPECT_DOUBLE_EQ(a.progress.val_loss, 2.75);
   EXPECT_EQ(a.progress.val_step, 100);
   EXPECT_EQ(a.progress.checkpoint_error, run.checkpoint_error);
+  EXPECT_EQ(a.progress.checkpoint_disk_bytes, 47368000000);
   const sched::JobReport& b = hb->jobs[1];
+  EXPECT_EQ(b.progress.checkpoint_disk_bytes, -1) << "not said";
   EXPECT_EQ(b.progress.checkpoint_error, "");
   EXPECT_DOUBLE_EQ(b.progress.val_loss, -1) << "no evaluation reported";
   EXPECT_EQ(b.progress.val_step, -1);

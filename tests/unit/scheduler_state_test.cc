@@ -106,6 +106,9 @@ TEST(SchedJobState, NamesAndJsonRoundTrip) {
   j.restarts = 2;
   j.checkpoint_step = 4000;
   j.reason = "placed on 2 x A100: ...";
+  j.progress.step = 4100, j.progress.total_steps = 9000, j.progress.save_s = 7.5;
+  j.progress.checkpoint_error = "the checkpoint of step 4050 failed: EIO";
+  j.progress.checkpoint_disk_bytes = 47368000000;
   auto back = JobFromJson(JobToJson(j));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, j);

@@ -285,6 +285,30 @@ TEST_F(TensorParallel, ShardedCheckpointsHoldEachRanksPartAndResumeAtAnotherGrid
   ExpectLossesNear(from_plain, from_zero, 3, 5, 1e-5);
 }
 
+// Retention under ZeRO-1 x TP: rank 0 removes whole old checkpoints (every rank's shards) once
+// the newest has committed; what is left resumes.
+TEST_F(TensorParallel, RetentionRemovesOldShardedCheckpointsWhole) {
+  namespace fs = std::filesystem;
+  train_extra_ = ", checkpoint_every: 1, keep_checkpoints: 2";
+  const std::string zero = Config("keep", 2, model_, "fp8", 1, false, true, "fp32", ", tp: 2");
+  ASSERT_EQ(Mpirun(4, zero, "keep", 4).ranks[0].code, 0);
+  std::set<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir_.str() + "/keep.ckpt")) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step_", 0) == 0) left.insert(n);
+  }
+  EXPECT_EQ(left, (std::set<std::string>{"step_00000003", "step_00000004"}));
+  for (const int step : {3, 4}) {
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator(CheckpointStepDir(dir_.str() + "/keep.ckpt", step))) {
+      n += e.is_regular_file();
+    }
+    EXPECT_EQ(n, 13u) << "step " << step << ": the manifest and 4 ranks x 3 arrays";
+  }
+  const TrainRun resumed = Mpirun(4, zero, "keep", 5, "--resume");
+  ASSERT_EQ(resumed.ranks[0].code, 0) << resumed.output;
+}
+
 TEST_F(TensorParallel, AMissingOrDamagedShardIsRefusedNamingIt) {
   namespace fs = std::filesystem;
   const std::string zero = Config("bad", 2, model_, "fp32", 1, false, true, "fp32", ", tp: 2");
