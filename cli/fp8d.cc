@@ -272,7 +272,10 @@ int Main(int argc, char** argv) {
   app.add_option("--hang-k", o.hang_k,
                  "a gang is hung after k x its median step time without a step (default 10)")
       ->check(CLI::Range(1.0, 1e6));
-  app.add_option("--hang-floor", o.hang_floor_s, "... and never before this many seconds (default 300)")
+  app.add_option("--hang-floor", o.hang_floor_s,
+                 "... and never before this many seconds; also the longest a trainer busy "
+                 "starting, evaluating or checkpointing may go without reporting progress "
+                 "(default 60)")
       ->check(CLI::Range(0.1, 1e7));
   app.add_option("--stop-grace", o.stop_grace_s,
                  "seconds from SIGTERM (the trainer checkpoints) to SIGKILL (default 60)")

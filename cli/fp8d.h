@@ -59,7 +59,7 @@ struct Options {
   // root of both. Default: the working directory
   std::string config_dir;
   double hang_k = 10;           // Default: 10 x the median step time
-  double hang_floor_s = 300;    // Default: 300 s
+  double hang_floor_s = 60;     // Default: 60 s
   double stop_grace_s = 60;     // SIGTERM -> SIGKILL. Default: 60 s
 };
 

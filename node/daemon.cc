@@ -406,6 +406,7 @@ void NodeDaemon::Supervise(JobRun* run) {
   run->gang->Tick(o_.stop_grace);
   const int64_t before = run->progress.step;
   const double saved_before = run->progress.checkpoint_s;
+  const int64_t busy_before = run->progress.busy_lines;
   const bool stepped = run->tail->Poll(&run->progress);
   if (run->progress.checkpoint_s > saved_before) {
     run->hang.set_save_time(
@@ -416,6 +417,11 @@ void NodeDaemon::Supervise(JobRun* run) {
     const int64_t ce = run->checkpoint_every;
     const int64_t stride = before >= 0 ? std::max<int64_t>(1, step - before) : 1;
     run->hang.Observe(step, now, ce > 0 && step / ce != (step + stride) / ce);
+  }
+  // Busy lines after the last step line: the trainer is starting, evaluating or waiting for a
+  // checkpoint, and got on with it.
+  if (run->progress.busy_lines > busy_before && !run->progress.busy.empty()) {
+    run->hang.Busy(run->progress.busy, now);
   }
   if (!run->gang->terminating() && !run->gang->Done()) {
     if (run->progress.loss_not_finite) {

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/text.h"
+
 namespace fp8rt::node {
 
 bool MetricsTail::Poll(Progress* p) {
@@ -35,6 +37,13 @@ bool MetricsTail::Poll(Progress* p) {
           j["checkpoint_disk_bytes"].get<uint64_t>() < (uint64_t{1} << 62)) {
         p->checkpoint_disk_bytes = j["checkpoint_disk_bytes"].get<int64_t>();
       }
+      continue;
+    }
+    if (!j.is_discarded() && j.is_object() && j.contains("busy") && j["busy"].is_string()) {
+      std::string phase = j["busy"].get<std::string>();
+      if (phase.size() > 64) phase.resize(64);
+      p->busy = Printable(phase);
+      ++p->busy_lines;
       continue;
     }
     if (!j.is_discarded() && j.is_object() && j.contains("checkpoint_error") &&
@@ -70,6 +79,7 @@ bool MetricsTail::Poll(Progress* p) {
     }
     p->mfu = j.contains("mfu") && j["mfu"].is_number() ? j["mfu"].get<double>() : -1;
     ++p->lines;
+    p->busy.clear();
     stepped = true;
   }
   partial_.erase(0, start);
@@ -83,12 +93,20 @@ void HangDetector::Observe(int64_t step, Clock::time_point now, bool checkpoint_
     // not a pace and is never seen here).
     const double s = std::chrono::duration<double>(now - last_change_).count() /
                      static_cast<double>(step - step_);
-    if (!checkpoint_next_) step_seconds_.push_back(s);
+    if (!checkpoint_next_ && !busy_interval_) step_seconds_.push_back(s);
     stride_ = step - step_;
   }
   step_ = step;
   last_change_ = now;
   checkpoint_next_ = checkpoint_after;
+  busy_.clear();
+  busy_interval_ = false;
+}
+
+void HangDetector::Busy(const std::string& phase, Clock::time_point now) {
+  busy_ = phase.empty() ? "busy" : phase;
+  busy_at_ = now;
+  busy_interval_ = true;
 }
 
 double HangDetector::MedianStepSeconds() const {
@@ -108,7 +126,14 @@ std::chrono::milliseconds HangDetector::Limit() const {
 }
 
 std::optional<std::string> HangDetector::Hung(Clock::time_point now) const {
-  if (step_ < 0) return std::nullopt;  // start-up and the first step are not judged
+  if (!busy_.empty()) {
+    const auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(now - busy_at_);
+    if (quiet <= o_.floor) return std::nullopt;
+    return StrCat("no progress since step ", std::max<int64_t>(step_, 0), " while ", busy_,
+                  " for ", quiet.count() / 1000.0, " s (the limit is the floor, ",
+                  o_.floor.count() / 1000.0, " s, since the trainer last reported progress)");
+  }
+  if (step_ < 0) return std::nullopt;  // nothing from the trainer yet
   auto limit = Limit();
   if (checkpoint_next_) limit += save_time_.value_or(o_.floor);
   const auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_change_);

@@ -33,16 +33,22 @@ struct Progress {
   int64_t checkpoint_disk_bytes = -1;  // what the committed checkpoints take; -1: not said yet
   double val_loss = -1;          // the latest held-out loss (a val_loss line); -1: none yet
   int64_t val_step = -1;         // the step val_loss was measured at; -1: none yet
+  // The trainer's phase between steps, from its {"busy": phase} lines (starting, evaluating,
+  // checkpointing: written as that phase makes progress); "" once a step line follows.
+  std::string busy;
+  int64_t busy_lines = 0;        // busy lines read so far
 };
 
 // Reads the lines a metrics file gained since the last Poll (complete lines only; a half-written
 // last line waits for the next Poll). A missing file is no progress yet; a file that shrank
 // (rewritten) is read again from its start. Held-out evaluations (val_loss lines) and checkpoint
-// timings update their own fields and are not step lines; other lines without a loss are skipped.
+// timings update their own fields and are not step lines, nor are busy lines; other lines without
+// a loss are skipped.
 class MetricsTail {
  public:
   explicit MetricsTail(std::string path) : path_(std::move(path)) {}
-  // Updates *p with the new lines; true if a new step line was read.
+  // Updates *p with the new lines; true if a new step line was read (see p->busy_lines for the
+  // others).
   bool Poll(Progress* p);
 
  private:
@@ -53,19 +59,26 @@ class MetricsTail {
 
 struct HangOptions {
   double k = 10;                         // times the median step time. Default: 10
-  std::chrono::milliseconds floor{300'000};  // never less than this. Default: 300 s
+  // Never less than this; and, while the trainer is busy between steps (starting, evaluating,
+  // checkpointing), the longest it may go without reporting progress. Default: 60 s
+  std::chrono::milliseconds floor{60'000};
 };
 
-// Fed the step counter as it is seen; says when it has stopped moving for too long. Until the
-// first step is seen nothing is judged (start-up, data loading and the first step's calibration
-// take as long as they take); then the floor applies until step times give a median. The step
-// after a checkpoint is allowed its save time besides (`checkpoint_after` marks the steps after
-// which the job writes one).
+// Fed the step counter as it is seen; says when it has stopped moving for too long: k x the
+// median step time, never less than the floor (the floor alone until step times give a median).
+// Between steps the trainer says what it is busy with (start-up, an evaluation, a checkpoint it
+// waits for) each time that makes progress: while busy, the silence since the last such report
+// is judged against the floor, so a long phase that goes on is not a hang and a stopped one is.
+// Before the trainer's first line nothing is judged (the rendezvous has its own timeout). The
+// step after a checkpoint is allowed its save time besides (`checkpoint_after` marks the steps
+// after which the job writes one).
 class HangDetector {
  public:
   explicit HangDetector(HangOptions o = {}) : o_(o) {}
   using Clock = std::chrono::steady_clock;
   void Observe(int64_t step, Clock::time_point now, bool checkpoint_after = false);
+  // The trainer is busy with `phase` between steps and made progress at `now`.
+  void Busy(const std::string& phase, Clock::time_point now);
   // The longest silence allowed now (floor until a median exists).
   std::chrono::milliseconds Limit() const;
   // A reason ("no progress since step N for S s; the limit is ...") once the step counter has not
@@ -82,6 +95,9 @@ class HangDetector {
   int64_t step_ = -1;
   Clock::time_point last_change_{};
   bool checkpoint_next_ = false;
+  std::string busy_;  // the phase since the last step; "": none
+  Clock::time_point busy_at_{};
+  bool busy_interval_ = false;  // the interval to the next step held a busy phase
   std::optional<std::chrono::milliseconds> save_time_;
   std::vector<double> step_seconds_;  // per-step times after the first step
   int64_t stride_ = 1;  // steps between the last two observations (metrics log every N steps)

@@ -53,7 +53,7 @@ Status PWriteAll(int fd, const std::string& path, const void* data, size_t n, ui
 }  // namespace
 
 Status WriteSnapshotArray(StateSnapshot* snapshot, int which, const std::string& path,
-                          uint32_t* crc_out, double* fsync_s) {
+                          uint32_t* crc_out, double* fsync_s, std::atomic<uint64_t>* progress) {
   const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW;
   const int fd = ::open(path.c_str(), flags, 0644);
   if (fd < 0) return Status::IOError(StrCat("cannot create '", path, "': ", std::strerror(errno)));
@@ -124,6 +124,9 @@ Status WriteSnapshotArray(StateSnapshot* snapshot, int which, const std::string&
     if (s.ok() && bytes > 0) {
       s = PWriteAll(fd, path, reinterpret_cast<const uint8_t*>(data) + head, bytes, off + head);
     }
+    if (s.ok() && progress != nullptr) {
+      *progress += static_cast<uint64_t>(std::min(chunk, n - i * chunk)) * sizeof(float);
+    }
     std::lock_guard<std::mutex> lock(mu);
     written = i + 1;
     if (!s.ok()) stop = true;
@@ -159,10 +162,23 @@ CheckpointSaver::CheckpointSaver(const TrainOptions& o, Precision p, const RankP
   owner_ = Sharded() ? place.zero || place.dp_rank == 0 : place.lead;
 }
 
-CheckpointSaver::~CheckpointSaver() { Join(); }
+CheckpointSaver::~CheckpointSaver() {
+  on_wait_ = nullptr;  // (its owner may be half gone)
+  Join();
+}
 
 void CheckpointSaver::Join() {
-  if (writer_.joinable()) writer_.join();
+  if (!writer_.joinable()) return;
+  uint64_t seen = ~uint64_t{0};
+  while (!written_.load()) {
+    const uint64_t now = written_bytes_.load();
+    if (on_wait_ && now != seen) {
+      on_wait_();
+      seen = now;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  writer_.join();
 }
 
 Status CheckpointSaver::Begin(int64_t step, const DataCursor& cursor,
@@ -246,7 +262,7 @@ void CheckpointSaver::Write() {
                                           ".bin");
     const std::string path = (fs::path(staging) / name).string();
     uint32_t crc = 0;
-    if (const Status s = WriteSnapshotArray(snapshot_.get(), i, path, &crc, &fsync_s); !s.ok()) {
+    if (const Status s = WriteSnapshotArray(snapshot_.get(), i, path, &crc, &fsync_s, &written_bytes_); !s.ok()) {
       return fail(s);
     }
     const uint64_t bytes = static_cast<uint64_t>(n) * sizeof(float);

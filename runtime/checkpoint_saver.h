@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,8 +62,10 @@ struct SaveReport {
 // and flush: what `dd oflag=direct` measures); the tail, and everything on a file system that
 // refuses O_DIRECT (tmpfs), through the page cache.
 // `*crc` gets the file's CRC-32C; `*fsync_s` grows by the time fsync took. Errors name the file.
+// `progress`, when given, grows by each piece's bytes once written.
 Status WriteSnapshotArray(StateSnapshot* snapshot, int which, const std::string& path,
-                          uint32_t* crc, double* fsync_s);
+                          uint32_t* crc, double* fsync_s,
+                          std::atomic<uint64_t>* progress = nullptr);
 
 class CheckpointSaver {
  public:
@@ -83,6 +86,11 @@ class CheckpointSaver {
   Status Finish(std::optional<SaveReport>* done);
   bool pending() const { return pending_; }
   int64_t pending_step() const { return pending_ ? report_.step : -1; }
+
+  // Called while training waits for the writer (a synchronous save, the last one, a checkpoint
+  // due while the last is still being written), each time the writer has written more: the
+  // trainer's liveness (a {"busy": "checkpointing"} metrics line).
+  void set_on_wait(std::function<void()> f) { on_wait_ = std::move(f); }
 
   // Test hook: while set, the writer waits before its first write (training steps go on).
   static std::atomic<bool>& HoldWriterForTest();
@@ -116,6 +124,8 @@ class CheckpointSaver {
   SaveReport report_;
   std::thread writer_;
   std::atomic<bool> written_{false};  // the writer is done (report_.error says how)
+  std::atomic<uint64_t> written_bytes_{0};  // so far, by the writer (all saves)
+  std::function<void()> on_wait_;
 };
 
 }  // namespace fp8rt

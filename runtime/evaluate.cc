@@ -27,7 +27,7 @@ Result<std::unique_ptr<Validator>> Validator::Create(const RunConfig& c) {
   return std::unique_ptr<Validator>(new Validator(std::move(data), B, T, batches));
 }
 
-Result<double> Validator::Evaluate(GptModel& model) {
+Result<double> Validator::Evaluate(GptModel& model, const std::function<void()>& tick) {
   const std::vector<int32_t>& tok = data_.tokens();
   const size_t M = static_cast<size_t>(B_) * T_;
   std::vector<int32_t> x(M), y(M);
@@ -44,6 +44,7 @@ Result<double> Validator::Evaluate(GptModel& model) {
       return Status::NonFinite(StrCat("validation loss is ", loss, " on held-out micro-batch ", b));
     }
     sum += loss;
+    if (tick) tick();
   }
   return sum / batches_;
 }

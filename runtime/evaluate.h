@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -24,7 +25,8 @@ class Validator {
   // from the start of the file, batch_size windows per micro-batch. Every rank evaluates all of
   // them (tensor-parallel ranks together), so every rank gets the same number. Does not touch the
   // FP8 scaling state (GptModel::Forward leaves no amax behind).
-  Result<double> Evaluate(GptModel& model);
+  // `tick`, when given, is called after each held-out micro-batch (the trainer's liveness).
+  Result<double> Evaluate(GptModel& model, const std::function<void()>& tick = {});
 
   int64_t tokens() const { return int64_t{batches_} * B_ * T_; }  // predicted per evaluation
   int micro_batches() const { return batches_; }

@@ -147,6 +147,9 @@ void ReportMemory(const GptModel& model, const DeviceInfo& device, int64_t step,
   out.flags(flags);
 }
 
+struct Run;
+void Busy(Run& r, const char* phase);
+
 // What one run holds from its set-up to its end; the loop's phases below read and write it.
 struct Run {
   Run(const TrainOptions& options, const DeviceInfo& dev)
@@ -163,6 +166,10 @@ struct Run {
   RankPlace place;
   std::ostream* progress = nullptr;
   std::ostream* metrics = nullptr;
+  // Liveness while no steps are made (Busy): the phase of the last busy line and when.
+  std::string busy_phase;
+  std::chrono::steady_clock::time_point busy_at;
+  int64_t at_step = 0;  // the last step trained
   std::unique_ptr<comm::Communicator> dp_group, tp_group;
   std::unique_ptr<TokenDataset> data;
   std::unique_ptr<DataLoader> loader;
@@ -181,6 +188,20 @@ struct Run {
 };
 
 // The precision, the data, the rank grid and its groups, the loader: what the model is built on.
+// Liveness while no steps are made, for the node's hang detector (node/progress.h): a
+// {"busy": phase, "step": N} metrics line when a phase begins (starting, evaluating,
+// checkpointing) and, while it makes progress, at most one a second. Only real progress writes
+// one: a process that is stopped, or waits on a peer that is, writes none.
+void Busy(Run& r, const char* phase) {
+  if (r.metrics == nullptr) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (r.busy_phase == phase && now - r.busy_at < std::chrono::seconds(1)) return;
+  r.busy_phase = phase;
+  r.busy_at = now;
+  *r.metrics << nlohmann::json({{"busy", phase}, {"step", r.at_step}}).dump() << "\n"
+             << std::flush;
+}
+
 Status SetUpGrid(Run& r) {
   const TrainOptions& o = r.o;
   const RunConfig& c = r.c;
@@ -192,12 +213,14 @@ Status SetUpGrid(Run& r) {
   r.lead = r.rank == 0;
   r.progress = r.lead ? o.progress : nullptr;
   r.metrics = r.lead ? o.metrics : nullptr;
+  Busy(r, "starting");
   if (!r.fallback_reason.empty() && r.progress) {
     *r.progress << "warning: " << r.fallback_reason << "\n";
   }
 
   FP8RT_ASSIGN_OR_RETURN(TokenDataset data, TokenDataset::Load(c.data.train_path, c.data.format));
   r.data = std::make_unique<TokenDataset>(std::move(data));
+  Busy(r, "starting");
   if (r.data->max_token() >= c.model.vocab_size) {
     return Status::InvalidArgument(StrCat("corpus '", c.data.train_path, "' has token ",
                                           r.data->max_token(), " >= model.vocab_size ",
@@ -299,6 +322,7 @@ Result<int64_t> SetUpModel(Run& r, TrainResult* result) {
   } else {
     FP8RT_RETURN_IF_ERROR(r.model->InitRandom(c.train.seed));
   }
+  Busy(r, "starting");
   result->fp8_weights = r.model->num_fp8_weights();
   result->attention_kernel = r.model->attention_kernel();
   if (r.progress) *r.progress << "attention: " << result->attention_kernel << "\n";
@@ -386,7 +410,9 @@ Status AfterStep(Run& r, int64_t step, TrainResult* result) {
     const auto e0 = std::chrono::steady_clock::now();
     // (it may wait on collectives of the step: ZeRO-1's weight all-gather runs on)
     comm::FailureMonitor::Scope scope(r.monitor, StrCat("evaluation after step ", step));
-    FP8RT_ASSIGN_OR_RETURN(const double val_loss, r.validator->Evaluate(*r.model));
+    Busy(r, "evaluating");
+    FP8RT_ASSIGN_OR_RETURN(const double val_loss,
+                           r.validator->Evaluate(*r.model, [&r] { Busy(r, "evaluating"); }));
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
     result->val_losses.emplace_back(step, val_loss);
     if (r.metrics) {
@@ -517,10 +543,13 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
   FP8RT_ASSIGN_OR_RETURN(int64_t step, SetUpModel(r, &result));
   if (!o.checkpoint_dir.empty() && (r.lead || r.all_save)) {
     r.saver = std::make_unique<CheckpointSaver>(o, r.pd.precision, r.place, r.model.get());
+    r.saver->set_on_wait([&r] { Busy(r, "checkpointing"); });
   }
   r.stop = o.stop_step >= 0 ? o.stop_step : c.train.total_steps;
   result.first_step = step + 1;
   result.last_step = step;
+  r.at_step = step;
+  Busy(r, "starting");  // (the first step calibrates FP8 and picks the kernels)
   r.M = int64_t{c.train.batch_size} * c.train.seq_len;
   std::vector<int32_t> x(static_cast<size_t>(r.M * c.train.grad_accum)), y(x.size());
   r.monitor = o.world != nullptr ? o.world->monitor() : nullptr;
@@ -559,6 +588,8 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
     }
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     result.last_step = step;
+    r.at_step = step;
+    r.busy_phase.clear();  // a step line is the liveness now
     result.losses.push_back(st.loss);
     result.grad_norms.push_back(st.grad_norm);
     result.weight_casts.push_back(st.weight_casts);

@@ -121,9 +121,20 @@ TEST_F(CheckpointSaverTest, StepsAdvanceWhileTheWriterIsHeldAndAStopWaitsForTheC
   EXPECT_GE(count_steps(), 6) << "training did not go on while the checkpoint was written";
   EXPECT_FALSE(fs::exists(ckpt + "/LATEST")) << "nothing committed while the writer is held";
   // A stop (SIGTERM) now: the run's last checkpoint waits for the held one and its own commit.
+  // While it waits on a writer that writes nothing, it says so once (busy checkpointing) and no
+  // more: liveness lines come from progress, not from a clock.
   stop = true;
-  std::this_thread::sleep_for(300ms);
+  std::this_thread::sleep_for(1500ms);
   EXPECT_FALSE(returned.load()) << "the run returned before its checkpoints were committed";
+  {
+    const std::string held = Slurp(metrics);
+    size_t n = 0;
+    for (size_t at = 0; (at = held.find("\"busy\":\"checkpointing\"", at)) != std::string::npos;
+         ++at) {
+      ++n;
+    }
+    EXPECT_EQ(n, 1u) << held;
+  }
   CheckpointSaver::HoldWriterForTest() = false;
   run.join();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -262,6 +273,43 @@ TEST_F(CheckpointSaverTest, RetentionKeepsTheNewestAndEveryMthAndTheRunResumes) 
   auto resumed = RunTraining(again, DeviceInfo{});
   ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
   EXPECT_EQ(resumed->first_step, 14);
+}
+
+// Between steps the trainer says what it is busy with, for the node's hang detector: starting
+// before the first step, evaluating around an evaluation, checkpointing while it waits for a
+// (here synchronous) save; each line before the phase's own result.
+TEST_F(CheckpointSaverTest, BusyLinesSayWhatTheTrainerDoesBetweenSteps) {
+  std::ostringstream metrics;
+  TrainOptions o = Options(dir_.str() + "/busy", 6, false);
+  o.config.data.val_path = corpus_;
+  o.config.train.eval_every = 3;
+  o.config.train.eval_tokens = 4096;
+  o.metrics = &metrics;
+  ASSERT_TRUE(RunTraining(o, DeviceInfo{}).ok());
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(metrics.str());
+  for (std::string l; std::getline(in, l);) lines.push_back(nlohmann::json::parse(l));
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.front(), nlohmann::json({{"busy", "starting"}, {"step", 0}}));
+  // The index of the first line with `key` (and `value`, when given) at `step`.
+  auto find = [&](const char* key, int step, const char* value = nullptr) {
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const auto& j = lines[i];
+      if (j.contains(key) && j.value("step", -1) == step && (!value || j[key] == value)) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  };
+  EXPECT_LT(find("busy", 0, "starting"), find("loss", 1));
+  for (int step : {3, 6}) {
+    EXPECT_GE(find("busy", step, "evaluating"), 0) << metrics.str();
+    EXPECT_LT(find("busy", step, "evaluating"), find("val_loss", step)) << metrics.str();
+  }
+  for (int step : {4, 6}) {
+    EXPECT_GE(find("busy", step, "checkpointing"), 0) << metrics.str();
+    EXPECT_LT(find("busy", step, "checkpointing"), find("checkpoint_s", step)) << metrics.str();
+  }
 }
 
 // --memory-report says what the snapshot will take before the first checkpoint, and where it

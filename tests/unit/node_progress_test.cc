@@ -7,6 +7,7 @@
 
 #include <fstream>
 
+#include "common/text.h"
 #include "tests/common/temp_dir.h"
 
 namespace fp8rt::node {
@@ -185,6 +186,68 @@ TEST(HangDetector, MetricsLoggedEveryNStepsAllowNStepTimesBetweenLines) {
   EXPECT_EQ(h.Limit(), 40000ms) << "k x 0.5 s x 20 steps between lines";
   EXPECT_FALSE(h.Hung(t0 + 50s + 39s));
   EXPECT_TRUE(h.Hung(t0 + 50s + 41s));
+}
+
+// Between steps the trainer is busy (starting, evaluating, checkpointing) and says so as it makes
+// progress: the silence since its last report is judged against the floor, however long the
+// phase; the interval that held it is not a step time.
+TEST(HangDetector, ABusyTrainerIsJudgedByItsLastReportOfProgress) {
+  HangOptions o;
+  o.k = 10, o.floor = 2000ms;
+  HangDetector h(o);
+  const auto t0 = HangDetector::Clock::time_point{} + 1000s;
+  EXPECT_FALSE(h.Hung(t0 + 3600s)) << "nothing from the trainer yet: not judged";
+  // Start-up: reports of progress every second for a minute, then silence.
+  for (int i = 0; i <= 60; ++i) h.Busy("starting", t0 + std::chrono::seconds(i));
+  EXPECT_FALSE(h.Hung(t0 + 61s));
+  const auto why = h.Hung(t0 + 60s + 2100ms);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_TRUE(Has(*why, "no progress since step 0 while starting for 2.1 s")) << *why;
+  // Steps at 0.1 s; then a 30 s evaluation that reports as it goes.
+  const auto s0 = t0 + 70s;
+  for (int s = 1; s <= 20; ++s) h.Observe(s, s0 + std::chrono::milliseconds(100 * s));
+  EXPECT_EQ(h.Limit(), 2000ms);
+  const auto e0 = s0 + 2s;
+  for (int i = 0; i <= 30; ++i) h.Busy("evaluating", e0 + std::chrono::seconds(i));
+  EXPECT_FALSE(h.Hung(e0 + 31s)) << "30 s busy, the last report 1 s ago";
+  h.Observe(21, e0 + 31s);
+  EXPECT_DOUBLE_EQ(h.MedianStepSeconds(), 0.1) << "the evaluation is not a step time";
+  EXPECT_FALSE(h.Hung(e0 + 31s + 1900ms));
+  EXPECT_TRUE(h.Hung(e0 + 31s + 2100ms)) << "back to steps: the floor since step 21";
+  // A checkpoint it waits for that stops making progress (a disk that hangs, a stopped peer).
+  h.Busy("checkpointing", e0 + 32s);
+  const auto stuck = h.Hung(e0 + 34500ms);
+  ASSERT_TRUE(stuck.has_value());
+  EXPECT_TRUE(Has(*stuck, "no progress since step 21 while checkpointing")) << *stuck;
+}
+
+// Busy lines are read apart from step lines: the phase, until a step line ends it; what is not
+// printable in one is not passed on.
+TEST(MetricsTail, ReadsBusyLinesApartFromSteps) {
+  test::TempDir d;
+  const std::string path = d.str() + "/metrics.jsonl";
+  MetricsTail tail(path);
+  Progress p;
+  { std::ofstream(path) << R"({"busy":"starting","step":0})" << "\n"; }
+  EXPECT_FALSE(tail.Poll(&p)) << "not a step";
+  EXPECT_EQ(p.busy, "starting");
+  EXPECT_EQ(p.busy_lines, 1);
+  EXPECT_EQ(p.step, -1);
+  {
+    std::ofstream(path, std::ios::app) << R"({"step":1,"loss":5,"tokens_per_s":10})" << "\n"
+                                       << R"({"busy":"evaluating\u001b[2J","step":1})" << "\n";
+  }
+  EXPECT_TRUE(tail.Poll(&p));
+  EXPECT_EQ(p.step, 1);
+  EXPECT_EQ(p.busy_lines, 2);
+  EXPECT_FALSE(HasControlChars(p.busy)) << p.busy;
+  EXPECT_EQ(p.busy.rfind("evaluating", 0), 0u) << p.busy;
+  { std::ofstream(path, std::ios::app) << R"({"step":2,"loss":4.9,"tokens_per_s":10})" << "\n"; }
+  EXPECT_TRUE(tail.Poll(&p));
+  EXPECT_EQ(p.busy, "") << "a step line ends the phase";
+  { std::ofstream(path, std::ios::app) << R"({"busy":")" << std::string(500, 'x') << R"("})" << "\n"; }
+  tail.Poll(&p);
+  EXPECT_LE(p.busy.size(), 64u);
 }
 
 }  // namespace

@@ -7,9 +7,11 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "cli/fp8ctl.h"
@@ -64,7 +66,8 @@ class ClusterTest : public SchedProcessTest {
   }
 
   std::string NodeLog(int i) const { return StrCat(dir_.str(), "/node", i, ".log"); }
-  // The daemons' hang detector's floor (--hang-floor, seconds) for the nodes started next.
+  // The daemons' hang detector's floor (--hang-floor, seconds) for the nodes started next; "":
+  // fp8d's default floor and --hang-k.
   std::string hang_floor_ = "4";
 
   // Starts node daemon i (one CPU slot, unless `extra` says otherwise) and waits until it has
@@ -85,14 +88,11 @@ class ClusterTest : public SchedProcessTest {
                                      FP8TRAIN_PATH,
                                      "--checkpoint-root",
                                      dir_.str() + "/ckpt",
-                                     "--hang-k",
-                                     "5",
-                                     "--hang-floor",
-                                     hang_floor_,
                                      "--stop-grace",
                                      "20",
                                      "--data-root",
                                      dir_.str()};
+    if (!hang_floor_.empty()) args.insert(args.end(), {"--hang-k", "5", "--hang-floor", hang_floor_});
     if (extra.empty()) extra = {"--cpu-slots", "1"};
     args.insert(args.end(), extra.begin(), extra.end());
     const size_t before = Count(Slurp(NodeLog(i)), "registered as");
@@ -263,6 +263,55 @@ TEST_F(ClusterTest, AKilledRankAndAHungRankRestartTheGangFromItsCheckpoint) {
   EXPECT_FALSE(Running(ranks[0])) << "the hung rank was killed";
   ASSERT_TRUE(WaitState(lone, "RUNNING", 30s)) << Diag(lone);
   ASSERT_EQ(Req("POST", StrCat("/v1/jobs/", lone, "/cancel"), kAlice).status, 200);
+}
+
+// Under fp8d's default hang settings (no --hang-floor, no --hang-k) a SIGSTOPped rank is found
+// and its gang restarted from its checkpoint within 2 minutes.
+TEST_F(ClusterTest, UnderDefaultSettingsAStoppedRankIsFoundAndRestartedWithinTwoMinutes) {
+  hang_floor_ = "";
+  StartNode(0);
+  const int64_t id = Submit(SpecOf(1, 100000));
+  ASSERT_TRUE(WaitFor(id, [](const json& j) { return j.value("checkpoint_step", -1) >= 10; }))
+      << Diag(id);
+  const std::vector<pid_t> ranks = Ranks(0, id);
+  ASSERT_EQ(ranks.size(), 1u);
+  const auto stopped = std::chrono::steady_clock::now();
+  ::kill(ranks[0], SIGSTOP);
+  ASSERT_TRUE(WaitFor(id, [](const json& j) {
+    return j.value("restarts", 0) == 1 && j.value("state", "") == "RUNNING";
+  }, 150s)) << Diag(id);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  std::cout << "SIGSTOP to the gang running again: " << took << " s\n";
+  EXPECT_LT(took, 120) << Events(id);
+  EXPECT_TRUE(Has(Events(id), "no progress since step")) << Events(id);
+  EXPECT_FALSE(Running(ranks[0])) << "the stopped rank was killed";
+  ASSERT_EQ(Req("POST", StrCat("/v1/jobs/", id, "/cancel"), kAlice).status, 200);
+}
+
+// A floor far below an evaluation's length (3 s against ~10 s): the trainer reports progress
+// through it (busy evaluating), so it is not taken for a hang; the job completes, never
+// restarted.
+TEST_F(ClusterTest, ALongEvaluationThatMakesProgressIsNotAHang) {
+  hang_floor_ = "3";
+  StartNode(0);
+  json spec = SpecOf(1, 30);
+  spec["config"]["data"]["val"] = corpus_;
+  spec["config"]["train"]["eval_every"] = 15;
+  spec["config"]["train"]["eval_tokens"] = 80000;
+  const int64_t id = Submit(spec);
+  ASSERT_TRUE(WaitState(id, "COMPLETED", 300s)) << Diag(id);
+  EXPECT_EQ(Job(id)["restarts"], 0) << Events(id);
+  EXPECT_FALSE(Has(Events(id), "no progress")) << Events(id);
+  // The evaluations did outlast the floor.
+  double longest = 0;
+  std::istringstream metrics(Slurp(StrCat(dir_.str(), "/node0/node/jobs/", id, "/metrics.jsonl")));
+  for (std::string l; std::getline(metrics, l);) {
+    const json j = json::parse(l, nullptr, false);
+    if (j.is_object() && j.contains("eval_s")) longest = std::max(longest, j["eval_s"].get<double>());
+  }
+  std::cout << "longest evaluation: " << longest << " s\n";
+  EXPECT_GT(longest, 3.0) << "the evaluation was shorter than the floor: nothing was tested";
 }
 
 TEST_F(ClusterTest, AKilledDaemonLosesItsNodeAndARestartedOneLeavesNoOrphans) {
