@@ -18,16 +18,31 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TrainerGpu : public test::GpuTest {};
+// A temporary directory with the test corpus, and the first GPU.
+class TrainerGpu : public test::GpuTest {
+ protected:
+  void SetUp() override {
+    test::GpuTest::SetUp();
+    if (IsSkipped()) return;
+    dir = fs::temp_directory_path() / ("fp8rt_trainer_gpu_" + std::to_string(getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    corpus = test::EnglishCorpus((dir / "corpus.txt").string());
+    ASSERT_FALSE(corpus.empty());
+    auto d = QueryDevice("cuda:0");
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    dev = *d;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!dir.empty()) fs::remove_all(dir, ec);
+  }
+  fs::path dir;
+  std::string corpus;
+  DeviceInfo dev;
+};
 
 TEST_F(TrainerGpu, ResumeContinuesExactlyInFp8AndBf16) {
-  const fs::path dir = fs::temp_directory_path() / ("fp8rt_trainer_gpu_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string corpus = test::EnglishCorpus((dir / "corpus.txt").string());
-  ASSERT_FALSE(corpus.empty());
-  auto dev = QueryDevice("cuda:0");
-  ASSERT_TRUE(dev.ok()) << dev.status().ToString();
   for (Precision p : {Precision::kFp8, Precision::kBf16}) {
     if (p == Precision::kFp8 && test::ComputeCapability() < 89) continue;
     RunConfig c;
@@ -40,33 +55,25 @@ TEST_F(TrainerGpu, ResumeContinuesExactlyInFp8AndBf16) {
     ASSERT_TRUE(c.Validate().ok());
     TrainOptions whole;
     whole.config = c;
-    auto w = RunTraining(whole, *dev);
+    auto w = RunTraining(whole, dev);
     ASSERT_TRUE(w.ok()) << w.status().ToString();
     TrainOptions first = whole;
     first.stop_step = 5;
     first.checkpoint_dir = (dir / PrecisionName(p)).string();
-    ASSERT_TRUE(RunTraining(first, *dev).ok());
+    ASSERT_TRUE(RunTraining(first, dev).ok());
     TrainOptions second = first;
     second.stop_step = 12;
     second.resume = true;
-    auto r = RunTraining(second, *dev);
+    auto r = RunTraining(second, dev);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     ASSERT_EQ(r->losses.size(), 7u);
     for (size_t i = 0; i < 7; ++i) {
       EXPECT_EQ(r->losses[i], w->losses[5 + i]) << PrecisionName(p) << " step " << 6 + i;
     }
   }
-  fs::remove_all(dir);
 }
 
 TEST_F(TrainerGpu, AnAsyncCheckpointFromADeviceSnapshotIsTheSynchronousOne) {
-  const fs::path dir = fs::temp_directory_path() / ("fp8rt_async_gpu_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string corpus = test::EnglishCorpus((dir / "corpus.txt").string());
-  ASSERT_FALSE(corpus.empty());
-  auto dev = QueryDevice("cuda:0");
-  ASSERT_TRUE(dev.ok()) << dev.status().ToString();
   const Precision p = test::ComputeCapability() >= 89 ? Precision::kFp8 : Precision::kBf16;
   auto files = [](const fs::path& d) {
     std::map<std::string, std::string> out;
@@ -89,7 +96,7 @@ TEST_F(TrainerGpu, AnAsyncCheckpointFromADeviceSnapshotIsTheSynchronousOne) {
     o.checkpoint_dir = (dir / (async ? "async" : "sync")).string();
     std::ostringstream metrics;
     o.metrics = &metrics;
-    auto r = RunTraining(o, *dev);
+    auto r = RunTraining(o, dev);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     written[async] = files(fs::path(o.checkpoint_dir) / "step_00000006");
     EXPECT_NE(metrics.str().find("\"snapshot_on_device\":true"), std::string::npos)
@@ -97,7 +104,6 @@ TEST_F(TrainerGpu, AnAsyncCheckpointFromADeviceSnapshotIsTheSynchronousOne) {
   }
   ASSERT_EQ(written[1].size(), 4u);
   EXPECT_TRUE(written[0] == written[1]);
-  fs::remove_all(dir);
 }
 
 }  // namespace

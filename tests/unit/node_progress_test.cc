@@ -134,11 +134,17 @@ TEST(MetricsTail, KeepsAFailedCheckpointUntilALaterOneCommits) {
   EXPECT_EQ(p.checkpoint_disk_bytes, 47368000000);
 }
 
-TEST(HangDetector, JudgesTheSilenceAgainstTheJobsOwnPace) {
+// A detector with `k` and `floor`; kT0 is a time far from the clock's zero.
+HangDetector Detector(double k, std::chrono::milliseconds floor) {
   HangOptions o;
-  o.k = 10, o.floor = 2000ms;
-  HangDetector h(o);
-  const auto t0 = HangDetector::Clock::time_point{} + 1000s;
+  o.k = k, o.floor = floor;
+  return HangDetector(o);
+}
+const HangDetector::Clock::time_point kT0 = HangDetector::Clock::time_point{} + 1000s;
+
+TEST(HangDetector, JudgesTheSilenceAgainstTheJobsOwnPace) {
+  HangDetector h = Detector(10, 2000ms);
+  const auto t0 = kT0;
   EXPECT_FALSE(h.Hung(t0 + 3600s)) << "nothing is judged before the first step";
   h.Observe(1, t0);
   EXPECT_EQ(h.Limit(), 2000ms) << "the floor until there is a pace";
@@ -159,10 +165,8 @@ TEST(HangDetector, JudgesTheSilenceAgainstTheJobsOwnPace) {
 }
 
 TEST(HangDetector, TheStepAfterACheckpointMayTakeTheSaveTimeBesides) {
-  HangOptions o;
-  o.k = 4, o.floor = 1000ms;
-  HangDetector h(o);
-  const auto t0 = HangDetector::Clock::time_point{} + 1000s;
+  HangDetector h = Detector(4, 1000ms);
+  const auto t0 = kT0;
   for (int s = 1; s <= 5; ++s) h.Observe(s, t0 + std::chrono::seconds(s), s == 5);
   h.set_save_time(30s);
   EXPECT_EQ(h.Limit(), 4000ms);
@@ -176,10 +180,8 @@ TEST(HangDetector, TheStepAfterACheckpointMayTakeTheSaveTimeBesides) {
 }
 
 TEST(HangDetector, MetricsLoggedEveryNStepsAllowNStepTimesBetweenLines) {
-  HangOptions o;
-  o.k = 4, o.floor = 1000ms;
-  HangDetector h(o);
-  const auto t0 = HangDetector::Clock::time_point{} + 1000s;
+  HangDetector h = Detector(4, 1000ms);
+  const auto t0 = kT0;
   // log_every 20 at 0.5 s a step: a line every 10 s.
   for (int s = 20; s <= 100; s += 20) h.Observe(s, t0 + std::chrono::seconds(s / 2));
   EXPECT_DOUBLE_EQ(h.MedianStepSeconds(), 0.5);
@@ -192,10 +194,8 @@ TEST(HangDetector, MetricsLoggedEveryNStepsAllowNStepTimesBetweenLines) {
 // progress: the silence since its last report is judged against the floor, however long the
 // phase; the interval that held it is not a step time.
 TEST(HangDetector, ABusyTrainerIsJudgedByItsLastReportOfProgress) {
-  HangOptions o;
-  o.k = 10, o.floor = 2000ms;
-  HangDetector h(o);
-  const auto t0 = HangDetector::Clock::time_point{} + 1000s;
+  HangDetector h = Detector(10, 2000ms);
+  const auto t0 = kT0;
   EXPECT_FALSE(h.Hung(t0 + 3600s)) << "nothing from the trainer yet: not judged";
   // Start-up: reports of progress every second for a minute, then silence.
   for (int i = 0; i <= 60; ++i) h.Busy("starting", t0 + std::chrono::seconds(i));
