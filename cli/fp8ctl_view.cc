@@ -98,6 +98,31 @@ bool Terminal(const std::string& state) {
   return state == "COMPLETED" || state == "FAILED" || state == "CANCELLED";
 }
 
+// How the current attempt came to train, phase by phase (the scheduler's `timing`); "" before its
+// first step.
+std::string StartLine(const json& v) {
+  if (!v.contains("timing") || !v["timing"].is_object()) return "";
+  const json& t = v["timing"];
+  const json ph = t.value("phases", json::object());
+  auto sec = [&ph](const char* key) -> std::string {
+    return ph.contains(key) && ph[key].is_number() ? StrCat(Fixed(ph[key].get<double>(), 1), " s")
+                                                   : std::string("?");
+  };
+  if (!ph.contains("total_s") || !ph["total_s"].is_number()) return "";
+  const bool failed = t.contains("failed_at") && t["failed_at"].is_number();
+  const bool requeued = t.contains("requeued_at") && t["requeued_at"].is_number();
+  std::string line = StrCat("\n  last start: attempt ", t.value("attempt", 0), " trained ",
+                            sec("total_s"), " after ",
+                            failed     ? "the failure"
+                            : requeued ? "the requeue"
+                                       : "its placement",
+                            " (");
+  if (failed) line += StrCat("detection ", sec("detection_s"), ", ");
+  if (requeued) line += StrCat("requeue and placement ", sec("placement_s"), ", ");
+  return StrCat(line, "process start ", sec("start_s"), ", checkpoint load ", sec("load_s"),
+                ", first step ", sec("first_step_s"), ")");
+}
+
 void PrintStatus(const json& v, std::ostream& out) {
   out << "job " << v["id"].get<int64_t>() << " (" << Shown(v, "name") << ", " << Shown(v, "user")
       << "): " << Shown(v, "state") << "\n  reason: " << Shown(v, "reason") << "\n  precision: "
@@ -119,6 +144,7 @@ void PrintStatus(const json& v, std::ostream& out) {
         << " (training went on; the last good checkpoint stands)";
   }
   out << "\n  progress: " << ProgressLine(v) << "\n  restarts: " << v.value("restarts", 0);
+  out << StartLine(v);
   const int64_t ck = v.value("checkpoint_step", int64_t{-1});
   out << "\n  last checkpoint: ";
   if (ck < 0) {

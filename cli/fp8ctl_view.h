@@ -21,6 +21,9 @@ json View(const json& job);
 // "[#######-------------]  1200/5000 (24%)  loss 3.412  52.1K tok/s  MFU 41.0%  ETA 12m3s", or
 // "no progress reported yet"; `view` is View()'s.
 std::string ProgressLine(const json& view);
+// "\n  last start: attempt 2 trained 9.8 s after the failure (detection 5.2 s, ...)" from the
+// job's timing; "" before the attempt's first step.
+std::string StartLine(const json& view);
 // "45s", "3m", "2h", "4d" since `since` (seconds since the epoch).
 std::string Age(int64_t since);
 bool Terminal(const std::string& state);

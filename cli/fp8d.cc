@@ -278,7 +278,8 @@ int Main(int argc, char** argv) {
                  "(default 60)")
       ->check(CLI::Range(0.1, 1e7));
   app.add_option("--stop-grace", o.stop_grace_s,
-                 "seconds from SIGTERM (the trainer checkpoints) to SIGKILL (default 60)")
+                 "seconds from SIGTERM (the trainer checkpoints) to SIGKILL (default 60); a job "
+                 "whose measured checkpoint takes longer gets 1.5 x its save time + 5 s")
       ->check(CLI::Range(0.0, 86400.0));
   try {
     app.parse(argc, argv);

@@ -28,6 +28,10 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+double EpochSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), {});
@@ -212,6 +216,11 @@ Status NodeDaemon::Heartbeat() {
     r.exit_code = run.exit_code;
     r.failed_rank = run.failed_rank;
     r.reason = run.reason;
+    if (run.exited && run.exit_code != 0 && run.failed_at) {
+      r.failed_age_s = std::max(
+          0.0,
+          std::chrono::duration<double>(std::chrono::system_clock::now() - *run.failed_at).count());
+    }
     r.step = run.progress.step;
     r.checkpoint_step = LatestCheckpoint(run.checkpoint_dir);
     r.total_steps = run.total_steps;
@@ -226,6 +235,12 @@ Status NodeDaemon::Heartbeat() {
       r.checkpoint_disk_bytes = run.progress.checkpoint_disk_bytes;
       r.val_loss = run.progress.val_loss;
       r.val_step = run.progress.val_step;
+      if (const Progress::Startup& st = run.progress.startup; st.step >= 0) {
+        r.startup_step = st.step;
+        r.startup_load_s = st.load_s;
+        r.startup_first_step_s = st.first_step_s;
+        r.startup_age_s = std::max(0.0, EpochSeconds() - st.at);
+      }
       if (per_step > 0 && run.total_steps > run.progress.step) {
         r.eta_s = per_step * static_cast<double>(run.total_steps - run.progress.step);
       }
@@ -284,6 +299,15 @@ Status NodeDaemon::Heartbeat() {
   return Status::Ok();
 }
 
+// --stop-grace, or more when the job's measured save needs it: 1.5 x the longest checkpoint it
+// committed (as the scheduler's preemption grace) plus 5 s for the step in flight.
+std::chrono::milliseconds NodeDaemon::GraceFor(const JobRun& run) const {
+  const double save = run.progress.checkpoint_s;
+  if (!(save > 0)) return o_.stop_grace;
+  return std::max(o_.stop_grace,
+                  std::chrono::milliseconds(static_cast<int64_t>((1.5 * save + 5) * 1000)));
+}
+
 void NodeDaemon::Apply(const Command& c) {
   auto it = runs_.find(c.job_id);
   switch (c.kind) {
@@ -300,8 +324,9 @@ void NodeDaemon::Apply(const Command& c) {
       if (it == runs_.end() || it->second.exited || !it->second.gang) return;
       if (!it->second.gang->terminating()) {
         // At least the grace the scheduler allows (the job's measured save time).
-        const auto grace = std::max(
-            o_.stop_grace, std::chrono::milliseconds(static_cast<int64_t>(c.grace_s * 1000)));
+        const auto grace =
+            std::max(GraceFor(it->second),
+                     std::chrono::milliseconds(static_cast<int64_t>(c.grace_s * 1000)));
         Log(StrCat("job ", c.job_id, ": checkpoint and stop within ", grace.count() / 1000.0,
                    " s (", c.reason, ")"));
         it->second.gang->Terminate(grace);
@@ -315,7 +340,7 @@ void NodeDaemon::Apply(const Command& c) {
       }
       if (!it->second.forget) Log(StrCat("job ", c.job_id, ": stop (", c.reason, ")"));
       it->second.forget = true;
-      it->second.gang->Terminate(o_.stop_grace);
+      it->second.gang->Terminate(GraceFor(it->second));
       return;
   }
 }
@@ -403,7 +428,10 @@ void NodeDaemon::Start(int64_t job_id, const StartJob& s) {
 void NodeDaemon::Supervise(JobRun* run) {
   if (run->exited || !run->gang) return;
   const auto now = Clock::now();
-  run->gang->Tick(o_.stop_grace);
+  run->gang->Tick(GraceFor(*run));
+  if (!run->failed_at && run->gang->first_failed_rank() >= 0) {
+    run->failed_at = std::chrono::system_clock::now();
+  }
   const int64_t before = run->progress.step;
   const double saved_before = run->progress.checkpoint_s;
   const int64_t busy_before = run->progress.busy_lines;
@@ -427,10 +455,15 @@ void NodeDaemon::Supervise(JobRun* run) {
     if (run->progress.loss_not_finite) {
       run->reason = StrCat("the loss is NaN/inf at step ", run->progress.step);
       run->exit_code = kExitNonFinite;
+      run->failed_at = std::chrono::system_clock::now();
       Log(StrCat("job ", run->id, ": ", run->reason, "; stopping its ranks"));
       run->gang->Kill();
     } else if (auto hung = run->hang.Hung(now)) {
       run->reason = *hung;
+      // (the failure began at the trainer's last progress)
+      run->failed_at = std::chrono::system_clock::now() -
+                       std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                           now - run->hang.LastProgress().value_or(now));
       Log(StrCat("job ", run->id, ": ", *hung, "; killing the gang"));
       run->gang->Kill();
     }
@@ -455,6 +488,7 @@ void NodeDaemon::Supervise(JobRun* run) {
   }
   run->exit_code = code;
   run->failed_rank = failed;
+  if (code != 0 && !run->failed_at) run->failed_at = std::chrono::system_clock::now();
   Log(StrCat("job ", run->id, ": ranks ended, exit code ", code,
              run->reason.empty() ? "" : StrCat(" (", run->reason, ")")));
   if (o_.inventory.source == "nvml") dirty_.JobEnded(run->gpus);
@@ -481,25 +515,42 @@ Status NodeDaemon::Run(const std::atomic<bool>& stop) {
   auto next_beat = Clock::now();
   bool reported_failure = false;
   while (!stop.load()) {
-    for (auto& [id, run] : runs_) Supervise(&run);
+    bool ended = false;  // a gang ended in this pass: the scheduler hears of it now
+    for (auto& [id, run] : runs_) {
+      const bool was = run.exited;
+      Supervise(&run);
+      ended = ended || (!was && run.exited);
+    }
     for (auto it = runs_.begin(); it != runs_.end();) {
       it = it->second.forget && it->second.exited ? runs_.erase(it) : std::next(it);
     }
     RecordRanks();
-    if (Clock::now() >= next_beat) {
+    if (ended || Clock::now() >= next_beat) {
       const Status s = Heartbeat();
       if (!s.ok() && !reported_failure) Log(StrCat("heartbeat failed: ", s.message()));
       if (s.ok() && reported_failure) Log("heartbeats go through again");
       reported_failure = !s.ok();
-      next_beat = Clock::now() + heartbeat_;
+      // After an end the scheduler places the job again (here or elsewhere) within a tick: ask
+      // for the start command a second later, not a whole interval.
+      next_beat = Clock::now() +
+                  (ended ? std::min<std::chrono::milliseconds>(heartbeat_, std::chrono::seconds(1))
+                         : heartbeat_);
     }
     std::this_thread::sleep_for(o_.loop);
   }
   // Shutting down: the trainers checkpoint on SIGTERM and exit 3; SIGKILL after the grace.
+  auto longest = o_.stop_grace;
   for (auto& [id, run] : runs_) {
-    if (run.gang && !run.exited) run.gang->Terminate(o_.stop_grace);
+    if (!run.gang || run.exited) continue;
+    const auto grace = GraceFor(run);
+    if (grace > o_.stop_grace) {
+      Log(StrCat("job ", id, ": its checkpoint took ", run.progress.checkpoint_s,
+                 " s to commit; waiting up to ", grace.count() / 1000.0, " s for it to stop"));
+    }
+    run.gang->Terminate(grace);
+    longest = std::max(longest, grace);
   }
-  const auto deadline = Clock::now() + o_.stop_grace + std::chrono::seconds(1);
+  const auto deadline = Clock::now() + longest + std::chrono::seconds(1);
   while (Clock::now() < deadline) {
     bool all = true;
     for (auto& [id, run] : runs_) {

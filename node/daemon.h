@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -41,7 +42,8 @@ struct DaemonOptions {
   std::string fp8train;         // the trainer's path. Required
   Inventory inventory;
   HangOptions hang;
-  // SIGTERM -> SIGKILL for a stop, cancel or preemption (at least the job's save time). Default: 60 s
+  // SIGTERM -> SIGKILL for a stop, cancel, preemption or the daemon's own shutdown; a job whose
+  // measured checkpoint takes longer gets 1.5 x that + 5 s (NodeDaemon::GraceFor). Default: 60 s
   std::chrono::milliseconds stop_grace{60'000};
   std::chrono::milliseconds loop{200};  // supervision period. Default: 200 ms
   // A GPU whose used memory stays this far above what it was when fp8d started is dirty after a
@@ -78,6 +80,9 @@ class NodeDaemon {
     int exit_code = 0;
     int failed_rank = -1;
     std::string reason;  // set when the daemon ended the gang (hang, NaN) or it failed
+    // When the failure began, as far as this daemon can tell: a rank's failed exit, a hung
+    // trainer's last progress, a NaN loss seen. Unset: none.
+    std::optional<std::chrono::system_clock::time_point> failed_at;
     bool forget = false;  // told to stop: dropped once its ranks are gone
     std::map<int, std::string> logs;      // rank -> its log file
     std::map<int, uint64_t> log_sent;     // rank -> bytes the scheduler has
@@ -89,6 +94,7 @@ class NodeDaemon {
   void Apply(const Command& c);
   void Start(int64_t job_id, const StartJob& s);
   void Supervise(JobRun* run);
+  std::chrono::milliseconds GraceFor(const JobRun& run) const;
   void CheckDirtyGpus();
   void RecordRanks();
   static int64_t LatestCheckpoint(const std::string& dir);

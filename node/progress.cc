@@ -39,6 +39,23 @@ bool MetricsTail::Poll(Progress* p) {
       }
       continue;
     }
+    if (!j.is_discarded() && j.is_object() && j.contains("startup") && j["startup"].is_object()) {
+      const auto& st = j["startup"];
+      auto seconds = [&st](const char* key) {
+        return st.contains(key) && st[key].is_number() && st[key].get<double>() >= 0 &&
+                       st[key].get<double>() < 1e9
+                   ? st[key].get<double>()
+                   : -1.0;
+      };
+      Progress::Startup s;
+      s.init_s = seconds("init_s");
+      s.load_s = seconds("load_s");
+      s.first_step_s = seconds("first_step_s");
+      s.at = j.contains("at") && j["at"].is_number() ? j["at"].get<double>() : 0;
+      s.step = j.contains("step") && j["step"].is_number_integer() ? j["step"].get<int64_t>() : -1;
+      if (s.step >= 0 && s.load_s >= 0 && s.first_step_s >= 0 && s.at > 0) p->startup = s;
+      continue;
+    }
     if (!j.is_discarded() && j.is_object() && j.contains("busy") && j["busy"].is_string()) {
       std::string phase = j["busy"].get<std::string>();
       if (phase.size() > 64) phase.resize(64);
@@ -107,6 +124,12 @@ void HangDetector::Busy(const std::string& phase, Clock::time_point now) {
   busy_ = phase.empty() ? "busy" : phase;
   busy_at_ = now;
   busy_interval_ = true;
+}
+
+std::optional<HangDetector::Clock::time_point> HangDetector::LastProgress() const {
+  if (step_ < 0 && busy_.empty()) return std::nullopt;
+  if (busy_.empty()) return last_change_;
+  return step_ < 0 ? busy_at_ : std::max(busy_at_, last_change_);
 }
 
 double HangDetector::MedianStepSeconds() const {

@@ -37,6 +37,13 @@ struct Progress {
   // checkpointing: written as that phase makes progress); "" once a step line follows.
   std::string busy;
   int64_t busy_lines = 0;        // busy lines read so far
+  // The trainer's {"startup": ...} line after its first step: how this start went (its seconds)
+  // and when that step ended (`at`: seconds since the epoch on the trainer's clock, the node's).
+  struct Startup {
+    int64_t step = -1;  // the first step trained; -1: no such line yet
+    double init_s = -1, load_s = -1, first_step_s = -1;
+    double at = 0;
+  } startup;
 };
 
 // Reads the lines a metrics file gained since the last Poll (complete lines only; a half-written
@@ -87,6 +94,8 @@ class HangDetector {
   std::optional<std::string> Hung(Clock::time_point now) const;
   // Saves took this long (measured by the caller from the checkpoint files); default: the floor.
   void set_save_time(std::chrono::milliseconds t) { save_time_ = t; }
+  // When the trainer last showed progress (a new step or a busy line); nullopt: never.
+  std::optional<Clock::time_point> LastProgress() const;
   // The median seconds per step so far; 0 before two steps were seen.
   double MedianStepSeconds() const;
 

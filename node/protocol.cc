@@ -47,6 +47,13 @@ std::string HeartbeatJson(const std::vector<JobReport>& jobs, const std::vector<
     e["total_steps"] = r.total_steps;
     if (r.val_step >= 0) e["val_step"] = r.val_step;
     if (r.checkpoint_disk_bytes >= 0) e["checkpoint_disk_bytes"] = r.checkpoint_disk_bytes;
+    if (!r.running && r.failed_age_s >= 0) e["failed_age_s"] = r.failed_age_s;
+    if (r.startup_step >= 0) {
+      e["startup_step"] = r.startup_step;
+      e["startup_load_s"] = r.startup_load_s;
+      e["startup_first_step_s"] = r.startup_first_step_s;
+      e["startup_age_s"] = r.startup_age_s;
+    }
     for (const auto& [key, v] : {std::pair<const char*, double>{"loss", r.loss},
                                  {"tokens_per_s", r.tokens_per_s},
                                  {"mfu", r.mfu},

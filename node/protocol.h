@@ -38,6 +38,11 @@ struct JobReport {
   int64_t checkpoint_disk_bytes = -1;  // the job's committed checkpoints; -1: not said yet
   double val_loss = -1;  // the latest held-out loss, measured at step val_step
   int64_t val_step = -1;
+  double failed_age_s = -1;  // !running, failed: seconds since this node saw the failure
+  // The attempt's first step (from the trainer's startup line): the step, its checkpoint load
+  // and first step seconds, and how long ago that step ended. step -1: not yet.
+  int64_t startup_step = -1;
+  double startup_load_s = -1, startup_first_step_s = -1, startup_age_s = -1;
   std::map<int, std::string> logs;  // rank -> output since the last heartbeat (<= 64 KiB each)
 };
 // POST /v1/nodes/{id}/heartbeat.

@@ -22,6 +22,7 @@ void OnSignal(int) { g_stop.store(true); }
 
 int main(int argc, char** argv) {
   using namespace fp8rt;
+  const auto started = std::chrono::steady_clock::now();
   CLI::App app{"fp8train: FP8 GPT training shard (one process per GPU, or the CPU)"};
   std::string config_path, checkpoint_dir, precision, device = "auto", metrics, inspect;
   std::string attention = "auto";
@@ -142,6 +143,7 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGUSR1, OnSignal);
   TrainOptions o;
+  o.started = started;
   o.config = *cfg;
   o.stop_step = steps;
   o.checkpoint_dir = checkpoint_dir;

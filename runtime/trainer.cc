@@ -153,10 +153,11 @@ void Busy(Run& r, const char* phase);
 // What one run holds from its set-up to its end; the loop's phases below read and write it.
 struct Run {
   Run(const TrainOptions& options, const DeviceInfo& dev)
-      : o(options), c(options.config), device(dev) {}
+      : o(options), c(options.config), device(dev), entered(std::chrono::steady_clock::now()) {}
   const TrainOptions& o;
   const RunConfig& c;
   const DeviceInfo& device;
+  std::chrono::steady_clock::time_point entered;  // RunTraining's entry
   PrecisionDecision pd;
   std::string fallback_reason;  // the precision's, when it fell back
   int ranks = 1, rank = 0, dp = 1, tp = 1;
@@ -170,6 +171,9 @@ struct Run {
   std::string busy_phase;
   std::chrono::steady_clock::time_point busy_at;
   int64_t at_step = 0;  // the last step trained
+  // This start's phases (the start-up line after the first step): set-up since the process
+  // started, the checkpoint load (0: a fresh start).
+  double init_s = 0, load_s = 0;
   std::unique_ptr<comm::Communicator> dp_group, tp_group;
   std::unique_ptr<TokenDataset> data;
   std::unique_ptr<DataLoader> loader;
@@ -326,9 +330,40 @@ Result<int64_t> SetUpModel(Run& r, TrainResult* result) {
   result->fp8_weights = r.model->num_fp8_weights();
   result->attention_kernel = r.model->attention_kernel();
   if (r.progress) *r.progress << "attention: " << result->attention_kernel << "\n";
+  const auto loading = std::chrono::steady_clock::now();
+  const auto started = o.started == std::chrono::steady_clock::time_point{} ? r.entered : o.started;
+  r.init_s = std::chrono::duration<double>(loading - started).count();
   if (!o.resume) return int64_t{0};
   if (o.checkpoint_dir.empty()) return Status::InvalidArgument("--resume needs --checkpoint-dir");
-  return Restore(o, r.pd.precision, *r.model, *r.loader);
+  FP8RT_ASSIGN_OR_RETURN(const int64_t step, Restore(o, r.pd.precision, *r.model, *r.loader));
+  r.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - loading).count();
+  return step;
+}
+
+// After this start's first step: how the start went, for the node (the phases of a recovery,
+// node/progress.h) and the user. `at` is when the step ended (seconds since the epoch).
+void ReportStartup(Run& r, int64_t step, double first_step_s) {
+  const double at =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (r.metrics) {
+    *r.metrics
+        << nlohmann::json(
+               {{"startup",
+                 {{"init_s", r.init_s}, {"load_s", r.load_s}, {"first_step_s", first_step_s}}},
+                {"step", step},
+                {"at", at}})
+               .dump()
+        << "\n"
+        << std::flush;
+  }
+  if (r.progress) {
+    const auto flags = r.progress->flags();
+    *r.progress << std::fixed << std::setprecision(2) << "started: step " << step << " after "
+                << r.init_s + r.load_s + first_step_s << " s (set-up " << r.init_s
+                << " s, checkpoint load " << r.load_s << " s, first step " << first_step_s
+                << " s)\n";
+    r.progress->flags(flags);
+  }
 }
 
 // After a step: the cross-rank scale check, the metrics line (with the state hashes when asked)
@@ -601,6 +636,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
                    r.progress);
     }
     FP8RT_RETURN_IF_ERROR(ReportStep(r, step, st, lr, sec));
+    if (step == result.first_step) ReportStartup(r, step, sec);
     FP8RT_RETURN_IF_ERROR(AfterStep(r, step, &result));
     if (r.saver && r.saver->pending()) {  // a save in flight: committed yet?
       std::optional<SaveReport> done;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <ostream>
@@ -37,6 +38,9 @@ struct TrainOptions {
   // The ranks of this job (comm/world.h); null: a world of one. Rank 0 alone writes metrics,
   // progress and checkpoints.
   comm::World* world = nullptr;
+  // When the process started (fp8train's main): the start-up line's init_s counts from it.
+  // Default (epoch of the clock): from RunTraining's entry.
+  std::chrono::steady_clock::time_point started{};
 };
 
 struct TrainResult {

@@ -1,6 +1,8 @@
 // Job state machine edges, transitions with their events, and the JSON the job store keeps.
 #include "scheduler/job_state.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 namespace fp8rt::sched {
@@ -126,6 +128,47 @@ Result<Event> RequeueAfterLoss(Job* job, int64_t now, const std::string& what) {
   return e;
 }
 
+AttemptPhases PhasesOf(const AttemptTiming& t) {
+  AttemptPhases p;
+  if (t.failed_at > 0 && t.requeued_at > 0)
+    p.detection_s = std::max(0.0, t.requeued_at - t.failed_at);
+  if (t.requeued_at > 0 && t.placed_at > 0)
+    p.placement_s = std::max(0.0, t.placed_at - t.requeued_at);
+  if (t.trained_at <= 0 || t.placed_at <= 0) return p;
+  p.load_s = std::max(0.0, t.load_s);
+  p.first_step_s = std::max(0.0, t.first_step_s);
+  p.start_s = std::max(0.0, t.trained_at - t.placed_at - p.load_s - p.first_step_s);
+  const double from = t.failed_at > 0     ? t.failed_at
+                      : t.requeued_at > 0 ? t.requeued_at
+                                          : t.placed_at;
+  p.total_s = std::max(0.0, t.trained_at - from);
+  if (t.requeued_at > 0) p.from_detection_s = std::max(0.0, t.trained_at - t.requeued_at);
+  return p;
+}
+
+std::string DescribeAttempt(const AttemptTiming& t) {
+  const AttemptPhases p = PhasesOf(t);
+  auto s = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f s", v);
+    return std::string(buf);
+  };
+  std::string out;
+  if (t.failed_at > 0) {
+    out = StrCat("training again at step ", t.step, " (attempt ", t.attempt, "), ", s(p.total_s),
+                 " after the failure (", s(p.from_detection_s), " after its detection): detection ",
+                 s(p.detection_s), ", requeue and placement ", s(p.placement_s), ", ");
+  } else if (t.requeued_at > 0) {
+    out = StrCat("training again at step ", t.step, " (attempt ", t.attempt, "), ", s(p.total_s),
+                 " after the requeue: requeue and placement ", s(p.placement_s), ", ");
+  } else {
+    out = StrCat("first step trained at step ", t.step, " (attempt ", t.attempt, "), ",
+                 s(p.total_s), " after the placement: ");
+  }
+  return StrCat(out, "process start ", s(p.start_s), ", checkpoint load ", s(p.load_s),
+                ", first step ", s(p.first_step_s));
+}
+
 std::string JobToJson(const Job& job) {
   json j;
   j["id"] = job.id;
@@ -156,6 +199,33 @@ std::string JobToJson(const Job& job) {
   if (!p.checkpoint_error.empty()) prog["checkpoint_error"] = p.checkpoint_error;
   if (p.checkpoint_disk_bytes >= 0) prog["checkpoint_disk_bytes"] = p.checkpoint_disk_bytes;
   j["progress"] = prog;
+  if (job.timing.attempt > 0) {
+    const AttemptTiming& t = job.timing;
+    json tj = {{"attempt", t.attempt}};
+    for (const auto& [key, v] : {std::pair<const char*, double>{"failed_at", t.failed_at},
+                                 {"requeued_at", t.requeued_at},
+                                 {"placed_at", t.placed_at},
+                                 {"trained_at", t.trained_at}}) {
+      tj[key] = v > 0 ? json(v) : json(nullptr);
+    }
+    tj["load_s"] = t.load_s >= 0 ? json(t.load_s) : json(nullptr);
+    tj["first_step_s"] = t.first_step_s >= 0 ? json(t.first_step_s) : json(nullptr);
+    tj["step"] = t.step >= 0 ? json(t.step) : json(nullptr);
+    // (derived, for readers: not read back)
+    const AttemptPhases ph = PhasesOf(t);
+    json phases = json::object();
+    for (const auto& [key, v] : {std::pair<const char*, double>{"detection_s", ph.detection_s},
+                                 {"placement_s", ph.placement_s},
+                                 {"start_s", ph.start_s},
+                                 {"load_s", ph.load_s},
+                                 {"first_step_s", ph.first_step_s},
+                                 {"total_s", ph.total_s},
+                                 {"from_detection_s", ph.from_detection_s}}) {
+      phases[key] = v >= 0 ? json(v) : json(nullptr);
+    }
+    tj["phases"] = std::move(phases);
+    j["timing"] = std::move(tj);
+  }
   j["submitted_at"] = job.submitted_at;
   j["updated_at"] = job.updated_at;
   j["reason"] = job.reason;
@@ -203,6 +273,21 @@ Result<Job> JobFromJson(const std::string& text) {
                                   : p.at("val_step").get<int64_t>();
       job.progress.checkpoint_error = p.value("checkpoint_error", std::string());
       job.progress.checkpoint_disk_bytes = p.value("checkpoint_disk_bytes", int64_t{-1});
+    }
+    if (j.contains("timing")) {
+      const json& t = j.at("timing");
+      job.timing.attempt = t.at("attempt").get<int>();
+      auto num = [&t](const char* key, double none) {
+        return !t.contains(key) || t.at(key).is_null() ? none : t.at(key).get<double>();
+      };
+      job.timing.failed_at = num("failed_at", 0);
+      job.timing.requeued_at = num("requeued_at", 0);
+      job.timing.placed_at = num("placed_at", 0);
+      job.timing.trained_at = num("trained_at", 0);
+      job.timing.load_s = num("load_s", -1);
+      job.timing.first_step_s = num("first_step_s", -1);
+      job.timing.step =
+          !t.contains("step") || t.at("step").is_null() ? -1 : t.at("step").get<int64_t>();
     }
     job.submitted_at = j.at("submitted_at").get<int64_t>();
     job.updated_at = j.at("updated_at").get<int64_t>();

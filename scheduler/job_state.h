@@ -53,6 +53,35 @@ struct JobProgress {
   bool operator==(const JobProgress&) const = default;
 };
 
+// How an attempt got to its first step (the recovery after a loss, or any start), in seconds on the
+// scheduler's clock (since the epoch, fractional; 0: not known) and the trainer's own durations
+// (-1: not said yet).
+struct AttemptTiming {
+  int attempt = 0;           // the placement these times are of (Job::attempt)
+  double failed_at = 0;      // the last sign of life of what ended the previous attempt (a lost
+                             // node's last heartbeat, a rank's exit as its node saw it); 0: none
+  double requeued_at = 0;    // the scheduler requeued the job after that loss; 0: not a requeue
+  double placed_at = 0;      // PENDING -> SCHEDULED
+  double trained_at = 0;     // the attempt's first step ended; 0: not yet
+  double load_s = -1;        // the trainer's checkpoint load (0: a fresh start)
+  double first_step_s = -1;  // the trainer's first step
+  int64_t step = -1;         // the first step this attempt trained
+  bool operator==(const AttemptTiming&) const = default;
+};
+
+// The phases of an attempt's start, in seconds (-1 where the timing does not have them):
+// detection (the failure to the requeue), requeue and placement, process start (the start command
+// reaching the node, the launch, the trainer's set-up: the rest), checkpoint load, first step;
+// total from the failure (or, without one, from the requeue or the placement) to the first step.
+struct AttemptPhases {
+  double detection_s = -1, placement_s = -1, start_s = -1, load_s = -1, first_step_s = -1;
+  double total_s = -1;
+  double from_detection_s = -1;  // the requeue to the first step (-1: not a requeue)
+};
+AttemptPhases PhasesOf(const AttemptTiming& t);
+// "training again at step 121, 9.8 s after the failure: detection 5.2 s, ...": the event's words.
+std::string DescribeAttempt(const AttemptTiming& t);
+
 struct Job {
   int64_t id = 0;
   std::string owner;  // submitting user
@@ -70,6 +99,7 @@ struct Job {
   int64_t checkpoint_step = -1;           // latest checkpoint the job reported; -1: none
   int64_t checkpoint_at = 0;              // seconds: when checkpoint_step was first reported
   JobProgress progress;
+  AttemptTiming timing;                   // the current (or last) attempt's start
   int64_t submitted_at = 0;               // seconds
   int64_t updated_at = 0;                 // seconds, time of the last transition
   std::string reason;                     // why it is in its current state

@@ -246,30 +246,42 @@ Result<HeartbeatRequest> ParseHeartbeat(const std::string& body) {
     const std::string where = StrCat("jobs[", i, "]");
     JobReport r;
     std::string status;
-    FP8RT_RETURN_IF_ERROR(ReadObject(e, where,
-                                     {{"job_id", strict::Integer(&r.job_id, 1)},
-                                      {"status", strict::String(&status, 64)},
-                                      {"exit_code", strict::Integer(&r.exit_code, -1024, 1024)},
-                                      {"step", strict::Integer(&r.progress.step, -1)},
-                                      {"checkpoint_step", strict::Integer(&r.checkpoint_step, -1)},
-                                      {"attempt", strict::Integer(&r.attempt, -1)},
-                                      {"failed_rank", strict::Integer(&r.failed_rank, -1)},
-                                      {"reason", strict::String(&r.reason, 4096)},
-                                      {"total_steps", strict::Integer(&r.progress.total_steps, -1)},
-                                      {"loss", strict::Number(&r.progress.loss, -1, 1e30)},
-                                      {"tokens_per_s", strict::Number(&r.progress.tokens_per_s, -1, 1e15)},
-                                      {"mfu", strict::Number(&r.progress.mfu, -1, 100)},
-                                      {"eta_s", strict::Number(&r.progress.eta_s, -1, 1e12)},
-                                      {"step_s", strict::Number(&r.progress.step_s, -1, 1e9)},
-                                      {"save_s", strict::Number(&r.progress.save_s, -1, 1e9)},
-                                      {"val_loss", strict::Number(&r.progress.val_loss, -1, 1e30)},
-                                      {"val_step", strict::Integer(&r.progress.val_step, -1)},
-                                      {"checkpoint_error",
-                                       strict::String(&r.progress.checkpoint_error, 1024)},
-                                      {"checkpoint_disk_bytes",
-                                       strict::Integer(&r.progress.checkpoint_disk_bytes, -1)},
-                                      {"logs", LogsReader(&r.logs)}},
-                                     {"job_id", "status"}));
+    FP8RT_RETURN_IF_ERROR(ReadObject(
+        e, where,
+        {{"job_id", strict::Integer(&r.job_id, 1)},
+         {"status", strict::String(&status, 64)},
+         {"exit_code", strict::Integer(&r.exit_code, -1024, 1024)},
+         {"step", strict::Integer(&r.progress.step, -1)},
+         {"checkpoint_step", strict::Integer(&r.checkpoint_step, -1)},
+         {"attempt", strict::Integer(&r.attempt, -1)},
+         {"failed_rank", strict::Integer(&r.failed_rank, -1)},
+         {"reason", strict::String(&r.reason, 4096)},
+         {"total_steps", strict::Integer(&r.progress.total_steps, -1)},
+         {"loss", strict::Number(&r.progress.loss, -1, 1e30)},
+         {"tokens_per_s", strict::Number(&r.progress.tokens_per_s, -1, 1e15)},
+         {"mfu", strict::Number(&r.progress.mfu, -1, 100)},
+         {"eta_s", strict::Number(&r.progress.eta_s, -1, 1e12)},
+         {"step_s", strict::Number(&r.progress.step_s, -1, 1e9)},
+         {"save_s", strict::Number(&r.progress.save_s, -1, 1e9)},
+         {"val_loss", strict::Number(&r.progress.val_loss, -1, 1e30)},
+         {"val_step", strict::Integer(&r.progress.val_step, -1)},
+         {"checkpoint_error", strict::String(&r.progress.checkpoint_error, 1024)},
+         {"checkpoint_disk_bytes", strict::Integer(&r.progress.checkpoint_disk_bytes, -1)},
+         {"failed_age_s", strict::Number(&r.failed_age_s, 0, 1e9)},
+         {"startup_step", strict::Integer(&r.startup.step, 0)},
+         {"startup_load_s", strict::Number(&r.startup.load_s, 0, 1e9)},
+         {"startup_first_step_s", strict::Number(&r.startup.first_step_s, 0, 1e9)},
+         {"startup_age_s", strict::Number(&r.startup.age_s, 0, 1e9)},
+         {"logs", LogsReader(&r.logs)}},
+        {"job_id", "status"}));
+    const bool startup = r.startup.step >= 0;
+    if (startup != (r.startup.age_s >= 0) || startup != (r.startup.load_s >= 0) ||
+        startup != (r.startup.first_step_s >= 0)) {
+      return Status::InvalidArgument(
+          StrCat(where,
+                 ": startup_step, startup_load_s, startup_first_step_s and startup_age_s go "
+                 "together (all or none)"));
+    }
     if (!seen.insert(r.job_id).second) {
       return Status::InvalidArgument(StrCat(where, ".job_id = ", r.job_id, " is reported twice"));
     }

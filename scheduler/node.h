@@ -50,6 +50,16 @@ struct JobReport {
   std::string reason;    // kExited: why, in the daemon's words ("no progress since ..."). Default: ""
   // The latest training step and, from the node of rank 0, the rest of its metrics (`at` unused).
   JobProgress progress;
+  // kExited with a non-zero code: how long ago (seconds) the daemon saw the failure (the first
+  // failed rank's exit, or the last progress of a hung one). -1: not said. Default: -1
+  double failed_age_s = -1;
+  // The attempt's start as the trainer measured it, once its first step is trained (from the node
+  // of rank 0): that step, its checkpoint load and first step (seconds), and how long ago the
+  // step ended. step -1: not yet (then all are -1).
+  struct Startup {
+    int64_t step = -1;
+    double load_s = -1, first_step_s = -1, age_s = -1;
+  } startup;
   // Output the ranks of this node wrote since the last heartbeat, by rank (at most 64 KiB each).
   std::map<int, std::string> logs;
 };

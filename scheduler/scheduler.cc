@@ -34,6 +34,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Open(JobStore* store, SchedulerOpt
   FP8RT_ASSIGN_OR_RETURN(std::vector<NodeInfo> nodes, store->ListNodes());
   for (NodeInfo& n : nodes) {
     n.last_heartbeat = now;  // every daemon gets a full timeout to report after a restart
+    s->nodes_[n.id].last_heartbeat_wall = s->WallNow();
     s->nodes_[n.id].info = std::move(n);
   }
   FP8RT_ASSIGN_OR_RETURN(std::vector<Job> jobs, store->List());
@@ -147,6 +148,11 @@ Result<Job> Scheduler::Resume(int64_t id, const std::string& by, int64_t now) {
   }
   FP8RT_RETURN_IF_ERROR(CommitLocked(&batch));
   return job;
+}
+
+double Scheduler::WallNow() const {
+  if (options_.wall_clock) return options_.wall_clock();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 int64_t Scheduler::PreemptionGrace(const Job& job) const {
@@ -274,6 +280,7 @@ Status Scheduler::HandleLostNodesLocked(int64_t now, TickResult* out) {
                                          ? StrCat("node ", a.node_id, " is not registered")
                                          : StrCat("node ", a.node_id, " lost (no heartbeat for ",
                                                   now - n->second.info.last_heartbeat, "s)")));
+      NoteRequeue(&j, n == nodes_.end() ? WallNow() : n->second.last_heartbeat_wall, WallNow());
       (j.state == JobState::kFailed ? out->failed : out->requeued).push_back(j.id);
       batch.Add(j, ev);
       break;
@@ -322,6 +329,8 @@ Status Scheduler::PlaceLocked(int64_t now, TickResult* out) {
     if (jd.kind == DecisionKind::kPlace) {
       FP8RT_ASSIGN_OR_RETURN(Event ev, Transition(&j, JobState::kScheduled, now, jd.reason));
       ++j.attempt;
+      if (j.timing.attempt != j.attempt) j.timing = AttemptTiming{.attempt = j.attempt};
+      j.timing.placed_at = WallNow();
       j.precision = jd.precision;
       j.precision_source = jd.precision_source;
       j.precision_reason = jd.reason;

@@ -38,6 +38,9 @@ struct SchedulerOptions {
   // A gang of several nodes meets at gang node 0's address, port base + job id % 1000 (one-node
   // gangs pick a free port themselves). Default: 29500
   int rendezvous_port_base = 29500;
+  // Seconds since the epoch, fractional: stamps the phases of an attempt's start (AttemptTiming).
+  // Empty: the system clock.
+  std::function<double()> wall_clock;
 };
 
 // What one Tick did.
@@ -115,6 +118,7 @@ class Scheduler {
     NodeInfo info;                                 // gpu_job unused here; see Snapshot
     std::map<int64_t, JobReport> reports;          // the daemon's latest report, by job
     std::map<int64_t, std::vector<int>> draining;  // left jobs still running: GPUs stay busy
+    double last_heartbeat_wall = 0;                // WallNow() at the last heartbeat
   };
 
   Scheduler(JobStore* store, SchedulerOptions options) : store_(store), options_(options) {}
@@ -122,6 +126,7 @@ class Scheduler {
   // Seconds a PREEMPTING job has before it is stopped: the configured grace, or more when its
   // measured save time needs it (1.5 x save time + a heartbeat).
   int64_t PreemptionGrace(const Job& job) const;
+  double WallNow() const;
   // The node's report of `job` if it is of the job's current attempt; nullptr otherwise.
   static const JobReport* CurrentReport(const NodeRt& node, const Job& job);
   ClusterSnapshot SnapshotLocked(int64_t now) const;

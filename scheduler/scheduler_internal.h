@@ -30,4 +30,9 @@ class Scheduler::Batch {
 void AddRequeueAfterPreemption(Job* job, int64_t now, const std::string& what,
                                Scheduler::Batch* batch);
 
+// A loss requeued `job` (now PENDING; nothing to note otherwise): its next attempt's timing starts
+// with the failure (seconds on the wall clock: the last sign of life of what failed) and the
+// requeue (`now`).
+void NoteRequeue(Job* job, double failed_at, double now);
+
 }  // namespace fp8rt::sched

@@ -19,6 +19,12 @@ const JobReport* Scheduler::CurrentReport(const NodeRt& node, const Job& job) {
   return &it->second;
 }
 
+void NoteRequeue(Job* job, double failed_at, double now) {
+  if (job->state != JobState::kPending) return;
+  job->timing =
+      AttemptTiming{.attempt = job->attempt + 1, .failed_at = failed_at, .requeued_at = now};
+}
+
 void AddRequeueAfterPreemption(Job* job, int64_t now, const std::string& what,
                                Scheduler::Batch* batch) {
   auto stopped = Transition(
@@ -73,6 +79,7 @@ Result<NodeInfo> Scheduler::RegisterNode(const NodeRegistration& reg, int64_t no
   FP8RT_RETURN_IF_ERROR(store_->PutNode(info));
   NodeRt& n = nodes_[reg.id];
   n.info = info;
+  n.last_heartbeat_wall = WallNow();
   for (auto it = n.draining.begin(); it != n.draining.end();) {
     bool gone = false;
     for (int g : it->second) gone = gone || static_cast<size_t>(g) >= info.gpus.size();
@@ -179,6 +186,7 @@ void Scheduler::ApplyReport(const NodeRt& node, const Job& job, const JobReport*
   if (j.state == JobState::kRunning) {
     if (rep == nullptr) {
       auto ev = RequeueAfterLoss(&j, now, StrCat("node ", node_id, " no longer reports the job"));
+      NoteRequeue(&j, WallNow(), WallNow());
       if (ev.ok()) {
         batch->Add(j, *ev);
         updated = false;
@@ -203,6 +211,7 @@ void Scheduler::ApplyReport(const NodeRt& node, const Job& job, const JobReport*
             StrCat(what, j.checkpoint_step >= 0
                              ? StrCat("; resumes from checkpoint step ", j.checkpoint_step)
                              : std::string("; no checkpoint yet")));
+        NoteRequeue(&j, WallNow() - std::max(0.0, rep->failed_age_s), WallNow());
         if (ev.ok()) {
           batch->Add(j, *ev);
           updated = false;
@@ -227,6 +236,19 @@ void Scheduler::ApplyReport(const NodeRt& node, const Job& job, const JobReport*
           batch);
       updated = false;
     }
+  }
+  // The attempt's first step (from the node of rank 0): its start, phase by phase, becomes an
+  // event after whatever the report changed.
+  AttemptTiming& t = j.timing;
+  if (rep != nullptr && rep->startup.step >= 0 && !j.placement.empty() &&
+      j.placement[0].node_id == node.info.id && t.attempt == j.attempt && t.placed_at > 0 &&
+      t.trained_at == 0) {
+    t.trained_at = std::max(t.placed_at, WallNow() - rep->startup.age_s);
+    t.load_s = rep->startup.load_s;
+    t.first_step_s = rep->startup.first_step_s;
+    t.step = rep->startup.step;
+    batch->Add(j, Event{now, j.id, j.state, j.state, DescribeAttempt(t)});
+    updated = false;
   }
   if (updated) batch->Add(j, std::nullopt);
 }
@@ -264,6 +286,7 @@ Result<std::vector<NodeCommand>> Scheduler::Heartbeat(const std::string& node_id
   }
   node.info = info;
   node.info.last_heartbeat = now;
+  node.last_heartbeat_wall = WallNow();
   node.reports.clear();
   for (const JobReport& r : hb.jobs) {
     node.reports[r.job_id] = r;

@@ -2,7 +2,7 @@
 # One call on a GPU node, from the repository root with bundle/ and data/ carried: device facts,
 # the gpu test suite, the kernel benchmark table, and fp8train runs. Logs go to $OUT (or ./out).
 # Usage: scripts/gpu-session.sh [tests] [bench] [train] [torch] [throughput] [comm] [baseline]
-#        [memory] [recipespeed] [llama] [llamaspeed] [checkpoint]
+#        [memory] [recipespeed] [llama] [llamaspeed] [checkpoint] [recovery]
 #        (default: tests bench train torch throughput)
 # Environment: GPU_TEST_FILTER (gtest filter for tests), LLAMA_STEPS (llamaspeed; default 20),
 #              LLAMA_PRECISIONS (llamaspeed; default "bf16 fp8"), CKPT_DIR (checkpoint; default
@@ -275,4 +275,47 @@ if [[ $parts == *checkpoint* ]]; then
   echo "async exit $?"; grep -h checkpoint_s "$OUT/ck_async.jsonl"
   rm -rf "$D/async"
   python3 bench/checkpoint_summary.py "$OUT" | tee "$OUT/checkpoint.md"
+fi
+if [[ $parts == *recovery* ]]; then
+  # A killed rank on this node, timed until the job trains again (docs/PERFORMANCE.md
+  # "Recovery"): fp8d --standalone runs gpt-1.3b FP8 on every GPU (data parallel, ZeRO-1) with
+  # checkpoints every 20 steps; rank 1 (or 0 alone) is SIGKILLed after step 30 and the job's
+  # timing (detection, requeue and placement, process start, checkpoint load, first step) is
+  # printed once it has trained again. CKPT_DIR: where the checkpoints go (removed after).
+  D=${CKPT_DIR:-/tmp/fp8rt-ckpt}/recovery; R=/tmp/fp8d-recovery
+  rm -rf "$R" "$D"; mkdir -p -m 700 "$R"; mkdir -p "$D"
+  NG=$(nvidia-smi -L | wc -l)
+  export FP8D_DATA_DIR=$R
+  $B/fp8d --standalone --port 0 --data-dir "$R" --fp8train "$PWD/$B/fp8train" \
+    --checkpoint-root "$D" --data-root "$PWD" > "$OUT/rec_fp8d.log" 2>&1 & FP=$!
+  for _ in $(seq 300); do [ -s "$R/server" ] && break; sleep 0.1; done
+  sed -e "s/log_every: 1}/log_every: 1, checkpoint_every: 20, keep_checkpoints: 1}/" \
+    -e "s|\.\./data/|$PWD/data/|" configs/gpt-1.3b.yaml > /tmp/rec.yaml
+  echo "parallel: {zero: true}" >> /tmp/rec.yaml
+  J=$($B/fp8ctl submit /tmp/rec.yaml --gpus "$NG")
+  echo "== recovery: job $J (gpt-1.3b FP8 on $NG GPU(s))"
+  field() { $B/fp8ctl status "$J" --json | python3 -c "
+import json, sys; j = json.load(sys.stdin); v = j
+for k in '$1'.split('.'): v = v.get(k) if isinstance(v, dict) else None
+print(-1 if v is None else v)"; }
+  for _ in $(seq 600); do
+    [ "$(field checkpoint_step)" -ge 20 ] && [ "$(field progress.step)" -ge 30 ] && break
+    sleep 0.5
+  done
+  victim=$(python3 -c "
+import json; r = json.load(open('$R/node/ranks.json'))
+print(max(r, key=lambda e: e['rank'])['pid'])")
+  echo "killing rank pid $victim at step $(field progress.step) (checkpoint $(field checkpoint_step))"
+  kill -9 "$victim"
+  for _ in $(seq 600); do
+    $B/fp8ctl events "$J" | grep -q "training again" && break
+    sleep 0.5
+  done
+  $B/fp8ctl events "$J" | tee "$OUT/rec_events.txt"
+  $B/fp8ctl status "$J" | tee "$OUT/rec_status.txt"
+  $B/fp8ctl status "$J" --json > "$OUT/rec_job.json"
+  $B/fp8ctl cancel "$J" > /dev/null
+  kill -TERM $FP; wait $FP
+  cp -r "$R/node/jobs/$J" "$OUT/rec_job_files" 2>/dev/null
+  rm -rf "$D" "$R"
 fi

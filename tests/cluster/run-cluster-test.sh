@@ -10,10 +10,13 @@
 #   2. cutting one node's link (`ip link set down`) makes the scheduler mark it LOST within the
 #      heartbeat timeout and requeue the job, which resumes from its checkpoint once the link is
 #      back and ends with the uninterrupted run's final loss;
-#   3. draining a node with a job running (what ansible/rolling-upgrade.yml does first), then
+#   3. (recovery) a one-node job whose node's link is cut trains again on the other node; the
+#      scheduler's timing of it (detection, requeue and placement, process start, checkpoint
+#      load, first step) is printed, and from the detection to the first step must take < 15 s;
+#   4. draining a node with a job running (what ansible/rolling-upgrade.yml does first), then
 #      restarting its daemon as an upgrade would and undraining it: the job checkpoints, waits
 #      for capacity (it needs both nodes), resumes and completes.
-#   4. (upgrade) the real Ansible playbooks against the three namespaces: site.yml deploys release
+#   5. (upgrade) the real Ansible playbooks against the three namespaces: site.yml deploys release
 #      v1 (a bundle of this build's binaries), a 2-node job starts, rolling-upgrade.yml moves the
 #      cluster to v2 (scheduler restart, then drain/restart/undrain of each node); the job
 #      completes, both nodes end READY and undrained, `current` is v2 everywhere. ansible-playbook
@@ -23,12 +26,13 @@
 # Everything it creates (namespaces, links, processes, files) is removed at the end, also when it
 # fails or is interrupted. Needs root and iproute2; exits 77 (skipped) without them.
 # Environment: FP8RT_BUILD (the build directory: cli/fp8d, cli/fp8ctl, runtime/fp8train; default
-# build), KEEP=1 (keep the temp dir for a post-mortem), PARTS (default "job linkcut drain upgrade").
+# build), KEEP=1 (keep the temp dir for a post-mortem), PARTS (default "job linkcut recovery drain
+# upgrade").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 BUILD=$(cd "${FP8RT_BUILD:-build}" 2>/dev/null && pwd) || { echo "cluster: no build dir"; exit 1; }
-PARTS=${PARTS:-job linkcut drain upgrade}
+PARTS=${PARTS:-job linkcut recovery drain upgrade}
 FP8D=$BUILD/cli/fp8d FP8CTL=$BUILD/cli/fp8ctl FP8TRAIN=$BUILD/runtime/fp8train
 for b in "$FP8D" "$FP8CTL" "$FP8TRAIN"; do
   [ -x "$b" ] || { echo "cluster: $b is missing (build first)"; exit 1; }
@@ -155,14 +159,15 @@ wait_for 30 node_is n1 READY && wait_for 30 node_is n2 READY ||
   { fail "the nodes did not register"; diag; exit; }
 log "scheduler at $SERVER; nodes n1 (${ADDR[n1]}) and n2 (${ADDR[n2]}) READY"
 
-spec() {  # steps -> a 2-node job spec (one CPU rank a node), checkpoints every 10 steps
-  cat > "$TMP/job-$1.yaml" <<EOF
-name: dp2
-nodes: 2
+spec() {  # steps [nodes, default 2] -> a job spec (one CPU rank a node), checkpoints every 10 steps
+  local nodes=${2:-2}
+  cat > "$TMP/job-$1-$nodes.yaml" <<EOF
+name: dp$nodes
+nodes: $nodes
 gpus_per_node: 1
 max_restarts: 3
 config:
-  name: dp2
+  name: dp$nodes
   model: {n_layer: 2, n_embd: 64, n_head: 4, block_size: 64, vocab_size: 256}
   data: {train: $TMP/corpus.txt, format: text}
   train: {batch_size: 4, seq_len: 64, total_steps: $1, lr: 0.003, warmup_steps: 5,
@@ -170,7 +175,7 @@ config:
   precision: fp8
   parallel: {cpu_backend: gloo, collective_timeout_s: 20}
 EOF
-  echo "$TMP/job-$1.yaml"
+  echo "$TMP/job-$1-$nodes.yaml"
 }
 submit() { FP8CTL_TOKEN=$USER_T in_ns sched "$FP8CTL" --server "$SERVER" submit "$1" --json |
              python3 -c "import json, sys; print(json.load(sys.stdin)['id'])"; }
@@ -218,8 +223,39 @@ if [[ $PARTS == *linkcut* ]]; then
   fi
 fi
 
+if [[ $PARTS == *recovery* ]]; then
+  log "3. recovery: a one-node job's node cut off, timed until it trains again on the other node"
+  R=$(submit "$(spec 400 1)")
+  wait_for 180 ckpt_at_least "$R" 10 || { fail "job $R never checkpointed"; diag "$R"; }
+  X=$(ctl status "$R" --json | python3 -c "import json, sys; print(json.load(sys.stdin)['placement'][0]['node'])")
+  Y=$([ "$X" = n1 ] && echo n2 || echo n1)
+  ip -n "$HUB" link set "v-$X" down
+  trained() { ctl events "$R" | grep -q "training again at step"; }
+  if wait_for $((HB_TIMEOUT + 60)) trained; then
+    log "job $R on $X, cut: $(ctl events "$R" | grep "training again at step" | tail -n 1 | sed 's/.*RUNNING  //')"
+    ctl status "$R" | grep "last start:" | sed 's/^ */cluster:   /'
+    ctl status "$R" --json | python3 -c "
+import json, sys
+j = json.load(sys.stdin); t = j['timing']; p = t['phases']
+node = j['placement'][0]['node']
+print('cluster: phases (s): ' + ', '.join(f'{k} {v:.2f}' for k, v in p.items() if v is not None))
+ok = node == '$Y' and p['from_detection_s'] is not None and p['from_detection_s'] < 15
+if node != '$Y': print('cluster: FAIL: trained again on ' + node + ', not on $Y')
+if not ok and node == '$Y': print('cluster: FAIL: %.2f s from the detection to the first step (goal < 15 s)' % p['from_detection_s'])
+sys.exit(0 if ok else 1)" || rc=1
+  else
+    fail "job $R did not train again within $((HB_TIMEOUT + 60)) s of the cut"; diag "$R"
+  fi
+  ip -n "$HUB" link set "v-$X" up
+  wait_for 30 node_is "$X" READY || fail "$X did not come back"
+  ctl cancel "$R" >/dev/null || fail "fp8ctl cancel $R failed"
+  gone() { [ "$(ctl nodes --json | python3 -c "
+import json, sys; print(sum(len(n['jobs']) for n in json.load(sys.stdin)))")" = 0 ]; }
+  wait_for 60 gone || fail "the nodes still hold jobs after job $R was cancelled"
+fi
+
 if [[ $PARTS == *drain* ]]; then
-  log "3. n1 drained with a job running, its daemon restarted, undrained"
+  log "4. n1 drained with a job running, its daemon restarted, undrained"
   C=$(submit "$(spec 200)")
   wait_for 180 ckpt_at_least "$C" 10 || { fail "job $C never checkpointed"; diag "$C"; }
   ctl drain n1 --reason "rolling upgrade" || fail "fp8ctl drain n1 failed"
@@ -243,9 +279,9 @@ import json, sys; print(next(len(n['jobs']) for n in json.load(sys.stdin) if n['
 fi
 
 if [[ $PARTS == *upgrade* ]] && ! command -v ansible-playbook >/dev/null 2>&1; then
-  log "4. upgrade: skipped (ansible-playbook is not installed)"
+  log "5. upgrade: skipped (ansible-playbook is not installed)"
 elif [[ $PARTS == *upgrade* ]]; then
-  log "4. ansible: site.yml deploys v1, rolling-upgrade.yml moves to v2 with a job running"
+  log "5. ansible: site.yml deploys v1, rolling-upgrade.yml moves to v2 with a job running"
   # The daemons above go; from here on the playbooks start every daemon (through svc.sh).
   for h in "${HOSTS[@]}"; do
     for p in $(ip netns pids "$NS-$h"); do kill -TERM "$p" 2>/dev/null; done

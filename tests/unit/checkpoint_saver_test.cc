@@ -312,6 +312,48 @@ TEST_F(CheckpointSaverTest, BusyLinesSayWhatTheTrainerDoesBetweenSteps) {
   }
 }
 
+// After each start's first step the trainer says how the start went (for the node, which times a
+// recovery with it): once per start, at that step, the checkpoint load 0 on a fresh start and
+// measured on a resume, `at` the wall clock when the step ended.
+TEST_F(CheckpointSaverTest, EachStartSaysOnceHowItWentAfterItsFirstStep) {
+  const std::string ckpt = dir_.str() + "/start";
+  auto startups = [](const std::string& text) {
+    std::vector<nlohmann::json> out;
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);) {
+      auto j = nlohmann::json::parse(l);
+      if (j.contains("startup")) out.push_back(j);
+    }
+    return out;
+  };
+  const double before =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::ostringstream m1, p1;
+  TrainOptions o = Options(ckpt, 4, true);
+  o.metrics = &m1;
+  o.progress = &p1;
+  ASSERT_TRUE(RunTraining(o, DeviceInfo{}).ok());
+  auto s1 = startups(m1.str());
+  ASSERT_EQ(s1.size(), 1u) << m1.str();
+  EXPECT_EQ(s1[0]["step"], 1);
+  EXPECT_EQ(s1[0]["startup"]["load_s"].get<double>(), 0.0);
+  EXPECT_GT(s1[0]["startup"]["first_step_s"].get<double>(), 0.0);
+  EXPECT_GE(s1[0]["startup"]["init_s"].get<double>(), 0.0);
+  EXPECT_GE(s1[0]["at"].get<double>(), before);
+  EXPECT_TRUE(Has(p1.str(), "started: step 1 after ")) << p1.str();
+
+  std::ostringstream m2;
+  TrainOptions again = Options(ckpt, 6, true);
+  again.resume = true;
+  again.metrics = &m2;
+  ASSERT_TRUE(RunTraining(again, DeviceInfo{}).ok());
+  auto s2 = startups(m2.str());
+  ASSERT_EQ(s2.size(), 1u) << m2.str();
+  EXPECT_EQ(s2[0]["step"], 5) << "the first step this start trained";
+  EXPECT_GT(s2[0]["startup"]["load_s"].get<double>(), 0.0) << "a resume loads the checkpoint";
+  EXPECT_GE(s2[0]["at"].get<double>(), s1[0]["at"].get<double>());
+}
+
 // --memory-report says what the snapshot will take before the first checkpoint, and where it
 // went once taken (the metrics carry the same).
 TEST_F(CheckpointSaverTest, TheMemoryReportShowsTheSnapshot) {

@@ -250,5 +250,49 @@ TEST(MetricsTail, ReadsBusyLinesApartFromSteps) {
   EXPECT_LE(p.busy.size(), 64u);
 }
 
+TEST(MetricsTail, ReadsTheStartupLineOfTheFirstStep) {
+  test::TempDir d;
+  const std::string path = d.str() + "/metrics.jsonl";
+  MetricsTail tail(path);
+  Progress p;
+  {
+    std::ofstream(path) << R"({"step":121,"loss":3,"tokens_per_s":10})"
+                        << "\n"
+                        << R"({"startup":{"init_s":2.5,"load_s":0.75,"first_step_s":0.5},)"
+                        << R"("step":121,"at":1790000000.25})"
+                        << "\n";
+  }
+  EXPECT_TRUE(tail.Poll(&p));
+  EXPECT_EQ(p.step, 121);
+  EXPECT_EQ(p.lines, 1) << "the startup line is not a step";
+  EXPECT_EQ(p.startup.step, 121);
+  EXPECT_DOUBLE_EQ(p.startup.init_s, 2.5);
+  EXPECT_DOUBLE_EQ(p.startup.load_s, 0.75);
+  EXPECT_DOUBLE_EQ(p.startup.first_step_s, 0.5);
+  EXPECT_DOUBLE_EQ(p.startup.at, 1790000000.25);
+  // Lines without what the scheduler needs are not a startup.
+  {
+    std::ofstream(path, std::ios::app)
+        << R"({"startup":{"load_s":-1,"first_step_s":0.5},"step":130,"at":1790000001})"
+        << "\n"
+        << R"({"startup":{"load_s":1,"first_step_s":0.5},"step":131})"
+        << "\n";
+  }
+  tail.Poll(&p);
+  EXPECT_EQ(p.startup.step, 121);
+}
+
+TEST(HangDetector, KnowsWhenTheTrainerLastShowedProgress) {
+  HangDetector h;
+  const auto t0 = HangDetector::Clock::time_point{} + 100s;
+  EXPECT_FALSE(h.LastProgress().has_value());
+  h.Busy("starting", t0);
+  EXPECT_EQ(h.LastProgress(), t0);
+  h.Observe(1, t0 + 5s);
+  EXPECT_EQ(h.LastProgress(), t0 + 5s);
+  h.Busy("evaluating", t0 + 9s);
+  EXPECT_EQ(h.LastProgress(), t0 + 9s);
+}
+
 }  // namespace
 }  // namespace fp8rt::node

@@ -138,6 +138,11 @@ class ClusterTest : public SchedProcessTest {
   bool WaitState(int64_t id, const std::string& state, std::chrono::seconds timeout = 120s) {
     return WaitFor(id, [&](const json& j) { return j.value("state", "") == state; }, timeout);
   }
+  // Attempt `attempt` of the job has trained its first step (the scheduler timed its start).
+  static bool TrainedAgain(const json& j, int attempt) {
+    return j.contains("timing") && j["timing"].value("attempt", 0) == attempt &&
+           j["timing"]["trained_at"].is_number();
+  }
   static int64_t Step(const json& j) {
     return j.contains("progress") && j["progress"]["step"].is_number()
                ? j["progress"]["step"].get<int64_t>()
@@ -241,6 +246,13 @@ TEST_F(ClusterTest, AKilledRankAndAHungRankRestartTheGangFromItsCheckpoint) {
   // message about it).
   EXPECT_TRUE(Has(Events(id), "rank 1")) << Events(id);
   EXPECT_TRUE(Has(Events(id), "resumes from checkpoint step")) << Events(id);
+  // The recovery, timed: the node reports the failed gang at once (not at its next heartbeat).
+  ASSERT_TRUE(WaitFor(id, [](const json& j) { return TrainedAgain(j, 2); })) << Diag(id);
+  json phases = Job(id)["timing"]["phases"];
+  EXPECT_LT(phases["detection_s"].get<double>(), 2.0) << phases.dump();
+  EXPECT_LT(phases["from_detection_s"].get<double>(), 15.0) << phases.dump();
+  EXPECT_TRUE(Has(Events(id), "training again at step")) << Events(id);
+  std::cout << "killed rank, trained again: " << phases.dump() << "\n";
   ASSERT_TRUE(WaitState(id, "COMPLETED")) << Diag(id);
   EXPECT_EQ(Step(Job(id)), 60);
 
@@ -262,6 +274,14 @@ TEST_F(ClusterTest, AKilledRankAndAHungRankRestartTheGangFromItsCheckpoint) {
   EXPECT_TRUE(Has(Events(lone), "no progress since step")) << Events(lone);
   EXPECT_FALSE(Running(ranks[0])) << "the hung rank was killed";
   ASSERT_TRUE(WaitState(lone, "RUNNING", 30s)) << Diag(lone);
+  // Its detection counts from the trainer's last progress: the floor at least.
+  ASSERT_TRUE(WaitFor(
+      lone, [](const json& j) { return TrainedAgain(j, 2); }, 30s))
+      << Diag(lone);
+  phases = Job(lone)["timing"]["phases"];
+  EXPECT_GE(phases["detection_s"].get<double>(), 3.5) << phases.dump();
+  EXPECT_LT(phases["detection_s"].get<double>(), 15.0) << phases.dump();
+  std::cout << "hung rank, trained again: " << phases.dump() << "\n";
   ASSERT_EQ(Req("POST", StrCat("/v1/jobs/", lone, "/cancel"), kAlice).status, 200);
 }
 

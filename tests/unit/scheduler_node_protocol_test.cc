@@ -46,9 +46,12 @@ TEST(NodeProtocol, HeartbeatsReadBackWithEveryField) {
   run.val_loss = 2.75, run.val_step = 100;
   run.checkpoint_error = "the checkpoint of step 100 failed: writing 'x' failed: EIO";
   run.checkpoint_disk_bytes = 47368000000;
+  run.startup_step = 101, run.startup_load_s = 1.25, run.startup_first_step_s = 0.5,
+  run.startup_age_s = 3.5;
   node::JobReport dead;
   dead.job_id = 8, dead.attempt = 1, dead.running = false, dead.exit_code = 137,
   dead.failed_rank = 1, dead.reason = "no progress since step 40 for 3 s";
+  dead.failed_age_s = 0.75;
   auto hb = sched::ParseHeartbeat(node::HeartbeatJson({run, dead}, {3}));
   ASSERT_TRUE(hb.ok()) << hb.status().ToString();
   ASSERT_EQ(hb->jobs.size(), 2u);
@@ -67,7 +70,14 @@ TEST(NodeProtocol, HeartbeatsReadBackWithEveryField) {
   EXPECT_EQ(a.progress.val_step, 100);
   EXPECT_EQ(a.progress.checkpoint_error, run.checkpoint_error);
   EXPECT_EQ(a.progress.checkpoint_disk_bytes, 47368000000);
+  EXPECT_EQ(a.startup.step, 101);
+  EXPECT_DOUBLE_EQ(a.startup.load_s, 1.25);
+  EXPECT_DOUBLE_EQ(a.startup.first_step_s, 0.5);
+  EXPECT_DOUBLE_EQ(a.startup.age_s, 3.5);
+  EXPECT_DOUBLE_EQ(a.failed_age_s, -1) << "running";
   const sched::JobReport& b = hb->jobs[1];
+  EXPECT_DOUBLE_EQ(b.failed_age_s, 0.75);
+  EXPECT_EQ(b.startup.step, -1) << "no first step reported";
   EXPECT_EQ(b.progress.checkpoint_disk_bytes, -1) << "not said";
   EXPECT_EQ(b.progress.checkpoint_error, "");
   EXPECT_DOUBLE_EQ(b.progress.val_loss, -1) << "no evaluation reported";
@@ -78,6 +88,20 @@ TEST(NodeProtocol, HeartbeatsReadBackWithEveryField) {
   EXPECT_EQ(b.reason, "no progress since step 40 for 3 s");
   ASSERT_TRUE(hb->unhealthy_gpus.has_value());
   EXPECT_EQ(*hb->unhealthy_gpus, std::vector<int>{3});
+}
+
+TEST(NodeProtocol, AStartupReportIsWholeOrRefused) {
+  for (const char* bad :
+       {R"({"jobs": [{"job_id": 1, "status": "running", "startup_step": 5}]})",
+        R"({"jobs": [{"job_id": 1, "status": "running", "startup_step": 5, "startup_load_s": 1,
+                      "startup_first_step_s": 1, "startup_age_s": -2}]})",
+        R"({"jobs": [{"job_id": 1, "status": "exited", "exit_code": 1, "failed_age_s": -1}]})"}) {
+    auto hb = sched::ParseHeartbeat(bad);
+    ASSERT_FALSE(hb.ok()) << bad;
+    EXPECT_TRUE(hb.status().message().find("startup") != std::string::npos ||
+                hb.status().message().find("failed_age_s") != std::string::npos)
+        << hb.status().ToString();
+  }
 }
 
 TEST(NodeProtocol, CommandsReadBackOnTheNode) {
