@@ -2,10 +2,13 @@
 #include "runtime/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -29,6 +32,44 @@ Result<std::string> ReadWholeFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::NotFound(StrCat("missing file '", path, "'"));
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A checkpoint file read whole in large reads (it may be many GB: one byte at a time through a
+// stream took minutes), its CRC-32C taken as it arrives; `on_progress` after each piece.
+struct FileRead {
+  std::vector<uint8_t> bytes;
+  uint32_t crc = 0;
+};
+Result<FileRead> ReadBlob(const std::string& path, const std::function<void()>& on_progress) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return Status::NotFound(StrCat("missing file '", path, "'"));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::Corruption(StrCat("checkpoint file '", path, "' is not a regular file"));
+  }
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  FileRead out;
+  out.bytes.resize(static_cast<size_t>(st.st_size));
+  constexpr size_t kPiece = size_t{64} << 20;
+  size_t done = 0;
+  while (done < out.bytes.size()) {
+    const size_t want = std::min(kPiece, out.bytes.size() - done);
+    const ssize_t n = ::pread(fd, out.bytes.data() + done, want, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      return Status::IOError(
+          StrCat("reading checkpoint file '", path, "' failed at byte ", done,
+                 n == 0 ? ": it ended early" : StrCat(": ", std::strerror(err))));
+    }
+    out.crc = Crc32c(out.bytes.data() + done, static_cast<size_t>(n), out.crc);
+    done += static_cast<size_t>(n);
+    if (on_progress) on_progress();
+  }
+  ::close(fd);
+  return out;
 }
 
 std::string Hex32(uint32_t v) {
@@ -147,7 +188,8 @@ Result<int64_t> LatestCheckpointStep(const std::string& dir) {
 }
 
 Result<Checkpoint> ReadCheckpoint(const std::string& dir, int64_t step,
-                                  const std::map<std::string, std::string>& expected) {
+                                  const std::map<std::string, std::string>& expected,
+                                  const std::function<void()>& on_progress) {
   if (step < 0) {
     FP8RT_ASSIGN_OR_RETURN(step, LatestCheckpointStep(dir));
   }
@@ -182,20 +224,23 @@ Result<Checkpoint> ReadCheckpoint(const std::string& dir, int64_t step,
     }
     for (const auto& [name, info] : m.at("files").items()) {
       const std::string path = (fs::path(sdir) / name).string();
-      auto bytes = ReadWholeFile(path);
-      if (!bytes.ok()) return Status::Corruption(StrCat("checkpoint file '", path, "' is missing"));
+      auto read = ReadBlob(path, on_progress);
+      if (!read.ok() && read.status().code() == StatusCode::kNotFound) {
+        return Status::Corruption(StrCat("checkpoint file '", path, "' is missing"));
+      }
+      if (!read.ok()) return read.status();
       const size_t want = info.at("bytes").get<size_t>();
-      if (bytes->size() != want) {
-        return Status::Corruption(StrCat("checkpoint file '", path, "' is ", bytes->size(),
+      if (read->bytes.size() != want) {
+        return Status::Corruption(StrCat("checkpoint file '", path, "' is ", read->bytes.size(),
                                          " bytes, manifest says ", want, " (truncated?)"));
       }
-      const std::string crc = Hex32(Crc32c(bytes->data(), bytes->size()));
+      const std::string crc = Hex32(read->crc);
       if (crc != info.at("crc32c").get<std::string>()) {
         return Status::Corruption(StrCat("checkpoint file '", path, "' fails its checksum (crc32c ",
                                          crc, ", manifest ", info.at("crc32c").get<std::string>(),
                                          ")"));
       }
-      ck.blobs.push_back({name, std::vector<uint8_t>(bytes->begin(), bytes->end())});
+      ck.blobs.push_back({name, std::move(read->bytes)});
     }
   } catch (const nlohmann::json::exception& e) {
     return Status::Corruption(StrCat("'", sdir, "/manifest.json' is malformed: ", e.what()));

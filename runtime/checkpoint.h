@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -65,8 +66,10 @@ class CheckpointWriter {
 
 // Reads the checkpoint LATEST points at (or `step` when >= 0), verifying every blob's size and
 // checksum, and that `expected_fingerprint` matches (keys present in both must be equal).
+// `on_progress` is called after each 64 MiB read (a long load is not a hang).
 Result<Checkpoint> ReadCheckpoint(const std::string& dir, int64_t step,
-                                  const std::map<std::string, std::string>& expected_fingerprint);
+                                  const std::map<std::string, std::string>& expected_fingerprint,
+                                  const std::function<void()>& on_progress = {});
 // Step LATEST points at, or NotFound.
 Result<int64_t> LatestCheckpointStep(const std::string& dir);
 std::string CheckpointStepDir(const std::string& dir, int64_t step);

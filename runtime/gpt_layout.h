@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/parallel_for.h"
 #include "common/train_config.h"
 
 namespace fp8rt::gpt_detail {
@@ -266,25 +267,41 @@ template <typename Owned>
 void AssembleWhole(const ModelConfig& m, int dp, int tp, bool zero, Owned owned, float* whole) {
   const Layout part(m, tp);
   const ZeroShards shards(m, part, dp);
-  std::vector<float> mine(static_cast<size_t>(part.total));
+  // Without TP a part is the whole: the shards go straight to it. (Many GB: the (rank, param,
+  // layer) copies run on every core.)
+  std::vector<float> mine(tp > 1 && zero ? static_cast<size_t>(part.total) : 0);
+  float* into = tp > 1 ? mine.data() : whole;
+  struct Copy {
+    const float* from;
+    int64_t n;
+    int64_t to;
+  };
   for (int t = 0; t < tp; ++t) {
     if (!zero) {
       TpInsert(m, tp, t, owned(0, t), whole);
       continue;
     }
-    std::fill(mine.begin(), mine.end(), 0.0f);
+    if (tp > 1) std::fill(mine.begin(), mine.end(), 0.0f);
+    std::vector<Copy> copies;
     for (int d = 0; d < dp; ++d) {
       const float* o = owned(d, t);
       for (int p = 0; p < kNumParams; ++p) {
         const int layers = IsLayerParam(p) ? m.n_layer : 1;
         const int64_t per_layer = part.size[p] / layers, n = shards.slice[p];
         for (int l = 0; l < layers; ++l) {
-          std::copy_n(o + shards.offset[p] + l * n, n,
-                      mine.data() + part.offset[p] + l * per_layer + d * n);
+          copies.push_back(
+              {o + shards.offset[p] + l * n, n, part.offset[p] + l * per_layer + d * n});
         }
       }
     }
-    TpInsert(m, tp, t, mine.data(), whole);
+    ParallelFor(
+        static_cast<int64_t>(copies.size()),
+        static_cast<double>(part.total) / static_cast<double>(std::max<size_t>(1, copies.size())),
+        [&](int64_t i) {
+          const Copy& c = copies[static_cast<size_t>(i)];
+          std::copy_n(c.from, c.n, into + c.to);
+        });
+    if (tp > 1) TpInsert(m, tp, t, mine.data(), whole);
   }
 }
 

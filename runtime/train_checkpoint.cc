@@ -1,6 +1,7 @@
 // fp8train's checkpoints (runtime/train_checkpoint.h).
 #include "runtime/train_checkpoint.h"
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <utility>
@@ -86,17 +87,32 @@ Status SaveCheckpoint(const TrainOptions& o, Precision p, GptModel& model, int64
 // Restores weights, moments, data cursor and FP8 scale state; returns the checkpoint's step.
 // Whatever dp, tp and ZeRO wrote the checkpoint, the whole model is put together first and the
 // model takes its part (so a run resumes at another dp or tp).
-Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, DataLoader& loader) {
+Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, DataLoader& loader,
+                        const std::function<void()>& on_progress, LoadTimes* times) {
+  using clock = std::chrono::steady_clock;
+  auto since = [](clock::time_point t) {
+    return std::chrono::duration<double>(clock::now() - t).count();
+  };
+  LoadTimes lt;
+  auto t0 = clock::now();
   auto fp = Fingerprint(o.config, p);
   if (o.reset_fp8_history) {
     for (auto it = fp.begin(); it != fp.end();) {
       it = it->first.rfind("fp8.", 0) == 0 ? fp.erase(it) : std::next(it);
     }
   }
-  FP8RT_ASSIGN_OR_RETURN(Checkpoint ck, ReadCheckpoint(o.checkpoint_dir, -1, fp));
+  FP8RT_ASSIGN_OR_RETURN(Checkpoint ck, ReadCheckpoint(o.checkpoint_dir, -1, fp, on_progress));
+  lt.read_s = since(t0);
+  for (const auto& b : ck.blobs) lt.bytes += static_cast<int64_t>(b.bytes.size());
+  t0 = clock::now();
   FP8RT_ASSIGN_OR_RETURN(auto master, CheckpointArray(ck, "master"));
   FP8RT_ASSIGN_OR_RETURN(auto m, CheckpointArray(ck, "adam_m"));
   FP8RT_ASSIGN_OR_RETURN(auto v, CheckpointArray(ck, "adam_v"));
+  ck.blobs.clear();
+  ck.blobs.shrink_to_fit();
+  lt.assemble_s = since(t0);
+  if (on_progress) on_progress();
+  t0 = clock::now();
   if (static_cast<int64_t>(master.size()) != model.num_params()) {
     return Status::FailedPrecondition(StrCat("checkpoint step ", ck.step, " holds ", master.size(),
                                              " parameters, this model has ", model.num_params()));
@@ -129,6 +145,8 @@ Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, Dat
   if (!scales.empty()) FP8RT_RETURN_IF_ERROR(model.ImportScales(scales));
   if (o.reset_fp8_history) FP8RT_RETURN_IF_ERROR(model.ResetFp8History());
   loader.set_cursor(cursor);
+  lt.import_s = since(t0);
+  if (times != nullptr) *times = lt;
   return ck.step;
 }
 
@@ -180,21 +198,31 @@ Result<std::vector<float>> CheckpointArray(const Checkpoint& ck, const std::stri
   }
   const gpt_detail::Layout part(m, tp);
   const int64_t n = zero ? gpt_detail::ZeroShards(m, part, dp).total : part.total;
-  std::map<std::pair<int, int>, std::vector<float>> owned;
+  // Each part is read where it lies in its blob (no copy; a blob's bytes are allocated with the
+  // alignment of any scalar).
+  std::map<std::pair<int, int>, const float*> owned;
   for (int t = 0; t < tp; ++t) {
     for (int d = 0; d < (zero ? dp : 1); ++d) {
       const std::string name = ShardFileName(which, d, t);
-      FP8RT_ASSIGN_OR_RETURN(auto v, Floats(ck, name.c_str()));
-      if (static_cast<int64_t>(v.size()) != n) {
-        return Status::Corruption(StrCat("checkpoint step ", ck.step, ": ", name, " holds ",
-                                         v.size(), " values, the shard layout needs ", n));
+      const CheckpointBlob* b = ck.Find(name);
+      if (b == nullptr || b->bytes.size() % 4 != 0) {
+        return Status::Corruption(StrCat("checkpoint step ", ck.step, " lacks a valid ", name));
       }
-      owned[{d, t}] = std::move(v);
+      const auto values = static_cast<int64_t>(b->bytes.size() / 4);
+      if (values != n) {
+        return Status::Corruption(StrCat("checkpoint step ", ck.step, ": ", name, " holds ", values,
+                                         " values, the shard layout needs ", n));
+      }
+      owned[{d, t}] = reinterpret_cast<const float*>(b->bytes.data());
     }
   }
   std::vector<float> whole(static_cast<size_t>(gpt_detail::Layout(m).total), 0.0f);
   gpt_detail::AssembleWhole(
-      m, dp, tp, zero, [&](int d, int t) { return owned.at({d, t}).data(); }, whole.data());
+      m, dp, tp, zero,
+      [&](int d, int t) {
+        return owned.at({d, t});
+      },
+      whole.data());
   return whole;
 }
 

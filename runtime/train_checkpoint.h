@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -36,7 +37,17 @@ uint32_t HashScaleRecords(const std::vector<TensorScaleRecord>& recs);
 // needs to (others return at once).
 Status SaveCheckpoint(const TrainOptions& o, Precision p, GptModel& model, int64_t step,
                       const DataCursor& cursor, const RankPlace& place);
-Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, DataLoader& loader);
+// Where a resume's checkpoint load went (seconds), and what it read.
+struct LoadTimes {
+  int64_t bytes = 0;      // the checkpoint files read (all of them: every rank reads every part)
+  double read_s = 0;      // reading and checking them
+  double assemble_s = 0;  // putting the whole model's arrays together from the parts
+  double import_s = 0;    // the scale state, and this rank's part into the model
+};
+// `on_progress`: called as the checkpoint is read (runtime/checkpoint.h); `times`: filled when
+// given.
+Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, DataLoader& loader,
+                        const std::function<void()>& on_progress = {}, LoadTimes* times = nullptr);
 
 // The model's shape a checkpoint was written for (from its fingerprint), or Corruption.
 Result<ModelConfig> CheckpointModelConfig(const Checkpoint& ck);

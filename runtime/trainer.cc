@@ -335,8 +335,21 @@ Result<int64_t> SetUpModel(Run& r, TrainResult* result) {
   r.init_s = std::chrono::duration<double>(loading - started).count();
   if (!o.resume) return int64_t{0};
   if (o.checkpoint_dir.empty()) return Status::InvalidArgument("--resume needs --checkpoint-dir");
-  FP8RT_ASSIGN_OR_RETURN(const int64_t step, Restore(o, r.pd.precision, *r.model, *r.loader));
+  LoadTimes lt;
+  FP8RT_ASSIGN_OR_RETURN(const int64_t step, Restore(
+                                                 o, r.pd.precision, *r.model, *r.loader,
+                                                 [&r] { Busy(r, "starting"); }, &lt));
   r.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - loading).count();
+  // (every rank: ranks that load slower hold the others' first step)
+  if (std::ostream* out = o.progress) {
+    const auto flags = out->flags();
+    *out << std::fixed << std::setprecision(2) << "rank " << r.rank << ": resume: step " << step
+         << " loaded in " << r.load_s << " s: read and checked " << lt.bytes / 1e9 << " GB in "
+         << lt.read_s << " s (" << (lt.read_s > 0 ? lt.bytes / 1e9 / lt.read_s : 0.0)
+         << " GB/s), put together in " << lt.assemble_s << " s, into the model in " << lt.import_s
+         << " s\n";
+    out->flags(flags);
+  }
   return step;
 }
 

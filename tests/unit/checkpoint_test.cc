@@ -2,6 +2,7 @@
 #include "runtime/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,6 +52,31 @@ TEST(Checkpoint, WriteReadRoundTripAndLatest) {
   for (const auto& e : fs::directory_iterator(d.str())) {
     EXPECT_EQ(e.path().string().find("staging"), std::string::npos) << e.path();
   }
+}
+
+// A blob of several read pieces (64 MiB each, the last short) reads back exactly, saying so
+// after each piece; a FIFO in a blob's place is refused at once, not waited on.
+TEST(Checkpoint, LargeBlobsReadInPiecesWithProgressAndAFifoIsRefused) {
+  TempDir d;
+  Checkpoint c = Sample(3);
+  std::vector<uint8_t> big((size_t{150} << 20) + 3);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
+  c.blobs.push_back({"big.bin", big});
+  ASSERT_TRUE(CheckpointWriter(d.str()).Write(c).ok());
+  int calls = 0;
+  auto r = ReadCheckpoint(d.str(), -1, {}, [&calls] { ++calls; });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_NE(r->Find("big.bin"), nullptr);
+  EXPECT_TRUE(r->Find("big.bin")->bytes == big);
+  EXPECT_GE(calls, 3 + 2) << "three pieces of big.bin, one each for the small blobs";
+
+  const std::string adam = CheckpointStepDir(d.str(), 3) + "/adam_m.bin";
+  fs::remove(adam);
+  ASSERT_EQ(::mkfifo(adam.c_str(), 0600), 0);
+  auto fifo = ReadCheckpoint(d.str(), -1, {});
+  ASSERT_FALSE(fifo.ok());
+  EXPECT_NE(fifo.status().message().find("not a regular file"), std::string::npos)
+      << fifo.status().message();
 }
 
 // The phases several ranks use: files staged by others are listed in the manifest with the size
