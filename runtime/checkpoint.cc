@@ -189,7 +189,8 @@ Result<int64_t> LatestCheckpointStep(const std::string& dir) {
 
 Result<Checkpoint> ReadCheckpoint(const std::string& dir, int64_t step,
                                   const std::map<std::string, std::string>& expected,
-                                  const std::function<void()>& on_progress) {
+                                  const std::function<void()>& on_progress,
+                                  const WantedFile& wanted) {
   if (step < 0) {
     FP8RT_ASSIGN_OR_RETURN(step, LatestCheckpointStep(dir));
   }
@@ -223,6 +224,7 @@ Result<Checkpoint> ReadCheckpoint(const std::string& dir, int64_t step,
       }
     }
     for (const auto& [name, info] : m.at("files").items()) {
+      if (wanted && !wanted(ck.state, name)) continue;
       const std::string path = (fs::path(sdir) / name).string();
       auto read = ReadBlob(path, on_progress);
       if (!read.ok() && read.status().code() == StatusCode::kNotFound) {

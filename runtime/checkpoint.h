@@ -66,10 +66,15 @@ class CheckpointWriter {
 
 // Reads the checkpoint LATEST points at (or `step` when >= 0), verifying every blob's size and
 // checksum, and that `expected_fingerprint` matches (keys present in both must be equal).
-// `on_progress` is called after each 64 MiB read (a long load is not a hang).
+// `on_progress` is called after each 64 MiB read (a long load is not a hang). `wanted`, when
+// given, is asked for each file with the checkpoint's state: a file it declines is neither read
+// nor checked, and has no blob.
+using WantedFile =
+    std::function<bool(const std::map<std::string, std::string>& state, const std::string& name)>;
 Result<Checkpoint> ReadCheckpoint(const std::string& dir, int64_t step,
                                   const std::map<std::string, std::string>& expected_fingerprint,
-                                  const std::function<void()>& on_progress = {});
+                                  const std::function<void()>& on_progress = {},
+                                  const WantedFile& wanted = {});
 // Step LATEST points at, or NotFound.
 Result<int64_t> LatestCheckpointStep(const std::string& dir);
 std::string CheckpointStepDir(const std::string& dir, int64_t step);

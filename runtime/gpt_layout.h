@@ -260,7 +260,8 @@ struct ZeroShards {
   }
 };
 
-// The whole model (Layout(m) order) from the arrays each rank owns: owned(d, t) is data-parallel
+// The whole model (Layout(m) order) from the arrays each rank owns (null: not read; that part
+// stays zero): owned(d, t) is data-parallel
 // rank d's, tensor-parallel rank t's array: its ZeRO shard (ZeroShards order) of TP part t when
 // `zero`, else TP part t (Layout(m, tp) order; then only d = 0 is asked).
 template <typename Owned>
@@ -278,13 +279,14 @@ void AssembleWhole(const ModelConfig& m, int dp, int tp, bool zero, Owned owned,
   };
   for (int t = 0; t < tp; ++t) {
     if (!zero) {
-      TpInsert(m, tp, t, owned(0, t), whole);
+      if (owned(0, t) != nullptr) TpInsert(m, tp, t, owned(0, t), whole);
       continue;
     }
     if (tp > 1) std::fill(mine.begin(), mine.end(), 0.0f);
     std::vector<Copy> copies;
     for (int d = 0; d < dp; ++d) {
       const float* o = owned(d, t);
+      if (o == nullptr) continue;  // a part not read: left zero
       for (int p = 0; p < kNumParams; ++p) {
         const int layers = IsLayerParam(p) ? m.n_layer : 1;
         const int64_t per_layer = part.size[p] / layers, n = shards.slice[p];

@@ -88,7 +88,8 @@ Status SaveCheckpoint(const TrainOptions& o, Precision p, GptModel& model, int64
 // Whatever dp, tp and ZeRO wrote the checkpoint, the whole model is put together first and the
 // model takes its part (so a run resumes at another dp or tp).
 Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, DataLoader& loader,
-                        const std::function<void()>& on_progress, LoadTimes* times) {
+                        const std::function<void()>& on_progress, LoadTimes* times,
+                        const RankPlace* place) {
   using clock = std::chrono::steady_clock;
   auto since = [](clock::time_point t) {
     return std::chrono::duration<double>(clock::now() - t).count();
@@ -101,13 +102,41 @@ Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, Dat
       it = it->first.rfind("fp8.", 0) == 0 ? fp.erase(it) : std::next(it);
     }
   }
-  FP8RT_ASSIGN_OR_RETURN(Checkpoint ck, ReadCheckpoint(o.checkpoint_dir, -1, fp, on_progress));
+  // Written by this grid: only the parts this rank takes. (Any other grid: every part, put
+  // together whole first.)
+  WantedFile wanted;
+  if (place != nullptr) {
+    wanted = [place](const std::map<std::string, std::string>& state, const std::string& name) {
+      auto at = [&state](const char* key) {
+        auto it = state.find(key);
+        return it == state.end() ? std::string() : it->second;
+      };
+      if (at("shards.dp") != std::to_string(place->dp) ||
+          at("shards.tp") != std::to_string(place->tp) ||
+          at("shards.zero") != (place->zero ? "1" : "0")) {
+        return true;
+      }
+      for (const char* a : {"master", "adam_m", "adam_v"}) {
+        for (int d = 0; d < place->dp; ++d) {
+          for (int t = 0; t < place->tp; ++t) {
+            if (name != ShardFileName(a, d, t)) continue;
+            if (t != place->tp_rank) return false;
+            return std::string(a) == "master" || !place->zero || d == place->dp_rank;
+          }
+        }
+      }
+      return true;
+    };
+  }
+  FP8RT_ASSIGN_OR_RETURN(Checkpoint ck,
+                         ReadCheckpoint(o.checkpoint_dir, -1, fp, on_progress, wanted));
   lt.read_s = since(t0);
   for (const auto& b : ck.blobs) lt.bytes += static_cast<int64_t>(b.bytes.size());
   t0 = clock::now();
-  FP8RT_ASSIGN_OR_RETURN(auto master, CheckpointArray(ck, "master"));
-  FP8RT_ASSIGN_OR_RETURN(auto m, CheckpointArray(ck, "adam_m"));
-  FP8RT_ASSIGN_OR_RETURN(auto v, CheckpointArray(ck, "adam_v"));
+  const bool partial = static_cast<bool>(wanted);
+  FP8RT_ASSIGN_OR_RETURN(auto master, CheckpointArray(ck, "master", partial));
+  FP8RT_ASSIGN_OR_RETURN(auto m, CheckpointArray(ck, "adam_m", partial));
+  FP8RT_ASSIGN_OR_RETURN(auto v, CheckpointArray(ck, "adam_v", partial));
   ck.blobs.clear();
   ck.blobs.shrink_to_fit();
   lt.assemble_s = since(t0);
@@ -180,7 +209,8 @@ Result<ModelConfig> CheckpointModelConfig(const Checkpoint& ck) {
   return m;
 }
 
-Result<std::vector<float>> CheckpointArray(const Checkpoint& ck, const std::string& which) {
+Result<std::vector<float>> CheckpointArray(const Checkpoint& ck, const std::string& which,
+                                           bool skipped_are_zero) {
   if (ck.state.count("shards.tp") == 0) return Floats(ck, (which + ".bin").c_str());
   FP8RT_ASSIGN_OR_RETURN(const ModelConfig m, CheckpointModelConfig(ck));
   int dp = 0, tp = 0;
@@ -205,6 +235,10 @@ Result<std::vector<float>> CheckpointArray(const Checkpoint& ck, const std::stri
     for (int d = 0; d < (zero ? dp : 1); ++d) {
       const std::string name = ShardFileName(which, d, t);
       const CheckpointBlob* b = ck.Find(name);
+      if (b == nullptr && skipped_are_zero) {
+        owned[{d, t}] = nullptr;  // (not this rank's: zeros it never reads)
+        continue;
+      }
       if (b == nullptr || b->bytes.size() % 4 != 0) {
         return Status::Corruption(StrCat("checkpoint step ", ck.step, " lacks a valid ", name));
       }

@@ -45,9 +45,12 @@ struct LoadTimes {
   double import_s = 0;    // the scale state, and this rank's part into the model
 };
 // `on_progress`: called as the checkpoint is read (runtime/checkpoint.h); `times`: filled when
-// given.
+// given. `place`: this rank's place in the grid; when the checkpoint was written by the same grid
+// only the parts this rank takes are read (all of its TP part's master shards, its own moments).
+// Null: every part.
 Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, DataLoader& loader,
-                        const std::function<void()>& on_progress = {}, LoadTimes* times = nullptr);
+                        const std::function<void()>& on_progress = {}, LoadTimes* times = nullptr,
+                        const RankPlace* place = nullptr);
 
 // The model's shape a checkpoint was written for (from its fingerprint), or Corruption.
 Result<ModelConfig> CheckpointModelConfig(const Checkpoint& ck);
@@ -60,6 +63,9 @@ inline std::string ShardFileName(const std::string& which, int dp_rank, int tp_r
 // The whole-model array `which` (master, adam_m or adam_v; gpt_detail::Layout order) of a
 // checkpoint, whatever wrote it: the whole-model file, or every shard put together (the model's
 // shape from the fingerprint, the shard layout from the state).
-Result<std::vector<float>> CheckpointArray(const Checkpoint& ck, const std::string& which);
+// `skipped_are_zero`: a part the checkpoint lists but that was not read (ReadCheckpoint's
+// `wanted`) reads as zeros instead of an error.
+Result<std::vector<float>> CheckpointArray(const Checkpoint& ck, const std::string& which,
+                                           bool skipped_are_zero = false);
 
 }  // namespace fp8rt

@@ -174,6 +174,7 @@ struct Run {
   // This start's phases (the start-up line after the first step): set-up since the process
   // started, the checkpoint load (0: a fresh start).
   double init_s = 0, load_s = 0;
+  int64_t load_bytes = 0;  // the checkpoint bytes this rank read
   std::unique_ptr<comm::Communicator> dp_group, tp_group;
   std::unique_ptr<TokenDataset> data;
   std::unique_ptr<DataLoader> loader;
@@ -338,8 +339,9 @@ Result<int64_t> SetUpModel(Run& r, TrainResult* result) {
   LoadTimes lt;
   FP8RT_ASSIGN_OR_RETURN(const int64_t step, Restore(
                                                  o, r.pd.precision, *r.model, *r.loader,
-                                                 [&r] { Busy(r, "starting"); }, &lt));
+                                                 [&r] { Busy(r, "starting"); }, &lt, &r.place));
   r.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - loading).count();
+  r.load_bytes = lt.bytes;
   // (every rank: ranks that load slower hold the others' first step)
   if (std::ostream* out = o.progress) {
     const auto flags = out->flags();
@@ -359,15 +361,16 @@ void ReportStartup(Run& r, int64_t step, double first_step_s) {
   const double at =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   if (r.metrics) {
-    *r.metrics
-        << nlohmann::json(
-               {{"startup",
-                 {{"init_s", r.init_s}, {"load_s", r.load_s}, {"first_step_s", first_step_s}}},
-                {"step", step},
-                {"at", at}})
-               .dump()
-        << "\n"
-        << std::flush;
+    *r.metrics << nlohmann::json({{"startup",
+                                   {{"init_s", r.init_s},
+                                    {"load_s", r.load_s},
+                                    {"first_step_s", first_step_s},
+                                    {"load_bytes", r.load_bytes}}},
+                                  {"step", step},
+                                  {"at", at}})
+                      .dump()
+               << "\n"
+               << std::flush;
   }
   if (r.progress) {
     const auto flags = r.progress->flags();

@@ -305,6 +305,20 @@ TEST_F(DataParallel, ZeroOneResumeIsExactAndItsCheckpointsLoadWithoutZero) {
   ASSERT_EQ(plain.ranks[0].code, 0) << plain.output;
   ASSERT_EQ(plain.metrics.size(), 6u);
   ExpectLossesNear(whole, plain, 3, 6, 1e-5);
+  // The same grid reads only what a rank takes (every master shard, its own moments: 4 of the 6
+  // equal parts); another grid reads every part.
+  auto load_bytes = [&](const std::string& tag) {
+    int64_t bytes = -1;
+    std::ifstream in(dir_.str() + "/" + tag + ".jsonl");
+    for (std::string l; std::getline(in, l);) {
+      const auto j = nlohmann::json::parse(l, nullptr, false);
+      if (j.is_object() && j.contains("startup")) bytes = j["startup"].value("load_bytes", -1);
+    }
+    return bytes;
+  };
+  const int64_t same = load_bytes("zparts"), other = load_bytes("zmixed");
+  ASSERT_GT(same, 0);
+  EXPECT_EQ(same * 3, other * 2) << same << " vs " << other;
 }
 
 // parallel.sparse_embedding_grad (the default) against the dense reduction and against one rank,
