@@ -6,7 +6,10 @@
 #        (default: tests bench train torch throughput)
 # Environment: GPU_TEST_FILTER (gtest filter for tests), LLAMA_STEPS (llamaspeed; default 20),
 #              LLAMA_PRECISIONS (llamaspeed; default "bf16 fp8"), CKPT_DIR (checkpoint; default
-#              /tmp/fp8rt-ckpt), BASELINE (baseline, checkpoint; default bundle/bin/fp8train.base).
+#              /tmp/fp8rt-ckpt), BASELINE (baseline, checkpoint; default bundle/bin/fp8train.base),
+#              REC_CONFIG, REC_GPUS (recovery; default configs/gpt-1.3b.yaml on every GPU),
+#              REC_FP8TRAIN (recovery; default bundle/bin/fp8train), REC_TAG (recovery: names
+#              its output files rec<TAG>_*).
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -284,16 +287,16 @@ if [[ $parts == *recovery* ]]; then
   # printed once it has trained again. CKPT_DIR: where the checkpoints go (removed after).
   D=${CKPT_DIR:-/tmp/fp8rt-ckpt}/recovery; R=/tmp/fp8d-recovery
   rm -rf "$R" "$D"; mkdir -p -m 700 "$R"; mkdir -p "$D"
-  NG=$(nvidia-smi -L | wc -l)
+  NG=${REC_GPUS:-$(nvidia-smi -L | wc -l)}
   export FP8D_DATA_DIR=$R
-  $B/fp8d --standalone --port 0 --data-dir "$R" --fp8train "$PWD/$B/fp8train" \
-    --checkpoint-root "$D" --data-root "$PWD" > "$OUT/rec_fp8d.log" 2>&1 & FP=$!
+  $B/fp8d --standalone --port 0 --data-dir "$R" --fp8train "$PWD/${REC_FP8TRAIN:-$B/fp8train}" \
+    --checkpoint-root "$D" --data-root "$PWD" > "$OUT/rec${REC_TAG:-}_fp8d.log" 2>&1 & FP=$!
   for _ in $(seq 300); do [ -s "$R/server" ] && break; sleep 0.1; done
   sed -e "s/log_every: 1}/log_every: 1, checkpoint_every: 20, keep_checkpoints: 1}/" \
-    -e "s|\.\./data/|$PWD/data/|" configs/gpt-1.3b.yaml > /tmp/rec.yaml
+    -e "s|\.\./data/|$PWD/data/|" "${REC_CONFIG:-configs/gpt-1.3b.yaml}" > /tmp/rec.yaml
   echo "parallel: {zero: true}" >> /tmp/rec.yaml
   J=$($B/fp8ctl submit /tmp/rec.yaml --gpus "$NG")
-  echo "== recovery: job $J (gpt-1.3b FP8 on $NG GPU(s))"
+  echo "== recovery: job $J ($(sed -n "s/^name: //p" /tmp/rec.yaml) on $NG GPU(s))"
   field() { $B/fp8ctl status "$J" --json | python3 -c "
 import json, sys; j = json.load(sys.stdin); v = j
 for k in '$1'.split('.'): v = v.get(k) if isinstance(v, dict) else None
@@ -311,11 +314,19 @@ print(max(r, key=lambda e: e['rank'])['pid'])")
     $B/fp8ctl events "$J" | grep -q "training again" && break
     sleep 0.5
   done
-  $B/fp8ctl events "$J" | tee "$OUT/rec_events.txt"
-  $B/fp8ctl status "$J" | tee "$OUT/rec_status.txt"
-  $B/fp8ctl status "$J" --json > "$OUT/rec_job.json"
+  $B/fp8ctl events "$J" | tee "$OUT/rec${REC_TAG:-}_events.txt"
+  $B/fp8ctl status "$J" | tee "$OUT/rec${REC_TAG:-}_status.txt"
+  $B/fp8ctl status "$J" --json > "$OUT/rec${REC_TAG:-}_job.json"
   $B/fp8ctl cancel "$J" > /dev/null
   kill -TERM $FP; wait $FP
-  cp -r "$R/node/jobs/$J" "$OUT/rec_job_files" 2>/dev/null
+  cp "$R/node/jobs/$J/metrics.jsonl" "$OUT/rec${REC_TAG:-}_metrics.jsonl"
+  for f in "$R/node/jobs/$J"/logs/rank-*.log; do
+    echo "---- ${f##*/}"; grep -v "^step " "$f" | tail -n 40
+  done > "$OUT/rec${REC_TAG:-}_rank_logs.txt"
+  grep -h "resume:" "$OUT/rec${REC_TAG:-}_rank_logs.txt"
+  # The disk's own read speed, past the page cache, on the checkpoint's files.
+  for f in $(ls "$D"/*/step_*/*.bin 2>/dev/null | head -n 2); do
+    echo "dd read ${f##*/} iflag=direct: $(dd if="$f" of=/dev/null bs=64M iflag=direct 2>&1 | tail -1)"
+  done | tee "$OUT/rec${REC_TAG:-}_disk.txt"
   rm -rf "$D" "$R"
 fi
