@@ -34,24 +34,53 @@ Result<TokenDataset> TokenDataset::LoadShard(const std::string& path) {
   }
   std::memcpy(header, bytes.data(), sizeof(header));
   // (The messages say what the file is not, never what it holds: the bytes are not echoed.)
-  if (header[0] != 20240520) {
+  size_t width = 0;
+  if (header[0] == kShardMagicUint16) {
+    if (header[1] != kShardVersionUint16) {
+      return Status::Corruption(StrCat("token shard '", path, "': its magic is llm.c's GPT-2 one (",
+                                       kShardMagicUint16, ") but its version is not ",
+                                       kShardVersionUint16, ", the one that goes with it"));
+    }
+    width = 2;
+  } else if (header[0] == kShardMagicUint32) {
+    if (header[1] != kShardVersionUint32) {
+      return Status::Corruption(
+          StrCat("token shard '", path, "': its magic is llm.c's Llama-3 one (", kShardMagicUint32,
+                 ") but its version is not ", kShardVersionUint32, ", the one that goes with it"));
+    }
+    width = 4;
+  } else {
     return Status::Corruption(StrCat("token shard '", path,
                                      "' is not an llm.c token shard (its header does not start "
-                                     "with the magic 20240520)"));
-  }
-  if (header[1] != 1) {
-    return Status::Corruption(
-        StrCat("token shard '", path, "': its version is not 1, the one supported"));
+                                     "with the magic ",
+                                     kShardMagicUint16, " (uint16 ids) or ", kShardMagicUint32,
+                                     " (uint32 ids))"));
   }
   const int64_t n = header[2];
-  if (n <= 1 || static_cast<uint64_t>(n) * 2 > bytes.size() - sizeof(header)) {
+  if (n <= 1 || static_cast<uint64_t>(n) * width > bytes.size() - sizeof(header)) {
     return Status::Corruption(
         StrCat("token shard '", path, "': header says ", n, " tokens but the file holds fewer"));
   }
-  std::vector<uint16_t> raw(static_cast<size_t>(n));
-  std::memcpy(raw.data(), bytes.data() + sizeof(header), static_cast<size_t>(n) * 2);
   TokenDataset d;
-  d.tokens_.assign(raw.begin(), raw.end());
+  d.tokens_.resize(static_cast<size_t>(n));
+  const char* ids = bytes.data() + sizeof(header);
+  if (width == 2) {
+    for (size_t i = 0; i < d.tokens_.size(); ++i) {
+      uint16_t v;
+      std::memcpy(&v, ids + 2 * i, 2);
+      d.tokens_[i] = v;
+    }
+  } else {
+    for (size_t i = 0; i < d.tokens_.size(); ++i) {
+      uint32_t v;
+      std::memcpy(&v, ids + 4 * i, 4);
+      if (v > static_cast<uint32_t>(INT32_MAX)) {
+        return Status::Corruption(StrCat("token shard '", path, "': the id at token ", i,
+                                         " is above 2^31 - 1, no vocabulary's"));
+      }
+      d.tokens_[i] = static_cast<int32_t>(v);
+    }
+  }
   return d;
 }
 
@@ -61,21 +90,42 @@ Result<TokenDataset> TokenDataset::Load(const std::string& path, const std::stri
   return Status::InvalidArgument(StrCat("data.format '", format, "' is not one of: text, tokens"));
 }
 
-Status TokenDataset::WriteShard(const std::string& path, const std::vector<int32_t>& tokens) {
-  int32_t header[256] = {};
-  header[0] = 20240520;
-  header[1] = 1;
-  header[2] = static_cast<int32_t>(tokens.size());
-  std::vector<uint16_t> raw(tokens.size());
+Status TokenDataset::WriteShard(const std::string& path, const std::vector<int32_t>& tokens,
+                                ShardIds ids) {
+  if (tokens.size() > static_cast<size_t>(INT32_MAX)) {
+    return Status::InvalidArgument(
+        StrCat(tokens.size(), " tokens do not fit one shard (at most ", INT32_MAX, ")"));
+  }
+  bool wide = ids == ShardIds::kUint32;
   for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] > 65535) {
-      return Status::InvalidArgument(StrCat("token ", tokens[i], " at ", i, " does not fit uint16"));
+    if (tokens[i] < 0) {
+      return Status::InvalidArgument(StrCat("token ", tokens[i], " at ", i, " is negative"));
     }
-    raw[i] = static_cast<uint16_t>(tokens[i]);
+    if (tokens[i] > 65535) {
+      if (ids == ShardIds::kUint16) {
+        return Status::InvalidArgument(
+            StrCat("token ", tokens[i], " at ", i, " does not fit uint16"));
+      }
+      wide = true;
+    }
+  }
+  int32_t header[256] = {};
+  header[0] = wide ? kShardMagicUint32 : kShardMagicUint16;
+  header[1] = wide ? kShardVersionUint32 : kShardVersionUint16;
+  header[2] = static_cast<int32_t>(tokens.size());
+  std::string raw(tokens.size() * (wide ? 4 : 2), '\0');
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (wide) {
+      const auto v = static_cast<uint32_t>(tokens[i]);
+      std::memcpy(raw.data() + 4 * i, &v, 4);
+    } else {
+      const auto v = static_cast<uint16_t>(tokens[i]);
+      std::memcpy(raw.data() + 2 * i, &v, 2);
+    }
   }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(header), sizeof(header));
-  out.write(reinterpret_cast<const char*>(raw.data()), static_cast<std::streamsize>(raw.size() * 2));
+  out.write(raw.data(), static_cast<std::streamsize>(raw.size()));
   if (!out) return Status::IOError(StrCat("cannot write token shard '", path, "'"));
   return Status::Ok();
 }

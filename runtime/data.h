@@ -10,11 +10,17 @@
 
 namespace fp8rt {
 
+// llm.c's token shard headers (dev/data/data_common.py): magic and version by id width.
+inline constexpr int32_t kShardMagicUint16 = 20240520, kShardVersionUint16 = 1;
+inline constexpr int32_t kShardMagicUint32 = 20240801, kShardVersionUint32 = 7;
+
 class TokenDataset {
  public:
   // Byte-level tokenizer: every byte of the file is one token in [0, 256).
   static Result<TokenDataset> LoadText(const std::string& path);
-  // llm.c shard: 256 int32 header (magic 20240520, version 1, token count), then uint16 tokens.
+  // llm.c token shard: a header of 256 little-endian int32 (magic, version, token count, then
+  // zeros), then the token ids: magic 20240520 with version 1 for uint16 ids (llm.c's GPT-2
+  // shards), magic 20240801 with version 7 for uint32 ids (llm.c's Llama-3 shards).
   static Result<TokenDataset> LoadShard(const std::string& path);
   static Result<TokenDataset> Load(const std::string& path, const std::string& format);
   static TokenDataset FromTokens(std::vector<int32_t> tokens) {
@@ -22,8 +28,11 @@ class TokenDataset {
     d.tokens_ = std::move(tokens);
     return d;
   }
-  // Writes an llm.c shard (used by tests and by tools that pre-tokenize).
-  static Status WriteShard(const std::string& path, const std::vector<int32_t>& tokens);
+  // Writes an llm.c shard (used by tests and by tools that pre-tokenize): uint16 ids when every
+  // id fits (kAuto) or when asked, uint32 otherwise or when asked.
+  enum class ShardIds { kAuto, kUint16, kUint32 };
+  static Status WriteShard(const std::string& path, const std::vector<int32_t>& tokens,
+                           ShardIds ids = ShardIds::kAuto);
 
   const std::vector<int32_t>& tokens() const { return tokens_; }
   int32_t max_token() const;

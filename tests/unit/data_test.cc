@@ -1,14 +1,16 @@
 // Corpus loading and the deterministic sampler.
+#include "runtime/data.h"
+
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <set>
 
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include "runtime/data.h"
+#include "runtime/trainer.h"
+#include "tests/common/train_helpers.h"
 
 namespace fp8rt {
 namespace {
@@ -37,6 +39,88 @@ TEST(TokenDataset, ShardRoundTripAndCorruption) {
   }
   EXPECT_FALSE(TokenDataset::LoadShard(p).ok());
   std::filesystem::remove(p);
+}
+
+// Ids above 65,535 (Llama-3's 128,256-id vocabulary) travel in llm.c's uint32 shard (magic
+// 20240801, version 7); ids that fit uint16 in its GPT-2 shard unless uint32 is asked for. A
+// magic with another format's version, or ids the width cannot hold, are refused by name.
+TEST(TokenDataset, Uint32ShardsCarryLargeVocabulariesAndEachHeaderIsChecked) {
+  const std::string p = TempPath("wide.bin");
+  const std::vector<int32_t> ids = {128000, 5, 65535, 65536, 128255, 9};
+  ASSERT_TRUE(TokenDataset::WriteShard(p, ids).ok());
+  int32_t header[3];
+  {
+    std::ifstream in(p, std::ios::binary);
+    in.read(reinterpret_cast<char*>(header), sizeof header);
+  }
+  EXPECT_EQ(header[0], 20240801);
+  EXPECT_EQ(header[1], 7);
+  EXPECT_EQ(header[2], 6);
+  EXPECT_EQ(std::filesystem::file_size(p), 1024u + 6 * 4);
+  auto d = TokenDataset::LoadShard(p);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->tokens(), ids);
+  EXPECT_EQ(d->max_token(), 128255);
+
+  // Small ids: uint16 unless uint32 is asked for; uint16 refuses what it cannot hold.
+  const std::vector<int32_t> small = {1, 2, 300, 65535};
+  ASSERT_TRUE(TokenDataset::WriteShard(p, small).ok());
+  EXPECT_EQ(std::filesystem::file_size(p), 1024u + 4 * 2);
+  ASSERT_TRUE(TokenDataset::WriteShard(p, small, TokenDataset::ShardIds::kUint32).ok());
+  EXPECT_EQ(std::filesystem::file_size(p), 1024u + 4 * 4);
+  ASSERT_TRUE(TokenDataset::LoadShard(p).ok());
+  EXPECT_EQ(TokenDataset::LoadShard(p)->tokens(), small);
+  auto narrow = TokenDataset::WriteShard(p, ids, TokenDataset::ShardIds::kUint16);
+  ASSERT_FALSE(narrow.ok());
+  EXPECT_NE(narrow.message().find("does not fit uint16"), std::string::npos) << narrow.message();
+
+  // Each magic with the other's version; a truncated uint32 shard.
+  for (const auto& [magic, version] : {std::pair{20240801, 1}, std::pair{20240520, 7}}) {
+    ASSERT_TRUE(TokenDataset::WriteShard(p, ids).ok());
+    {
+      std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+      const int32_t h[2] = {magic, version};
+      f.write(reinterpret_cast<const char*>(h), sizeof h);
+    }
+    auto bad = TokenDataset::LoadShard(p);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find("but its version is not"), std::string::npos)
+        << bad.status().message();
+  }
+  ASSERT_TRUE(TokenDataset::WriteShard(p, ids).ok());
+  std::filesystem::resize_file(p, 1024 + 5 * 4 + 2);
+  auto cut = TokenDataset::LoadShard(p);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.status().message().find("holds fewer"), std::string::npos);
+  std::filesystem::remove(p);
+}
+
+// A Llama-shaped model with Llama-3's vocabulary (128,256) trains on a uint32 shard, and a model
+// whose vocabulary is smaller than the shard's ids is refused naming both.
+TEST(TokenDataset, ALlamaWithLlama3sVocabularyTrainsOnAUint32Shard) {
+  test::TempDir dir("fp8rt_llama3_vocab");
+  const std::string p = dir.str() + "/tokens.bin";
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 4000; ++i) ids.push_back(i % 7 == 0 ? 128000 + i % 256 : (i * 7919) % 128256);
+  ASSERT_TRUE(TokenDataset::WriteShard(p, ids).ok());
+  TrainOptions o;
+  o.config = test::TinyRunConfig(p, Precision::kFp32, 3);
+  o.config.data.format = "tokens";
+  o.config.model.arch = Arch::kLlama;
+  o.config.model.n_layer = 1, o.config.model.n_embd = 32, o.config.model.n_head = 2;
+  o.config.model.n_kv_head = 1, o.config.model.ffn_hidden = 64, o.config.model.block_size = 32;
+  o.config.model.vocab_size = 128256;
+  o.config.train.batch_size = 2, o.config.train.seq_len = 32;
+  ASSERT_TRUE(o.config.Validate().ok()) << o.config.Validate().ToString();
+  auto r = RunTraining(o, DeviceInfo{});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->losses.size(), 3u);
+  EXPECT_GT(r->losses.front(), 10.0) << "about ln(128256) = 11.76 at the start";
+  o.config.model.vocab_size = 65536;
+  auto small = RunTraining(o, DeviceInfo{});
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.status().message().find(">= model.vocab_size 65536"), std::string::npos)
+      << small.status().message();
 }
 
 // What a file holds is never echoed in a refusal (the message reaches the job's submitter), and a
