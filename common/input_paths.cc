@@ -79,6 +79,25 @@ bool PathUnder(const std::string& path, const std::string& dir) {
 
 Result<std::string> ConfineInput(const std::string& key, const std::string& path, InputKind kind,
                                  const InputRules& rules) {
+  if (kind == InputKind::kMegatronPrefix) {
+    // Both files of the pair, each as a file; they must lie side by side (what a reader derives
+    // from the prefix is what was checked).
+    FP8RT_ASSIGN_OR_RETURN(
+        const std::string bin,
+        ConfineInput(StrCat(key, " (.bin)"), path + ".bin", InputKind::kFile, rules));
+    FP8RT_ASSIGN_OR_RETURN(
+        const std::string idx,
+        ConfineInput(StrCat(key, " (.idx)"), path + ".idx", InputKind::kFile, rules));
+    const std::string prefix = bin.size() > 4 ? bin.substr(0, bin.size() - 4) : std::string();
+    if (bin.size() < 5 || bin.compare(bin.size() - 4, 4, ".bin") != 0 || idx != prefix + ".idx") {
+      return Status::InvalidArgument(
+          StrCat(key, " = '", path,
+                 "': its .bin and .idx must be files side by side under one "
+                 "name (through links they lead to '",
+                 bin, "' and '", idx, "')"));
+    }
+    return prefix;
+  }
   if (!fs::path(path).is_absolute()) {
     return Status::InvalidArgument(StrCat(key, " = '", path, "' is not an absolute path"));
   }

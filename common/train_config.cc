@@ -101,7 +101,7 @@ Status RunConfig::Validate() const {
   FP8RT_RETURN_IF_ERROR(Range("model.block_size", model.block_size, 1, 1 << 20));
   FP8RT_RETURN_IF_ERROR(Range("model.vocab_size", model.vocab_size, 2, 1 << 24));
   if (data.train_path.empty()) return Status::InvalidArgument("data.train is required");
-  FP8RT_RETURN_IF_ERROR(OneOf("data.format", data.format, {"text", "tokens"}));
+  FP8RT_RETURN_IF_ERROR(OneOf("data.format", data.format, {"text", "tokens", "megatron"}));
   if (data.format == "text" && model.vocab_size < 256) {
     return Status::InvalidArgument(StrCat("model.vocab_size = ", model.vocab_size,
                                           " is too small for data.format text (needs >= 256)"));
@@ -353,8 +353,10 @@ class ConfigWriter {
 }  // namespace
 
 std::vector<InputPath> RunConfig::Inputs() {
-  return {{"data.train", InputKind::kFile, &data.train_path},
-          {"data.val", InputKind::kFile, &data.val_path},
+  const InputKind data_kind =
+      data.format == "megatron" ? InputKind::kMegatronPrefix : InputKind::kFile;
+  return {{"data.train", data_kind, &data.train_path},
+          {"data.val", data_kind, &data.val_path},
           {"train.init_from", InputKind::kHfDirectory, &train.init_from}};
 }
 

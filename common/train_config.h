@@ -207,10 +207,11 @@ struct ParallelConfig {
   bool operator==(const ParallelConfig&) const = default;
 };
 
-// The files a config names, which a run reads: data.train, data.val (files) and train.init_from
-// (a Hugging Face directory). The one list of them: everything that moves a config elsewhere or
-// checks what it may open (common/input_paths.h) walks it.
-enum class InputKind { kFile, kHfDirectory };
+// The files a config names, which a run reads: data.train, data.val (files, or with data.format
+// megatron the path prefix of a .bin/.idx pair) and train.init_from (a Hugging Face directory).
+// The one list of them: everything that moves a config elsewhere or checks what it may open
+// (common/input_paths.h) walks it.
+enum class InputKind { kFile, kHfDirectory, kMegatronPrefix };
 struct InputPath {
   const char* key;  // "data.train"
   InputKind kind;

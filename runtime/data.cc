@@ -84,10 +84,124 @@ Result<TokenDataset> TokenDataset::LoadShard(const std::string& path) {
   return d;
 }
 
+Result<TokenDataset> TokenDataset::LoadMegatron(const std::string& prefix) {
+  const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
+  FP8RT_ASSIGN_OR_RETURN(const std::string idx, ReadRegularFile(idx_path, "Megatron index",
+                                                                {.max_bytes = kMaxCorpusBytes}));
+  FP8RT_ASSIGN_OR_RETURN(const std::string bin, ReadRegularFile(bin_path, "Megatron data file",
+                                                                {.max_bytes = kMaxCorpusBytes}));
+  auto bad = [&](const std::string& what) {
+    return Status::Corruption(StrCat("Megatron index '", idx_path, "': ", what));
+  };
+  static constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
+  constexpr size_t kHeader = 9 + 8 + 1 + 8 + 8;
+  if (idx.size() < kHeader || std::memcmp(idx.data(), kMagic, 9) != 0) {
+    return bad("not a Megatron-LM indexed dataset index (it does not start with MMIDIDX)");
+  }
+  uint64_t version = 0, sequences = 0, documents = 0;
+  std::memcpy(&version, idx.data() + 9, 8);
+  const auto code = static_cast<uint8_t>(idx[17]);
+  std::memcpy(&sequences, idx.data() + 18, 8);
+  std::memcpy(&documents, idx.data() + 26, 8);
+  if (version != 1) return bad("its version is not 1, the one this reader reads");
+  size_t width = 0;
+  bool is_signed = false;
+  switch (code) {
+    case 1:
+      width = 1;
+      break;
+    case 2:
+      width = 1, is_signed = true;
+      break;
+    case 3:
+      width = 2, is_signed = true;
+      break;
+    case 4:
+      width = 4, is_signed = true;
+      break;
+    case 5:
+      width = 8, is_signed = true;
+      break;
+    case 8:
+      width = 2;
+      break;
+    case 6:
+    case 7:
+      return bad("its dtype is a floating-point type (code 6 or 7), not token ids");
+    default:
+      return bad("its dtype code is not one of Megatron's (1-8)");
+  }
+  if (sequences > (idx.size() - kHeader) / 12 ||
+      documents > (idx.size() - kHeader - 12 * sequences) / 8) {
+    return bad("it is shorter than its sequence and document counts say (truncated?)");
+  }
+  const char* sizes = idx.data() + kHeader;
+  const char* pointers = sizes + 4 * sequences;
+  const char* doc_index = pointers + 8 * sequences;
+  // The document index: 0, ..., sequences, never going back.
+  int64_t previous = 0;
+  for (uint64_t d = 0; d < documents; ++d) {
+    int64_t at;
+    std::memcpy(&at, doc_index + 8 * d, 8);
+    if (at < previous || static_cast<uint64_t>(at) > sequences || (d == 0 && at != 0)) {
+      return bad(
+          StrCat("its document index is not 0, ..., ", sequences, " in order (entry ", d, ")"));
+    }
+    previous = at;
+  }
+  uint64_t total = 0;
+  for (uint64_t i = 0; i < sequences; ++i) {
+    int32_t n;
+    int64_t offset;
+    std::memcpy(&n, sizes + 4 * i, 4);
+    std::memcpy(&offset, pointers + 8 * i, 8);
+    if (n < 0 || offset < 0 || static_cast<uint64_t>(offset) > bin.size() ||
+        static_cast<uint64_t>(n) * width > bin.size() - static_cast<uint64_t>(offset)) {
+      return Status::Corruption(StrCat("Megatron dataset '", prefix, "': sequence ", i,
+                                       " lies past the end of '", bin_path, "' (truncated?)"));
+    }
+    total += static_cast<uint64_t>(n);
+  }
+  if (total < 2) return Status::InvalidArgument(StrCat("Megatron dataset '", prefix, "' is empty"));
+  TokenDataset d;
+  d.tokens_.reserve(total);
+  for (uint64_t i = 0; i < sequences; ++i) {
+    int32_t n;
+    int64_t offset;
+    std::memcpy(&n, sizes + 4 * i, 4);
+    std::memcpy(&offset, pointers + 8 * i, 8);
+    const char* p = bin.data() + offset;
+    for (int32_t k = 0; k < n; ++k, p += width) {
+      int64_t v = 0;
+      if (width == 1) {
+        v = is_signed ? static_cast<int8_t>(*p) : static_cast<uint8_t>(*p);
+      } else if (width == 2) {
+        uint16_t u;
+        std::memcpy(&u, p, 2);
+        v = is_signed ? static_cast<int16_t>(u) : u;
+      } else if (width == 4) {
+        int32_t s;
+        std::memcpy(&s, p, 4);
+        v = s;
+      } else {
+        std::memcpy(&v, p, 8);
+      }
+      if (v < 0 || v > INT32_MAX) {
+        return Status::Corruption(StrCat("Megatron dataset '", prefix, "': sequence ", i,
+                                         " holds an id outside 0..2^31 - 1 (token ", k, ")"));
+      }
+      d.tokens_.push_back(static_cast<int32_t>(v));
+    }
+  }
+  return d;
+}
+
 Result<TokenDataset> TokenDataset::Load(const std::string& path, const std::string& format) {
   if (format == "text") return LoadText(path);
   if (format == "tokens") return LoadShard(path);
-  return Status::InvalidArgument(StrCat("data.format '", format, "' is not one of: text, tokens"));
+  if (format == "megatron") return LoadMegatron(path);
+  return Status::InvalidArgument(
+      StrCat("data.format '", format, "' is not one of: text, tokens, megatron"));
 }
 
 Status TokenDataset::WriteShard(const std::string& path, const std::vector<int32_t>& tokens,

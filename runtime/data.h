@@ -22,6 +22,14 @@ class TokenDataset {
   // zeros), then the token ids: magic 20240520 with version 1 for uint16 ids (llm.c's GPT-2
   // shards), magic 20240801 with version 7 for uint32 ids (llm.c's Llama-3 shards).
   static Result<TokenDataset> LoadShard(const std::string& path);
+  // Megatron-LM's indexed dataset (megatron/core/datasets/indexed_dataset.py, index version 1):
+  // `prefix`.idx holds the header "MMIDIDX\0\0", the version (uint64, 1), the dtype code (uint8:
+  // 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 8 uint16; 6 and 7, floats, are refused), the
+  // sequence count and the document count (uint64), then each sequence's length (int32), its byte
+  // offset in `prefix`.bin (int64) and the document index (int64, document_count entries:
+  // 0, ..., sequence_count). The sequences are read in order, one after another (as Megatron's
+  // GPT dataset concatenates documents; its EOD tokens, if the preprocessing appended them, stay).
+  static Result<TokenDataset> LoadMegatron(const std::string& prefix);
   static Result<TokenDataset> Load(const std::string& path, const std::string& format);
   static TokenDataset FromTokens(std::vector<int32_t> tokens) {
     TokenDataset d;

@@ -7,7 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
+#include <tuple>
 
 #include "runtime/trainer.h"
 #include "tests/common/train_helpers.h"
@@ -121,6 +123,116 @@ TEST(TokenDataset, ALlamaWithLlama3sVocabularyTrainsOnAUint32Shard) {
   ASSERT_FALSE(small.ok());
   EXPECT_NE(small.status().message().find(">= model.vocab_size 65536"), std::string::npos)
       << small.status().message();
+}
+
+// A Megatron-LM indexed dataset as its documentation lays it out, written here byte by byte (not
+// by our reader's code): "MMIDIDX\0\0", version 1 (uint64), dtype code (uint8), sequence and
+// document counts (uint64), lengths (int32), byte offsets (int64), document index (int64).
+struct MegatronWriter {
+  MegatronWriter(uint8_t c, size_t w) : code(c), width(w) {}
+  uint8_t code;
+  size_t width;
+  std::string bin, idx;
+  std::vector<int32_t> lengths;
+  std::vector<int64_t> offsets, docs{0};
+  template <typename T>
+  static void Put(std::string* out, T v) {
+    out->append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void Sequence(const std::vector<int64_t>& ids) {
+    offsets.push_back(static_cast<int64_t>(bin.size()));
+    lengths.push_back(static_cast<int32_t>(ids.size()));
+    for (int64_t id : ids) {
+      if (width == 2) Put(&bin, static_cast<uint16_t>(id));
+      if (width == 4) Put(&bin, static_cast<int32_t>(id));
+      if (width == 1) Put(&bin, static_cast<uint8_t>(id));
+    }
+  }
+  void EndDocument() { docs.push_back(static_cast<int64_t>(lengths.size())); }
+  void Write(const std::string& prefix, uint64_t version = 1) {
+    idx.assign("MMIDIDX\0\0", 9);
+    Put(&idx, version);
+    Put(&idx, code);
+    Put(&idx, static_cast<uint64_t>(lengths.size()));
+    Put(&idx, static_cast<uint64_t>(docs.size()));
+    for (int32_t n : lengths) Put(&idx, n);
+    for (int64_t o : offsets) Put(&idx, o);
+    for (int64_t d : docs) Put(&idx, d);
+    std::ofstream(prefix + ".bin", std::ios::binary) << bin;
+    std::ofstream(prefix + ".idx", std::ios::binary) << idx;
+  }
+};
+
+TEST(TokenDataset, MegatronIndexedDatasetsReadBackTheirSequencesInOrder) {
+  test::TempDir dir("fp8rt_megatron");
+  for (const auto& [code, width, big] :
+       {std::tuple<uint8_t, size_t, int64_t>{8, 2, 50256}, {4, 4, 128255}, {1, 1, 255}}) {
+    const std::string prefix = dir.str() + "/set_" + std::to_string(code);
+    MegatronWriter w(code, width);
+    w.Sequence({5, 6, 7, big});
+    w.Sequence({8, 9});
+    w.EndDocument();
+    w.Sequence({big - 1, 0});
+    w.EndDocument();
+    w.Write(prefix);
+    auto d = TokenDataset::Load(prefix, "megatron");
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_EQ(d->tokens(), (std::vector<int32_t>{5, 6, 7, static_cast<int32_t>(big), 8, 9,
+                                                 static_cast<int32_t>(big - 1), 0}))
+        << "dtype code " << int{code};
+  }
+  // A run reads one by its prefix (data.format: megatron).
+  {
+    const std::string corpus = test::EnglishCorpus(dir.str() + "/corpus.txt");
+    std::ifstream in(corpus, std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    MegatronWriter w(8, 2);
+    for (size_t at = 0; at < text.size(); at += 1000) {  // documents of 1000 bytes
+      std::vector<int64_t> ids;
+      for (size_t i = at; i < std::min(text.size(), at + 1000); ++i) {
+        ids.push_back(static_cast<uint8_t>(text[i]));
+      }
+      w.Sequence(ids);
+      w.EndDocument();
+    }
+    w.Write(dir.str() + "/english_text_document");
+    TrainOptions o;
+    o.config = test::TinyRunConfig(dir.str() + "/english_text_document", Precision::kFp8, 3);
+    o.config.data.format = "megatron";
+    ASSERT_TRUE(o.config.Validate().ok());
+    auto r = RunTraining(o, DeviceInfo{});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->losses.size(), 3u);
+  }
+  // Refusals, each naming the file and what is wrong.
+  const std::string p = dir.str() + "/bad";
+  auto refused = [&](const char* says) {
+    auto r = TokenDataset::LoadMegatron(p);
+    ASSERT_FALSE(r.ok()) << says;
+    EXPECT_NE(r.status().message().find(says), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find(p), std::string::npos) << r.status().message();
+  };
+  MegatronWriter good(8, 2);
+  good.Sequence({1, 2, 3});
+  good.EndDocument();
+  good.Write(p, 2);
+  refused("its version is not 1");
+  MegatronWriter floats = good;
+  floats.code = 7;
+  floats.Write(p);
+  refused("floating-point");
+  good.Write(p);
+  std::filesystem::resize_file(p + ".bin", 4);
+  refused("lies past the end");
+  good.Write(p);
+  std::filesystem::resize_file(p + ".idx", 40);
+  refused("shorter than its sequence and document counts");
+  MegatronWriter backwards = good;
+  backwards.docs = {0, 1, 0};
+  backwards.Write(p);
+  refused("document index is not 0, ..., 1 in order");
+  { std::ofstream(p + ".idx", std::ios::binary) << "not an index at all, just text here"; }
+  refused("not a Megatron-LM indexed dataset index");
 }
 
 // What a file holds is never echoed in a refusal (the message reaches the job's submitter), and a

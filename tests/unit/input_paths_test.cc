@@ -126,6 +126,30 @@ TEST_F(InputPaths, ConfineInputsReplacesEveryInputByItsRealPath) {
   EXPECT_TRUE(Has(s.message(), "data.val = '")) << s.message();
 }
 
+// data.format megatron names a prefix: both files of the pair are confined, and must lie side by
+// side under one name (what fp8train derives from the prefix is what was checked).
+TEST_F(InputPaths, AMegatronPairIsConfinedFileByFile) {
+  for (const char* f : {"/set_text_document.bin", "/set_text_document.idx"}) {
+    std::ofstream(root_ + f) << "x";
+    ::chmod((root_ + f).c_str(), 0644);
+  }
+  RunConfig c;
+  c.data.format = "megatron";
+  c.data.train_path = root_ + "/./set_text_document";
+  ASSERT_TRUE(ConfineInputs(&c, rules_).ok());
+  EXPECT_EQ(c.data.train_path, fs::canonical(root_).string() + "/set_text_document");
+  // Its index through a link out of the roots; its index a link to another name.
+  fs::create_symlink(dir_.str() + "/outside/secret", root_ + "/leak.idx");
+  std::ofstream(root_ + "/leak.bin") << "x";
+  ::chmod((root_ + "/leak.bin").c_str(), 0644);
+  EXPECT_TRUE(Has(Refusal(root_ + "/leak", InputKind::kMegatronPrefix), "data.train (.idx)"));
+  fs::create_symlink(root_ + "/set_text_document.idx", root_ + "/other.idx");
+  std::ofstream(root_ + "/other.bin") << "x";
+  ::chmod((root_ + "/other.bin").c_str(), 0644);
+  EXPECT_TRUE(Has(Refusal(root_ + "/other", InputKind::kMegatronPrefix), "side by side"));
+  EXPECT_TRUE(Has(Refusal(root_ + "/missing", InputKind::kMegatronPrefix), "does not exist"));
+}
+
 TEST(PathUnder, ComponentsNotPrefixes) {
   EXPECT_TRUE(PathUnder("/data/x", "/data"));
   EXPECT_TRUE(PathUnder("/data", "/data"));
