@@ -1,7 +1,13 @@
 // Corpus loading and deterministic window sampling.
 #include "runtime/data.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -12,27 +18,130 @@
 
 namespace fp8rt {
 
-// Corpora are read whole (a regular file: a FIFO or a device is refused, never waited on).
-constexpr size_t kMaxCorpusBytes = size_t{1} << 40;
+// A Megatron index is read whole (12 bytes a sequence, 8 a document).
+constexpr size_t kMaxIndexBytes = size_t{1} << 40;
+
+// A file mapped read-only, unmapped with the last dataset that points into it.
+struct Mapping {
+  void* addr = nullptr;
+  size_t bytes = 0;
+  Mapping() = default;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() {
+    if (addr != nullptr) ::munmap(addr, bytes);
+  }
+  const uint8_t* data() const { return static_cast<const uint8_t*>(addr); }
+};
+
+// A regular file (a FIFO or a device is refused, never waited on), mapped whole.
+Result<std::shared_ptr<const Mapping>> MapFile(const std::string& path, const std::string& what) {
+  FP8RT_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, what));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return Status::IOError(StrCat(what, " '", path, "': cannot stat it"));
+  }
+  auto m = std::make_shared<Mapping>();
+  m->bytes = static_cast<size_t>(st.st_size);
+  if (m->bytes > 0) {
+    void* addr = ::mmap(nullptr, m->bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (addr == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      return Status::IOError(StrCat(what, " '", path, "' cannot be mapped: ", std::strerror(err)));
+    }
+    m->addr = addr;
+  }
+  ::close(fd);
+  return std::shared_ptr<const Mapping>(std::move(m));
+}
+
+// The id at `p` of `width` bytes.
+inline int64_t IdAt(const uint8_t* p, int width, bool is_signed) {
+  switch (width) {
+    case 1:
+      return is_signed ? static_cast<int8_t>(*p) : *p;
+    case 2: {
+      uint16_t u;
+      std::memcpy(&u, p, 2);
+      return is_signed ? static_cast<int16_t>(u) : u;
+    }
+    case 4: {
+      uint32_t u;
+      std::memcpy(&u, p, 4);
+      return is_signed ? static_cast<int64_t>(static_cast<int32_t>(u)) : static_cast<int64_t>(u);
+    }
+    default: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+  }
+}
+
+Status TokenDataset::Scan(const std::string& what) {
+  int64_t max = -1;
+  for (uint64_t i = 0; i < n_; ++i) {
+    const int64_t v = IdAt(base_ + i * static_cast<uint64_t>(width_), width_, signed_);
+    if (v < 0 || v > INT32_MAX) {
+      return Status::Corruption(
+          StrCat(what, ": the id at token ", i, " is outside 0..2^31 - 1, no vocabulary's"));
+    }
+    max = std::max(max, v);
+  }
+  max_ = static_cast<int32_t>(max);
+  return Status::Ok();
+}
+
+void TokenDataset::Copy(uint64_t at, uint64_t n, int32_t* out) const {
+  const uint8_t* p = base_ + at * static_cast<uint64_t>(width_);
+  if (width_ == 4 && signed_) {
+    std::memcpy(out, p, n * 4);
+    return;
+  }
+  for (uint64_t i = 0; i < n; ++i, p += width_) {
+    out[i] = static_cast<int32_t>(IdAt(p, width_, signed_));
+  }
+}
+
+std::vector<int32_t> TokenDataset::tokens() const {
+  std::vector<int32_t> v(n_);
+  Copy(0, n_, v.data());
+  return v;
+}
+
+TokenDataset TokenDataset::FromTokens(std::vector<int32_t> tokens) {
+  auto owned = std::make_shared<std::vector<int32_t>>(std::move(tokens));
+  TokenDataset d;
+  d.base_ = reinterpret_cast<const uint8_t*>(owned->data());
+  d.width_ = 4, d.signed_ = true;
+  d.n_ = owned->size();
+  d.owned_bytes_ = owned->size() * 4;
+  d.max_ = owned->empty() ? -1 : *std::max_element(owned->begin(), owned->end());
+  d.keep_ = std::move(owned);
+  return d;
+}
 
 Result<TokenDataset> TokenDataset::LoadText(const std::string& path) {
-  FP8RT_ASSIGN_OR_RETURN(const std::string bytes,
-                         ReadRegularFile(path, "text corpus", {.max_bytes = kMaxCorpusBytes}));
-  if (bytes.size() < 2) return Status::InvalidArgument(StrCat("text corpus '", path, "' is empty"));
+  FP8RT_ASSIGN_OR_RETURN(auto map, MapFile(path, "text corpus"));
+  if (map->bytes < 2) return Status::InvalidArgument(StrCat("text corpus '", path, "' is empty"));
   TokenDataset d;
-  d.tokens_.resize(bytes.size());
-  for (size_t i = 0; i < bytes.size(); ++i) d.tokens_[i] = static_cast<uint8_t>(bytes[i]);
+  d.base_ = map->data();
+  d.width_ = 1, d.signed_ = false;
+  d.n_ = map->bytes;
+  d.keep_ = std::move(map);
+  FP8RT_RETURN_IF_ERROR(d.Scan(StrCat("text corpus '", path, "'")));
   return d;
 }
 
 Result<TokenDataset> TokenDataset::LoadShard(const std::string& path) {
-  FP8RT_ASSIGN_OR_RETURN(const std::string bytes,
-                         ReadRegularFile(path, "token shard", {.max_bytes = kMaxCorpusBytes}));
+  FP8RT_ASSIGN_OR_RETURN(auto map, MapFile(path, "token shard"));
   int32_t header[256];
-  if (bytes.size() < sizeof(header)) {
+  if (map->bytes < sizeof(header)) {
     return Status::Corruption(StrCat("token shard '", path, "': shorter than its 1024-byte header"));
   }
-  std::memcpy(header, bytes.data(), sizeof(header));
+  std::memcpy(header, map->data(), sizeof(header));
   // (The messages say what the file is not, never what it holds: the bytes are not echoed.)
   size_t width = 0;
   if (header[0] == kShardMagicUint16) {
@@ -57,39 +166,25 @@ Result<TokenDataset> TokenDataset::LoadShard(const std::string& path) {
                                      " (uint32 ids))"));
   }
   const int64_t n = header[2];
-  if (n <= 1 || static_cast<uint64_t>(n) * width > bytes.size() - sizeof(header)) {
+  if (n <= 1 || static_cast<uint64_t>(n) * width > map->bytes - sizeof(header)) {
     return Status::Corruption(
         StrCat("token shard '", path, "': header says ", n, " tokens but the file holds fewer"));
   }
   TokenDataset d;
-  d.tokens_.resize(static_cast<size_t>(n));
-  const char* ids = bytes.data() + sizeof(header);
-  if (width == 2) {
-    for (size_t i = 0; i < d.tokens_.size(); ++i) {
-      uint16_t v;
-      std::memcpy(&v, ids + 2 * i, 2);
-      d.tokens_[i] = v;
-    }
-  } else {
-    for (size_t i = 0; i < d.tokens_.size(); ++i) {
-      uint32_t v;
-      std::memcpy(&v, ids + 4 * i, 4);
-      if (v > static_cast<uint32_t>(INT32_MAX)) {
-        return Status::Corruption(StrCat("token shard '", path, "': the id at token ", i,
-                                         " is above 2^31 - 1, no vocabulary's"));
-      }
-      d.tokens_[i] = static_cast<int32_t>(v);
-    }
-  }
+  d.base_ = map->data() + sizeof(header);
+  d.width_ = static_cast<int>(width), d.signed_ = false;
+  d.n_ = static_cast<uint64_t>(n);
+  d.keep_ = std::move(map);
+  FP8RT_RETURN_IF_ERROR(d.Scan(StrCat("token shard '", path, "'")));
   return d;
 }
 
 Result<TokenDataset> TokenDataset::LoadMegatron(const std::string& prefix) {
   const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
   FP8RT_ASSIGN_OR_RETURN(const std::string idx, ReadRegularFile(idx_path, "Megatron index",
-                                                                {.max_bytes = kMaxCorpusBytes}));
-  FP8RT_ASSIGN_OR_RETURN(const std::string bin, ReadRegularFile(bin_path, "Megatron data file",
-                                                                {.max_bytes = kMaxCorpusBytes}));
+                                                                {.max_bytes = kMaxIndexBytes}));
+  FP8RT_ASSIGN_OR_RETURN(auto map, MapFile(bin_path, "Megatron data file"));
+  const uint64_t bin_bytes = map->bytes;
   auto bad = [&](const std::string& what) {
     return Status::Corruption(StrCat("Megatron index '", idx_path, "': ", what));
   };
@@ -155,45 +250,55 @@ Result<TokenDataset> TokenDataset::LoadMegatron(const std::string& prefix) {
     int64_t offset;
     std::memcpy(&n, sizes + 4 * i, 4);
     std::memcpy(&offset, pointers + 8 * i, 8);
-    if (n < 0 || offset < 0 || static_cast<uint64_t>(offset) > bin.size() ||
-        static_cast<uint64_t>(n) * width > bin.size() - static_cast<uint64_t>(offset)) {
+    if (n < 0 || offset < 0 || static_cast<uint64_t>(offset) > bin_bytes ||
+        static_cast<uint64_t>(n) * width > bin_bytes - static_cast<uint64_t>(offset)) {
       return Status::Corruption(StrCat("Megatron dataset '", prefix, "': sequence ", i,
                                        " lies past the end of '", bin_path, "' (truncated?)"));
     }
     total += static_cast<uint64_t>(n);
   }
   if (total < 2) return Status::InvalidArgument(StrCat("Megatron dataset '", prefix, "' is empty"));
+  // Sequences one after another in the .bin (as Megatron's builder writes them): the ids are
+  // read where they lie. Otherwise they are copied out in order.
+  bool contiguous = true;
+  int64_t first = 0, next = 0;
+  for (uint64_t i = 0; i < sequences && contiguous; ++i) {
+    int32_t n;
+    int64_t offset;
+    std::memcpy(&n, sizes + 4 * i, 4);
+    std::memcpy(&offset, pointers + 8 * i, 8);
+    if (i == 0) first = offset;
+    contiguous = i == 0 || offset == next;
+    next = offset + static_cast<int64_t>(n) * static_cast<int64_t>(width);
+  }
   TokenDataset d;
-  d.tokens_.reserve(total);
+  const std::string what = StrCat("Megatron dataset '", prefix, "'");
+  if (contiguous) {
+    d.base_ = map->data() + first;
+    d.width_ = static_cast<int>(width), d.signed_ = is_signed;
+    d.n_ = total;
+    d.keep_ = std::move(map);
+    FP8RT_RETURN_IF_ERROR(d.Scan(what));
+    return d;
+  }
+  auto owned = std::make_shared<std::vector<int32_t>>();
+  owned->reserve(total);
   for (uint64_t i = 0; i < sequences; ++i) {
     int32_t n;
     int64_t offset;
     std::memcpy(&n, sizes + 4 * i, 4);
     std::memcpy(&offset, pointers + 8 * i, 8);
-    const char* p = bin.data() + offset;
+    const uint8_t* p = map->data() + offset;
     for (int32_t k = 0; k < n; ++k, p += width) {
-      int64_t v = 0;
-      if (width == 1) {
-        v = is_signed ? static_cast<int8_t>(*p) : static_cast<uint8_t>(*p);
-      } else if (width == 2) {
-        uint16_t u;
-        std::memcpy(&u, p, 2);
-        v = is_signed ? static_cast<int16_t>(u) : u;
-      } else if (width == 4) {
-        int32_t s;
-        std::memcpy(&s, p, 4);
-        v = s;
-      } else {
-        std::memcpy(&v, p, 8);
-      }
+      const int64_t v = IdAt(p, static_cast<int>(width), is_signed);
       if (v < 0 || v > INT32_MAX) {
-        return Status::Corruption(StrCat("Megatron dataset '", prefix, "': sequence ", i,
-                                         " holds an id outside 0..2^31 - 1 (token ", k, ")"));
+        return Status::Corruption(
+            StrCat(what, ": sequence ", i, " holds an id outside 0..2^31 - 1 (token ", k, ")"));
       }
-      d.tokens_.push_back(static_cast<int32_t>(v));
+      owned->push_back(static_cast<int32_t>(v));
     }
   }
-  return d;
+  return FromTokens(std::move(*owned));
 }
 
 Result<TokenDataset> TokenDataset::Load(const std::string& path, const std::string& format) {
@@ -244,15 +349,11 @@ Status TokenDataset::WriteShard(const std::string& path, const std::vector<int32
   return Status::Ok();
 }
 
-int32_t TokenDataset::max_token() const {
-  return tokens_.empty() ? -1 : *std::max_element(tokens_.begin(), tokens_.end());
-}
-
 DataLoader::DataLoader(const TokenDataset* data, int B, int T, uint64_t seed, int rank, int world)
     : data_(data), B_(B), T_(T), seed_(seed), rank_(rank), world_(world) {}
 
 Status DataLoader::Init() {
-  const uint64_t n = data_->tokens().size();
+  const uint64_t n = data_->size();
   num_windows_ = n > 1 ? (n - 1) / static_cast<uint64_t>(T_) : 0;
   if (num_windows_ < static_cast<uint64_t>(world_)) {
     return Status::InvalidArgument(StrCat("corpus of ", n, " tokens is too short for seq_len ", T_,
@@ -281,9 +382,9 @@ void DataLoader::NextBatch(int32_t* inputs, int32_t* targets) {
     if (perm_epoch_ != cursor_.epoch) Shuffle();
     const uint64_t w = perm_[cursor_.index * world_ + rank_];
     ++cursor_.index;
-    const int32_t* src = data_->tokens().data() + w * static_cast<uint64_t>(T_);
-    std::copy(src, src + T_, inputs + static_cast<size_t>(b) * T_);
-    std::copy(src + 1, src + T_ + 1, targets + static_cast<size_t>(b) * T_);
+    const uint64_t at = w * static_cast<uint64_t>(T_);
+    data_->Copy(at, static_cast<uint64_t>(T_), inputs + static_cast<size_t>(b) * T_);
+    data_->Copy(at + 1, static_cast<uint64_t>(T_), targets + static_cast<size_t>(b) * T_);
   }
 }
 

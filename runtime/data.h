@@ -1,8 +1,11 @@
-// Training data: a corpus of tokens (raw UTF-8 through the byte-level tokenizer, or an
-// llm.c/nanoGPT token shard) and a deterministic batch sampler whose cursor is checkpointed.
+// Training data: a corpus of tokens (raw UTF-8 through the byte-level tokenizer, an llm.c token
+// shard or a Megatron-LM indexed dataset), memory-mapped, and a deterministic batch sampler whose
+// cursor is checkpointed.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,22 +34,35 @@ class TokenDataset {
   // GPT dataset concatenates documents; its EOD tokens, if the preprocessing appended them, stay).
   static Result<TokenDataset> LoadMegatron(const std::string& prefix);
   static Result<TokenDataset> Load(const std::string& path, const std::string& format);
-  static TokenDataset FromTokens(std::vector<int32_t> tokens) {
-    TokenDataset d;
-    d.tokens_ = std::move(tokens);
-    return d;
-  }
+  static TokenDataset FromTokens(std::vector<int32_t> tokens);
   // Writes an llm.c shard (used by tests and by tools that pre-tokenize): uint16 ids when every
   // id fits (kAuto) or when asked, uint32 otherwise or when asked.
   enum class ShardIds { kAuto, kUint16, kUint32 };
   static Status WriteShard(const std::string& path, const std::vector<int32_t>& tokens,
                            ShardIds ids = ShardIds::kAuto);
 
-  const std::vector<int32_t>& tokens() const { return tokens_; }
-  int32_t max_token() const;
+  // The ids stay in the file, memory-mapped in their own width (one byte, two or four), and are
+  // widened as windows are copied out: host memory does not grow with the corpus. (A Megatron
+  // dataset whose sequences do not follow one another in its .bin is copied instead.) The files
+  // must stay as they are while a run reads them: one cut short under it ends the run (SIGBUS).
+  uint64_t size() const { return n_; }
+  // Tokens [at, at + n) as int32; at + n <= size().
+  void Copy(uint64_t at, uint64_t n, int32_t* out) const;
+  std::vector<int32_t> tokens() const;  // all of them (tests, small corpora)
+  int32_t max_token() const { return max_; }
+  // Bytes this dataset holds in its own memory (a mapping is the page cache's).
+  size_t owned_bytes() const { return owned_bytes_; }
 
  private:
-  std::vector<int32_t> tokens_;
+  // Reads every id once: the largest (max_token), and a refusal of ids outside 0..2^31 - 1.
+  Status Scan(const std::string& what);
+  std::shared_ptr<const void> keep_;  // what base_ points into: a mapping or an owned vector
+  const uint8_t* base_ = nullptr;
+  int width_ = 4;       // bytes per id: 1, 2, 4 or 8
+  bool signed_ = true;  // ids stored signed (int8, int16, int32, int64)
+  uint64_t n_ = 0;
+  int32_t max_ = -1;
+  size_t owned_bytes_ = 0;
 };
 
 // Where the sampler is: part of every checkpoint.

@@ -14,13 +14,12 @@ Result<std::unique_ptr<Validator>> Validator::Create(const RunConfig& c) {
                                           c.model.vocab_size));
   }
   const int B = c.train.batch_size, T = c.train.seq_len;
-  const int64_t windows = (static_cast<int64_t>(data.tokens().size()) - 1) / T;
+  const int64_t windows = (static_cast<int64_t>(data.size()) - 1) / T;
   const int64_t available = windows / B;
   if (available < 1) {
-    return Status::InvalidArgument(
-        StrCat("data.val '", c.data.val_path, "' has ", data.tokens().size(),
-               " tokens, fewer than one micro-batch of ", B, " x ", T,
-               " (train.batch_size x train.seq_len) + 1"));
+    return Status::InvalidArgument(StrCat("data.val '", c.data.val_path, "' has ", data.size(),
+                                          " tokens, fewer than one micro-batch of ", B, " x ", T,
+                                          " (train.batch_size x train.seq_len) + 1"));
   }
   const int64_t asked = std::max<int64_t>(1, c.train.eval_tokens / (int64_t{B} * T));
   const int batches = static_cast<int>(std::min(asked, available));
@@ -28,15 +27,14 @@ Result<std::unique_ptr<Validator>> Validator::Create(const RunConfig& c) {
 }
 
 Result<double> Validator::Evaluate(GptModel& model, const std::function<void()>& tick) {
-  const std::vector<int32_t>& tok = data_.tokens();
   const size_t M = static_cast<size_t>(B_) * T_;
   std::vector<int32_t> x(M), y(M);
   double sum = 0;
   for (int b = 0; b < batches_; ++b) {
     for (int i = 0; i < B_; ++i) {
       const size_t start = (static_cast<size_t>(b) * B_ + i) * T_;
-      std::copy_n(tok.begin() + start, T_, x.begin() + i * T_);
-      std::copy_n(tok.begin() + start + 1, T_, y.begin() + i * T_);
+      data_.Copy(start, static_cast<uint64_t>(T_), x.data() + static_cast<size_t>(i) * T_);
+      data_.Copy(start + 1, static_cast<uint64_t>(T_), y.data() + static_cast<size_t>(i) * T_);
     }
     float loss = 0;
     FP8RT_RETURN_IF_ERROR(model.Forward(x.data(), y.data(), &loss, nullptr));

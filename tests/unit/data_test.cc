@@ -235,6 +235,44 @@ TEST(TokenDataset, MegatronIndexedDatasetsReadBackTheirSequencesInOrder) {
   refused("not a Megatron-LM indexed dataset index");
 }
 
+// The ids stay in the file (mapped) in their own width and are widened as they are copied out;
+// a Megatron dataset whose sequences are not in order in its .bin is copied instead, in the
+// index's order.
+TEST(TokenDataset, IdsStayInTheirFileAndAreWidenedAsTheyAreCopied) {
+  test::TempDir dir("fp8rt_mapped");
+  const std::string shard = dir.str() + "/s.bin", text = dir.str() + "/t.txt";
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 1000; ++i) ids.push_back((i * 7919) % 60000);
+  ASSERT_TRUE(TokenDataset::WriteShard(shard, ids).ok());
+  std::ofstream(text) << "Hello, mapped world";
+  auto s16 = TokenDataset::LoadShard(shard);
+  auto t = TokenDataset::LoadText(text);
+  ASSERT_TRUE(s16.ok() && t.ok());
+  EXPECT_EQ(s16->owned_bytes(), 0u);
+  EXPECT_EQ(t->owned_bytes(), 0u);
+  EXPECT_EQ(s16->size(), 1000u);
+  std::vector<int32_t> window(37);
+  s16->Copy(501, 37, window.data());
+  EXPECT_EQ(window, std::vector<int32_t>(ids.begin() + 501, ids.begin() + 538));
+  t->Copy(7, 6, window.data());
+  EXPECT_EQ(std::vector<int32_t>(window.begin(), window.begin() + 6),
+            (std::vector<int32_t>{'m', 'a', 'p', 'p', 'e', 'd'}));
+  EXPECT_EQ(TokenDataset::FromTokens(ids).owned_bytes(), 4000u);
+
+  // Sequence 1 written before sequence 0 in the .bin.
+  MegatronWriter w(8, 2);
+  w.Sequence({10, 11});   // (as sequence 1)
+  w.Sequence({1, 2, 3});  // (as sequence 0)
+  std::swap(w.lengths[0], w.lengths[1]);
+  std::swap(w.offsets[0], w.offsets[1]);
+  w.EndDocument();
+  w.Write(dir.str() + "/shuffled");
+  auto m = TokenDataset::LoadMegatron(dir.str() + "/shuffled");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->tokens(), (std::vector<int32_t>{1, 2, 3, 10, 11}));
+  EXPECT_EQ(m->owned_bytes(), 5u * 4);
+}
+
 // What a file holds is never echoed in a refusal (the message reaches the job's submitter), and a
 // FIFO or a directory is refused at once, never waited on.
 TEST(TokenDataset, RefusalsSayWhatAFileIsNotNeverWhatItHolds) {
