@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <utility>
 
 #include "common/read_file.h"
 #include "common/rng.h"
@@ -233,6 +234,14 @@ Result<TokenDataset> TokenDataset::LoadMegatron(const std::string& prefix) {
   const char* sizes = idx.data() + kHeader;
   const char* pointers = sizes + 4 * sequences;
   const char* doc_index = pointers + 8 * sequences;
+  // Sequence i: its length (ids) and its byte offset in the .bin.
+  auto sequence = [&](uint64_t i) {
+    int32_t n;
+    int64_t offset;
+    std::memcpy(&n, sizes + 4 * i, 4);
+    std::memcpy(&offset, pointers + 8 * i, 8);
+    return std::pair<int32_t, int64_t>{n, offset};
+  };
   // The document index: 0, ..., sequences, never going back.
   int64_t previous = 0;
   for (uint64_t d = 0; d < documents; ++d) {
@@ -246,10 +255,7 @@ Result<TokenDataset> TokenDataset::LoadMegatron(const std::string& prefix) {
   }
   uint64_t total = 0;
   for (uint64_t i = 0; i < sequences; ++i) {
-    int32_t n;
-    int64_t offset;
-    std::memcpy(&n, sizes + 4 * i, 4);
-    std::memcpy(&offset, pointers + 8 * i, 8);
+    const auto [n, offset] = sequence(i);
     if (n < 0 || offset < 0 || static_cast<uint64_t>(offset) > bin_bytes ||
         static_cast<uint64_t>(n) * width > bin_bytes - static_cast<uint64_t>(offset)) {
       return Status::Corruption(StrCat("Megatron dataset '", prefix, "': sequence ", i,
@@ -263,10 +269,7 @@ Result<TokenDataset> TokenDataset::LoadMegatron(const std::string& prefix) {
   bool contiguous = true;
   int64_t first = 0, next = 0;
   for (uint64_t i = 0; i < sequences && contiguous; ++i) {
-    int32_t n;
-    int64_t offset;
-    std::memcpy(&n, sizes + 4 * i, 4);
-    std::memcpy(&offset, pointers + 8 * i, 8);
+    const auto [n, offset] = sequence(i);
     if (i == 0) first = offset;
     contiguous = i == 0 || offset == next;
     next = offset + static_cast<int64_t>(n) * static_cast<int64_t>(width);
@@ -284,10 +287,7 @@ Result<TokenDataset> TokenDataset::LoadMegatron(const std::string& prefix) {
   auto owned = std::make_shared<std::vector<int32_t>>();
   owned->reserve(total);
   for (uint64_t i = 0; i < sequences; ++i) {
-    int32_t n;
-    int64_t offset;
-    std::memcpy(&n, sizes + 4 * i, 4);
-    std::memcpy(&offset, pointers + 8 * i, 8);
+    const auto [n, offset] = sequence(i);
     const uint8_t* p = map->data() + offset;
     for (int32_t k = 0; k < n; ++k, p += width) {
       const int64_t v = IdAt(p, static_cast<int>(width), is_signed);
