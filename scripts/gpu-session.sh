@@ -258,12 +258,12 @@ if [[ $parts == *checkpoint* ]]; then
     $bin --config "/tmp/ck_$name.yaml" --device cuda:0 --steps 40 --checkpoint-dir "$D/$name" \
       --metrics "$OUT/ck_$name.jsonl" > "$OUT/ck_$name.log" 2>&1 & local pid=$!
     for _ in $(seq 2400); do
-      grep -q checkpoint_s "$OUT/ck_$name.jsonl" 2>/dev/null && break
+      grep -q '"checkpoint_s"' "$OUT/ck_$name.jsonl" 2>/dev/null && break
       kill -0 $pid 2>/dev/null || break
       sleep 0.1
     done
     kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
-    echo "$name: $(grep -h checkpoint_s "$OUT/ck_$name.jsonl" | head -1)"
+    echo "$name: $(grep -h '"checkpoint_s"' "$OUT/ck_$name.jsonl" | head -1)"
     rm -rf "$D/$name"
   }
   ckcfg 5 "" > /tmp/ck_base.yaml
@@ -275,7 +275,7 @@ if [[ $parts == *checkpoint* ]]; then
   rm -rf "$D/async" "$OUT/ck_async.jsonl"
   timeout 300 $B/fp8train --config /tmp/ck_async.yaml --device cuda:0 --steps 200 \
     --checkpoint-dir "$D/async" --metrics "$OUT/ck_async.jsonl" > "$OUT/ck_async.log" 2>&1
-  echo "async exit $?"; grep -h checkpoint_s "$OUT/ck_async.jsonl"
+  echo "async exit $?"; grep -h '"checkpoint_s"' "$OUT/ck_async.jsonl"
   rm -rf "$D/async"
   python3 bench/checkpoint_summary.py "$OUT" | tee "$OUT/checkpoint.md"
 fi
