@@ -224,7 +224,10 @@ Result<Checkpoint> ReadCheckpoint(const std::string& dir, int64_t step,
       }
     }
     for (const auto& [name, info] : m.at("files").items()) {
-      if (wanted && !wanted(ck.state, name)) continue;
+      if (wanted && !wanted(ck.state, name)) {
+        ck.skipped.insert(name);
+        continue;
+      }
       const std::string path = (fs::path(sdir) / name).string();
       auto read = ReadBlob(path, on_progress);
       if (!read.ok() && read.status().code() == StatusCode::kNotFound) {

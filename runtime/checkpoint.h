@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct Checkpoint {
   // Small scalar state (RNG, data cursor, scheduler), as key -> value strings.
   std::map<std::string, std::string> state;
   std::vector<CheckpointBlob> blobs;
+  // Files the manifest lists that the reader was told not to read (ReadCheckpoint's `wanted`):
+  // they have no blob, and a part of them reads as zeros (CheckpointArray).
+  std::set<std::string> skipped;
   const CheckpointBlob* Find(const std::string& name) const;
 };
 
@@ -68,7 +72,7 @@ class CheckpointWriter {
 // checksum, and that `expected_fingerprint` matches (keys present in both must be equal).
 // `on_progress` is called after each 64 MiB read (a long load is not a hang). `wanted`, when
 // given, is asked for each file with the checkpoint's state: a file it declines is neither read
-// nor checked, and has no blob.
+// nor checked; it is listed in `skipped`, with no blob.
 using WantedFile =
     std::function<bool(const std::map<std::string, std::string>& state, const std::string& name)>;
 Result<Checkpoint> ReadCheckpoint(const std::string& dir, int64_t step,

@@ -133,10 +133,9 @@ Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, Dat
   lt.read_s = since(t0);
   for (const auto& b : ck.blobs) lt.bytes += static_cast<int64_t>(b.bytes.size());
   t0 = clock::now();
-  const bool partial = static_cast<bool>(wanted);
-  FP8RT_ASSIGN_OR_RETURN(auto master, CheckpointArray(ck, "master", partial));
-  FP8RT_ASSIGN_OR_RETURN(auto m, CheckpointArray(ck, "adam_m", partial));
-  FP8RT_ASSIGN_OR_RETURN(auto v, CheckpointArray(ck, "adam_v", partial));
+  FP8RT_ASSIGN_OR_RETURN(auto master, CheckpointArray(ck, "master"));
+  FP8RT_ASSIGN_OR_RETURN(auto m, CheckpointArray(ck, "adam_m"));
+  FP8RT_ASSIGN_OR_RETURN(auto v, CheckpointArray(ck, "adam_v"));
   ck.blobs.clear();
   ck.blobs.shrink_to_fit();
   lt.assemble_s = since(t0);
@@ -209,8 +208,7 @@ Result<ModelConfig> CheckpointModelConfig(const Checkpoint& ck) {
   return m;
 }
 
-Result<std::vector<float>> CheckpointArray(const Checkpoint& ck, const std::string& which,
-                                           bool skipped_are_zero) {
+Result<std::vector<float>> CheckpointArray(const Checkpoint& ck, const std::string& which) {
   if (ck.state.count("shards.tp") == 0) return Floats(ck, (which + ".bin").c_str());
   FP8RT_ASSIGN_OR_RETURN(const ModelConfig m, CheckpointModelConfig(ck));
   int dp = 0, tp = 0;
@@ -235,7 +233,7 @@ Result<std::vector<float>> CheckpointArray(const Checkpoint& ck, const std::stri
     for (int d = 0; d < (zero ? dp : 1); ++d) {
       const std::string name = ShardFileName(which, d, t);
       const CheckpointBlob* b = ck.Find(name);
-      if (b == nullptr && skipped_are_zero) {
+      if (b == nullptr && ck.skipped.count(name) != 0) {
         owned[{d, t}] = nullptr;  // (not this rank's: zeros it never reads)
         continue;
       }

@@ -63,9 +63,8 @@ inline std::string ShardFileName(const std::string& which, int dp_rank, int tp_r
 // The whole-model array `which` (master, adam_m or adam_v; gpt_detail::Layout order) of a
 // checkpoint, whatever wrote it: the whole-model file, or every shard put together (the model's
 // shape from the fingerprint, the shard layout from the state).
-// `skipped_are_zero`: a part the checkpoint lists but that was not read (ReadCheckpoint's
-// `wanted`) reads as zeros instead of an error.
-Result<std::vector<float>> CheckpointArray(const Checkpoint& ck, const std::string& which,
-                                           bool skipped_are_zero = false);
+// A part the reader skipped (Checkpoint::skipped) reads as zeros; one the manifest does not
+// list is an error.
+Result<std::vector<float>> CheckpointArray(const Checkpoint& ck, const std::string& which);
 
 }  // namespace fp8rt

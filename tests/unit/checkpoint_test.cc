@@ -6,13 +6,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
 #include "common/checkpoint_fence.h"
+#include "runtime/gpt_layout.h"
 #include "runtime/scale_store.h"
+#include "runtime/train_checkpoint.h"
 #include "tests/common/temp_dir.h"
+#include "tests/common/train_helpers.h"
 
 namespace fp8rt {
 namespace {
@@ -77,6 +81,37 @@ TEST(Checkpoint, LargeBlobsReadInPiecesWithProgressAndAFifoIsRefused) {
   ASSERT_FALSE(fifo.ok());
   EXPECT_NE(fifo.status().message().find("not a regular file"), std::string::npos)
       << fifo.status().message();
+}
+
+// A ZeRO-1 part the reader was told to skip reads as zeros; a part the manifest never listed is
+// an error naming it, whoever reads.
+TEST(Checkpoint, OnlyASkippedPartReadsAsZeros) {
+  RunConfig c = test::TinyRunConfig("corpus.txt", Precision::kFp8, 1);
+  Checkpoint ck;
+  ck.step = 7;
+  ck.fingerprint = Fingerprint(c, Precision::kFp8);
+  ck.state = {{"shards.dp", "2"}, {"shards.tp", "1"}, {"shards.zero", "1"}};
+  const gpt_detail::Layout part(c.model, 1);
+  const size_t n = static_cast<size_t>(gpt_detail::ZeroShards(c.model, part, 2).total);
+  std::vector<uint8_t> ones(n * 4);
+  for (size_t i = 0; i < n; ++i) {
+    const float one = 1.0f;
+    std::memcpy(ones.data() + 4 * i, &one, 4);
+  }
+  ck.blobs.push_back({ShardFileName("adam_m", 0, 0), ones});
+  auto missing = CheckpointArray(ck, "adam_m");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("adam_m.dp1.tp0.bin"), std::string::npos)
+      << missing.status().message();
+  ck.skipped.insert(ShardFileName("adam_m", 1, 0));
+  auto whole = CheckpointArray(ck, "adam_m");
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->size(), static_cast<size_t>(part.total));
+  const auto ones_read = std::count(whole->begin(), whole->end(), 1.0f);
+  EXPECT_GT(ones_read, 0);
+  EXPECT_EQ(ones_read + std::count(whole->begin(), whole->end(), 0.0f),
+            static_cast<std::ptrdiff_t>(whole->size()))
+      << "rank 0's part as written, rank 1's as zeros";
 }
 
 // The phases several ranks use: files staged by others are listed in the manifest with the size
