@@ -253,7 +253,11 @@ Result<TokenDataset> TokenDataset::LoadMegatron(const std::string& prefix) {
     }
     previous = at;
   }
+  // Every sequence inside the .bin; contiguous: one after another there (as Megatron's builder
+  // writes them), so the ids are read where they lie (otherwise they are copied out in order).
   uint64_t total = 0;
+  bool contiguous = true;
+  int64_t first = 0, next = 0;
   for (uint64_t i = 0; i < sequences; ++i) {
     const auto [n, offset] = sequence(i);
     if (n < 0 || offset < 0 || static_cast<uint64_t>(offset) > bin_bytes ||
@@ -262,18 +266,11 @@ Result<TokenDataset> TokenDataset::LoadMegatron(const std::string& prefix) {
                                        " lies past the end of '", bin_path, "' (truncated?)"));
     }
     total += static_cast<uint64_t>(n);
-  }
-  if (total < 2) return Status::InvalidArgument(StrCat("Megatron dataset '", prefix, "' is empty"));
-  // Sequences one after another in the .bin (as Megatron's builder writes them): the ids are
-  // read where they lie. Otherwise they are copied out in order.
-  bool contiguous = true;
-  int64_t first = 0, next = 0;
-  for (uint64_t i = 0; i < sequences && contiguous; ++i) {
-    const auto [n, offset] = sequence(i);
     if (i == 0) first = offset;
-    contiguous = i == 0 || offset == next;
+    contiguous = contiguous && (i == 0 || offset == next);
     next = offset + static_cast<int64_t>(n) * static_cast<int64_t>(width);
   }
+  if (total < 2) return Status::InvalidArgument(StrCat("Megatron dataset '", prefix, "' is empty"));
   TokenDataset d;
   const std::string what = StrCat("Megatron dataset '", prefix, "'");
   if (contiguous) {
