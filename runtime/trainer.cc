@@ -76,8 +76,6 @@ Result<nlohmann::json> StateHashDiagnostics(GptModel& model, int64_t step, int r
   return out;
 }
 
-// The model's memory by category (GptModel::MemoryReport) and the device's use: a metrics line
-// after this invocation's first step, and with --memory-report a table on the progress stream.
 // Where the checkpoint snapshot lives (or will, from the first checkpoint on) and the pinned host
 // memory it holds: a line of the memory table.
 std::string SnapshotMemoryLine(const GptModel::SnapshotMemory& m, bool cpu) {
@@ -98,6 +96,8 @@ std::string SnapshotMemoryLine(const GptModel::SnapshotMemory& m, bool cpu) {
   return out.str();
 }
 
+// The model's memory by category (GptModel::MemoryReport) and the device's use: a metrics line
+// after this invocation's first step, and with --memory-report a table on the progress stream.
 // `checkpoints`: this rank will snapshot its state for checkpoints (what that takes is shown).
 void ReportMemory(const GptModel& model, const DeviceInfo& device, int64_t step, bool table,
                   bool checkpoints, std::ostream* metrics, std::ostream* progress) {
@@ -192,7 +192,6 @@ struct Run {
   long hash_every = 0;  // FP8RT_STATE_HASHES
 };
 
-// The precision, the data, the rank grid and its groups, the loader: what the model is built on.
 // Liveness while no steps are made, for the node's hang detector (node/progress.h): a
 // {"busy": phase, "step": N} metrics line when a phase begins (starting, evaluating,
 // checkpointing) and, while it makes progress, at most one a second. Only real progress writes
@@ -207,6 +206,7 @@ void Busy(Run& r, const char* phase) {
              << std::flush;
 }
 
+// The precision, the data, the rank grid and its groups, the loader: what the model is built on.
 Status SetUpGrid(Run& r) {
   const TrainOptions& o = r.o;
   const RunConfig& c = r.c;
