@@ -299,13 +299,8 @@ Status NodeDaemon::Heartbeat() {
   return Status::Ok();
 }
 
-// --stop-grace, or more when the job's measured save needs it: 1.5 x the longest checkpoint it
-// committed (as the scheduler's preemption grace) plus 5 s for the step in flight.
 std::chrono::milliseconds NodeDaemon::GraceFor(const JobRun& run) const {
-  const double save = run.progress.checkpoint_s;
-  if (!(save > 0)) return o_.stop_grace;
-  return std::max(o_.stop_grace,
-                  std::chrono::milliseconds(static_cast<int64_t>((1.5 * save + 5) * 1000)));
+  return StopGrace(o_.stop_grace, run.progress.checkpoint_s);
 }
 
 void NodeDaemon::Apply(const Command& c) {

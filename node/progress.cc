@@ -103,6 +103,12 @@ bool MetricsTail::Poll(Progress* p) {
   return stepped;
 }
 
+std::chrono::milliseconds StopGrace(std::chrono::milliseconds floor, double save_s) {
+  if (!(save_s > 0)) return floor;
+  return std::max(floor,
+                  std::chrono::milliseconds(static_cast<int64_t>((1.5 * save_s + 5) * 1000)));
+}
+
 void HangDetector::Observe(int64_t step, Clock::time_point now, bool checkpoint_after) {
   if (step <= step_) return;
   if (step_ >= 0) {

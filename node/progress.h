@@ -64,6 +64,11 @@ class MetricsTail {
   std::string partial_;
 };
 
+// SIGTERM to SIGKILL for a job's ranks: `floor` (--stop-grace), or 1.5 x the longest checkpoint
+// the job committed (`save_s`, seconds; <= 0: none measured yet) plus 5 s for the step in flight,
+// whichever is longer (the scheduler's preemption grace scales the same way).
+std::chrono::milliseconds StopGrace(std::chrono::milliseconds floor, double save_s);
+
 struct HangOptions {
   double k = 10;                         // times the median step time. Default: 10
   // Never less than this; and, while the trainer is busy between steps (starting, evaluating,

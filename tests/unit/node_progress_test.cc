@@ -294,5 +294,15 @@ TEST(HangDetector, KnowsWhenTheTrainerLastShowedProgress) {
   EXPECT_EQ(h.LastProgress(), t0 + 9s);
 }
 
+// The stop grace follows the job's measured save time: --stop-grace until a save was measured
+// and while it covers 1.5 x the save + 5 s; that, beyond it.
+TEST(StopGrace, FollowsTheMeasuredSaveTimeAboveTheFloor) {
+  EXPECT_EQ(StopGrace(60s, -1), 60s) << "no save measured yet";
+  EXPECT_EQ(StopGrace(60s, 8.0), 60s) << "1.5 x 8 + 5 = 17 s: the floor covers it";
+  EXPECT_EQ(StopGrace(60s, 81.0), 126500ms) << "1.5 x 81 + 5";
+  EXPECT_EQ(StopGrace(20s, 10.0), 20s);
+  EXPECT_EQ(StopGrace(0s, 2.0), 8s);
+}
+
 }  // namespace
 }  // namespace fp8rt::node
