@@ -1,6 +1,7 @@
 // Input confinement (common/input_paths.h).
 #include "common/input_paths.h"
 
+#include <glob.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -77,8 +78,205 @@ bool PathUnder(const std::string& path, const std::string& dir) {
   return di == d.end() || (std::next(di) == d.end() && di->empty());
 }
 
+namespace {
+
+enum class Want { kFile, kDirectory, kEither };
+
+// Whether `path`, lexically normal, lies under a root as given or as resolved.
+Status UnderARootLexically(const std::string& key, const std::string& path,
+                           const InputRules& rules) {
+  const std::string lexical = Normal(path);
+  std::vector<std::string> roots;
+  bool under = false;
+  for (const std::string& r : rules.roots) {
+    if (!fs::path(r).is_absolute()) continue;
+    roots.push_back(Normal(r));
+    under = under || PathUnder(lexical, Normal(r)) || PathUnder(lexical, Real(r));
+  }
+  if (under) return Status::Ok();
+  return Status::InvalidArgument(
+      StrCat(key, " = '", path, "' is outside ", rules.roots_name, ": ", List(roots),
+             path.find("..") != std::string::npos ? " ('..' is resolved before the check)" : ""));
+}
+
+// The rules for one path (a file or a directory, as `want` says): absolute, lexically under a
+// root before anything is looked at, under a real root through its links, outside fp8d's state,
+// of the right type and readable. Returns its real path.
+Result<std::string> ConfinePath(const std::string& key, const std::string& path, Want want,
+                                const InputRules& rules) {
+  if (!fs::path(path).is_absolute()) {
+    return Status::InvalidArgument(StrCat(key, " = '", path, "' is not an absolute path"));
+  }
+  // Lexically first: a path outside every root is refused before anything there is looked at
+  // (no stat, no open: its existence is nobody's business).
+  FP8RT_RETURN_IF_ERROR(UnderARootLexically(key, path, rules));
+  std::vector<std::string> roots, real_roots;
+  for (const std::string& r : rules.roots) {
+    if (!fs::path(r).is_absolute()) continue;
+    roots.push_back(Normal(r));
+    real_roots.push_back(Real(r));
+  }
+  auto under_a_root = [&](const std::string& p, const std::vector<std::string>& rs) {
+    return std::any_of(rs.begin(), rs.end(), [&](const std::string& r) { return PathUnder(p, r); });
+  };
+  std::error_code ec;
+  const fs::path real = fs::canonical(path, ec);
+  if (ec) {
+    return Status::InvalidArgument(StrCat(key, " = '", path, "' does not exist"));
+  }
+  if (!under_a_root(real.string(), real_roots)) {
+    return Status::InvalidArgument(StrCat(key, " = '", path, "' leaves ", rules.roots_name,
+                                          " through a symbolic link; name a file under ",
+                                          List(roots), " itself"));
+  }
+  for (const std::string& priv : rules.private_paths) {
+    if (PathUnder(real.string(), Real(priv))) {
+      return Status::InvalidArgument(
+          StrCat(key, " = '", path, "' lies in fp8d's own state (", Normal(priv),
+                 "): other jobs' checkpoints and logs, the job store and tokens are never inputs"));
+    }
+  }
+  bool directory = want == Want::kDirectory;
+  if (want == Want::kEither) directory = fs::is_directory(real, ec);
+  FP8RT_RETURN_IF_ERROR(CheckFile(key, path, real.string(), directory));
+  return real.string();
+}
+
+// `s` with the glob characters escaped, so that glob(3) matches it literally.
+std::string EscapeGlob(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '*' || c == '?' || c == '[' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+bool EndsWith(const std::string& s, const char* suffix) {
+  const size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+// A data entry confined: its real form (file, directory, glob under a real directory, or
+// prefix) and its shards', each checked.
+struct ConfinedEntry {
+  std::string entry;
+  std::vector<std::string> shards;
+};
+
+Result<ConfinedEntry> ConfineEntry(const std::string& key, const std::string& entry,
+                                   const std::string& format, const InputRules& rules) {
+  const bool megatron = format == "megatron";
+  auto confine_shard = [&](const std::string& shard) {
+    return ConfineInput(key, shard, megatron ? InputKind::kMegatronPrefix : InputKind::kFile,
+                        rules);
+  };
+  ConfinedEntry out;
+  std::vector<std::string> shards;
+  if (HasGlob(entry)) {
+    if (!fs::path(entry).is_absolute()) {
+      return Status::InvalidArgument(StrCat(key, " = '", entry, "' is not an absolute path"));
+    }
+    // The directory above the first component with a glob character is confined as a directory;
+    // the matches, each as a shard.
+    fs::path dir, rest;
+    bool in_pattern = false;
+    for (const fs::path& part : fs::path(entry)) {
+      in_pattern = in_pattern || HasGlob(part.string());
+      (in_pattern ? rest : dir) /= part;
+    }
+    // (The pattern itself first, lexically: one outside every root is refused unexpanded.)
+    FP8RT_RETURN_IF_ERROR(UnderARootLexically(key, entry, rules));
+    FP8RT_ASSIGN_OR_RETURN(const std::string real_dir,
+                           ConfinePath(key, dir.string(), Want::kDirectory, rules));
+    out.entry = EscapeGlob(real_dir) + "/" + rest.string();
+    FP8RT_ASSIGN_OR_RETURN(shards, ExpandShards(key, out.entry, format));
+  } else {
+    if (!fs::path(entry).is_absolute()) {
+      return Status::InvalidArgument(StrCat(key, " = '", entry, "' is not an absolute path"));
+    }
+    FP8RT_RETURN_IF_ERROR(UnderARootLexically(key, entry, rules));
+    std::error_code ec;
+    if (megatron && !fs::is_directory(fs::path(entry), ec)) {
+      FP8RT_ASSIGN_OR_RETURN(out.entry, ConfineInput(key, entry, InputKind::kMegatronPrefix, rules));
+      out.shards = {out.entry};
+      return out;
+    }
+    FP8RT_ASSIGN_OR_RETURN(out.entry, ConfinePath(key, entry, Want::kEither, rules));
+    FP8RT_ASSIGN_OR_RETURN(shards, ExpandShards(key, out.entry, format));
+  }
+  for (const std::string& shard : shards) {
+    FP8RT_ASSIGN_OR_RETURN(std::string real, confine_shard(shard));
+    out.shards.push_back(std::move(real));
+  }
+  return out;
+}
+
+}  // namespace
+
+bool HasGlob(const std::string& path) { return path.find_first_of("*?[") != std::string::npos; }
+
+Result<std::vector<std::string>> ExpandShards(const std::string& key, const std::string& entry,
+                                              const std::string& format) {
+  const bool megatron = format == "megatron";
+  std::vector<std::string> out;
+  std::string what;
+  if (HasGlob(entry)) {
+    glob_t g{};
+    const int rc = ::glob(entry.c_str(), GLOB_NOSORT, nullptr, &g);
+    if (rc != 0 && rc != GLOB_NOMATCH) {
+      globfree(&g);
+      return Status::InvalidArgument(
+          StrCat(key, " = '", entry, "': the glob cannot be expanded (a directory on its way "
+                                     "cannot be read, or memory ran out)"));
+    }
+    for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i) {
+      const std::string m = g.gl_pathv[i];
+      struct stat st {};
+      if (::stat(m.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (megatron) {
+        if (EndsWith(m, ".idx")) out.push_back(m.substr(0, m.size() - 4));
+      } else {
+        out.push_back(m);
+      }
+    }
+    globfree(&g);
+    what = megatron ? "a glob matching no .idx file" : "a glob matching no regular file";
+  } else {
+    std::error_code ec;
+    if (!fs::is_directory(entry, ec)) return std::vector<std::string>{entry};
+    for (fs::directory_iterator it(entry, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      std::error_code ec2;
+      if (name.empty() || name[0] == '.' || !fs::is_regular_file(it->path(), ec2)) continue;
+      const std::string full = (fs::path(entry) / name).string();
+      if (megatron) {
+        if (EndsWith(name, ".idx")) out.push_back(full.substr(0, full.size() - 4));
+      } else if (format != "tokens" || EndsWith(name, ".bin")) {
+        out.push_back(full);
+      }
+    }
+    if (ec) {
+      return Status::InvalidArgument(
+          StrCat(key, " = '", entry, "': the directory cannot be listed: ", ec.message()));
+    }
+    what = megatron ? "a directory with no .idx file"
+           : format == "tokens" ? "a directory with no *.bin file"
+                                : "a directory with no regular file";
+  }
+  if (out.empty()) {
+    return Status::InvalidArgument(StrCat(key, " = '", entry, "' names no shards (", what, ")"));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 Result<std::string> ConfineInput(const std::string& key, const std::string& path, InputKind kind,
-                                 const InputRules& rules) {
+                                 const InputRules& rules, const std::string& format) {
+  if (kind == InputKind::kDataShards) {
+    FP8RT_ASSIGN_OR_RETURN(ConfinedEntry e, ConfineEntry(key, path, format, rules));
+    return e.entry;
+  }
   if (kind == InputKind::kMegatronPrefix) {
     // Both files of the pair, each as a file; they must lie side by side (what a reader derives
     // from the prefix is what was checked).
@@ -98,61 +296,54 @@ Result<std::string> ConfineInput(const std::string& key, const std::string& path
     }
     return prefix;
   }
-  if (!fs::path(path).is_absolute()) {
-    return Status::InvalidArgument(StrCat(key, " = '", path, "' is not an absolute path"));
-  }
-  // Lexically first: a path outside every root is refused before anything there is looked at
-  // (no stat, no open: its existence is nobody's business).
-  const std::string lexical = Normal(path);
-  std::vector<std::string> roots, real_roots;
-  for (const std::string& r : rules.roots) {
-    if (!fs::path(r).is_absolute()) continue;
-    roots.push_back(Normal(r));
-    real_roots.push_back(Real(r));
-  }
-  auto under_a_root = [&](const std::string& p, const std::vector<std::string>& rs) {
-    return std::any_of(rs.begin(), rs.end(), [&](const std::string& r) { return PathUnder(p, r); });
-  };
-  if (!under_a_root(lexical, roots) && !under_a_root(lexical, real_roots)) {
-    return Status::InvalidArgument(
-        StrCat(key, " = '", path, "' is outside ", rules.roots_name, ": ", List(roots),
-               path.find("..") != std::string::npos ? " ('..' is resolved before the check)" : ""));
-  }
-  std::error_code ec;
-  const fs::path real = fs::canonical(path, ec);
-  if (ec) {
-    return Status::InvalidArgument(StrCat(key, " = '", path, "' does not exist"));
-  }
-  if (!under_a_root(real.string(), real_roots)) {
-    return Status::InvalidArgument(StrCat(key, " = '", path, "' leaves ", rules.roots_name,
-                                          " through a symbolic link; name a file under ",
-                                          List(roots), " itself"));
-  }
-  for (const std::string& priv : rules.private_paths) {
-    if (PathUnder(real.string(), Real(priv))) {
-      return Status::InvalidArgument(
-          StrCat(key, " = '", path, "' lies in fp8d's own state (", Normal(priv),
-                 "): other jobs' checkpoints and logs, the job store and tokens are never inputs"));
+  FP8RT_ASSIGN_OR_RETURN(
+      const std::string real,
+      ConfinePath(key, path, kind == InputKind::kHfDirectory ? Want::kDirectory : Want::kFile,
+                  rules));
+  if (kind == InputKind::kTokenizer && EndsWith(real, ".json")) {
+    // fp8data's metadata: the model it names lies beside it, by the same rules.
+    const std::string model = (fs::path(real).parent_path() / "tokenizer.model").string();
+    struct stat st {};
+    if (::lstat(model.c_str(), &st) == 0) {
+      FP8RT_RETURN_IF_ERROR(
+          ConfineInput(StrCat(key, " (tokenizer.model)"), model, InputKind::kFile, rules).status());
     }
   }
-  FP8RT_RETURN_IF_ERROR(CheckFile(key, path, real.string(), kind == InputKind::kHfDirectory));
   if (kind == InputKind::kHfDirectory) {
     // The files fp8train reads from it, by the same rules (a link inside may not lead out).
     for (const char* name : {"model.safetensors", "config.json"}) {
-      const std::string inner = (real / name).string();
+      const std::string inner = (fs::path(real) / name).string();
       struct stat st {};
       if (::lstat(inner.c_str(), &st) != 0 && std::string(name) == "config.json") continue;
       FP8RT_RETURN_IF_ERROR(
           ConfineInput(StrCat(key, "/", name), inner, InputKind::kFile, rules).status());
     }
   }
-  return real.string();
+  return real;
 }
 
-Status ConfineInputs(RunConfig* config, const InputRules& rules) {
+Result<std::vector<std::string>> ConfineShards(const std::string& key, const std::string& entry,
+                                               const std::string& format,
+                                               const InputRules& rules) {
+  FP8RT_ASSIGN_OR_RETURN(ConfinedEntry e, ConfineEntry(key, entry, format, rules));
+  return std::move(e.shards);
+}
+
+Status ConfineInputs(RunConfig* config, const InputRules& rules, bool expand) {
   for (const InputPath& in : config->Inputs()) {
-    if (in.path->empty()) continue;
-    FP8RT_ASSIGN_OR_RETURN(*in.path, ConfineInput(in.key, *in.path, in.kind, rules));
+    if (in.path->empty() || (expand && in.kind == InputKind::kDataShards)) continue;
+    FP8RT_ASSIGN_OR_RETURN(*in.path, ConfineInput(in.key, *in.path, in.kind, rules, in.format));
+  }
+  if (!expand) return Status::Ok();
+  for (auto [key, list] : {std::pair{"data.train", &config->data.train},
+                           std::pair{"data.val", &config->data.val}}) {
+    std::vector<std::string> shards;
+    for (size_t i = 0; i < list->size(); ++i) {
+      const std::string k = list->size() == 1 ? std::string(key) : StrCat(key, "[", i, "]");
+      FP8RT_ASSIGN_OR_RETURN(auto some, ConfineShards(k, (*list)[i], config->data.format, rules));
+      shards.insert(shards.end(), some.begin(), some.end());
+    }
+    *list = std::move(shards);
   }
   return Status::Ok();
 }

@@ -34,12 +34,30 @@ struct InputRules {
 // Checks the input `key` = `path` (absolute; a relative path is refused: resolve it first) and
 // returns its real path, the one to open. Refusals are InvalidArgument naming the key, the path
 // as given and the rule broken; they never say what a file holds, and a path outside the roots is
-// refused before anything there is looked at.
+// refused before anything there is looked at. A kDataShards entry (`format` is data.format) is
+// checked shard by shard (ConfineShards) and returned as its real directory, glob or file.
 Result<std::string> ConfineInput(const std::string& key, const std::string& path, InputKind kind,
-                                 const InputRules& rules);
+                                 const InputRules& rules, const std::string& format = "");
 
-// ConfineInput for every input of `config` (RunConfig::Inputs), each replaced by its real path.
-Status ConfineInputs(RunConfig* config, const InputRules& rules);
+// The shards a data entry names, each confined (ConfineInput) and given by its real path (with
+// format megatron: the .bin/.idx prefixes), in order (ExpandShards).
+Result<std::vector<std::string>> ConfineShards(const std::string& key, const std::string& entry,
+                                               const std::string& format,
+                                               const InputRules& rules);
+
+// ConfineInput for every input of `config` (RunConfig::Inputs), each replaced by its real path;
+// with `expand`, every data entry by the real paths of its shards (what a reader then opens, so
+// what was checked is what is read).
+Status ConfineInputs(RunConfig* config, const InputRules& rules, bool expand = false);
+
+// The shards a data entry (absolute) names, in order: the entry itself when it is not a directory
+// and holds no glob character (*, ? or [); a directory's shards by name (format tokens: *.bin;
+// megatron: the prefixes of its *.idx files; text: every regular file; names starting with "."
+// skipped); a glob's matches by name (megatron: the .idx files among them, as prefixes). No
+// shard at all is an error naming the entry. Only looks; ConfineShards checks.
+Result<std::vector<std::string>> ExpandShards(const std::string& key, const std::string& entry,
+                                              const std::string& format);
+bool HasGlob(const std::string& path);
 
 // Whether `path` is `dir` or lies under it, component by component ("/data2" is not under
 // "/data"); both lexically normal and absolute.

@@ -100,8 +100,18 @@ Status RunConfig::Validate() const {
   }
   FP8RT_RETURN_IF_ERROR(Range("model.block_size", model.block_size, 1, 1 << 20));
   FP8RT_RETURN_IF_ERROR(Range("model.vocab_size", model.vocab_size, 2, 1 << 24));
-  if (data.train_path.empty()) return Status::InvalidArgument("data.train is required");
+  if (data.train.empty()) return Status::InvalidArgument("data.train is required");
+  for (const auto* list : {&data.train, &data.val}) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      if ((*list)[i].empty()) {
+        return Status::InvalidArgument(StrCat(list == &data.train ? "data.train" : "data.val",
+                                              "[", i, "] is empty; name a file, a directory or "
+                                              "a glob"));
+      }
+    }
+  }
   FP8RT_RETURN_IF_ERROR(OneOf("data.format", data.format, {"text", "tokens", "megatron"}));
+  FP8RT_RETURN_IF_ERROR(OneOf("data.on_change", data.on_change, {"refuse", "new_epoch"}));
   if (data.format == "text" && model.vocab_size < 256) {
     return Status::InvalidArgument(StrCat("model.vocab_size = ", model.vocab_size,
                                           " is too small for data.format text (needs >= 256)"));
@@ -191,9 +201,11 @@ void Schema(RunConfig& c, V& v) {
     v.Field("rope_theta", &m.rope_theta);
   });
   v.Section("data", [&] {
-    v.Field("train", &d.train_path);
-    v.Field("val", &d.val_path);
+    v.Field("train", &d.train);
+    v.Field("val", &d.val);
     v.Field("format", &d.format);
+    v.Field("on_change", &d.on_change);
+    v.Field("tokenizer", &d.tokenizer);
   });
   v.Section("train", [&] {
     v.Field("batch_size", &t.batch_size);
@@ -277,6 +289,29 @@ class ConfigReader {
 
  private:
   static strict::Reader ReaderFor(std::string* out) { return strict::String(out); }
+  // A list of strings, or one string for a list of one.
+  static strict::Reader ReaderFor(std::vector<std::string>* out) {
+    return [out](const strict::Value& v, const std::string& path) -> Status {
+      out->clear();
+      if (v.kind != strict::Kind::kSeq) {
+        std::string one;
+        FP8RT_RETURN_IF_ERROR(strict::String(&one)(v, path));
+        out->push_back(std::move(one));
+        return Status::Ok();
+      }
+      if (v.items.size() > kMaxListEntries) {
+        return Status::InvalidArgument(StrCat(path, " lists ", v.items.size(),
+                                              " entries; at most ", kMaxListEntries,
+                                              " (name a directory or a glob instead)"));
+      }
+      for (size_t i = 0; i < v.items.size(); ++i) {
+        std::string one;
+        FP8RT_RETURN_IF_ERROR(strict::String(&one)(v.items[i], StrCat(path, "[", i, "]")));
+        out->push_back(std::move(one));
+      }
+      return Status::Ok();
+    };
+  }
   static strict::Reader ReaderFor(int* out) { return strict::Integer(out); }
   static strict::Reader ReaderFor(int64_t* out) { return strict::Integer(out); }
   static strict::Reader ReaderFor(uint64_t* out) {
@@ -330,6 +365,11 @@ class ConfigWriter {
 
  private:
   static nlohmann::ordered_json Json(const std::string& s) { return s; }
+  // A list of one is written as its string (as most configs give it).
+  static nlohmann::ordered_json Json(const std::vector<std::string>& v) {
+    if (v.size() == 1) return v[0];
+    return nlohmann::ordered_json(v);
+  }
   static nlohmann::ordered_json Json(int x) { return x; }
   static nlohmann::ordered_json Json(int64_t x) { return x; }
   static nlohmann::ordered_json Json(uint64_t x) { return x; }
@@ -353,23 +393,31 @@ class ConfigWriter {
 }  // namespace
 
 std::vector<InputPath> RunConfig::Inputs() {
-  const InputKind data_kind =
-      data.format == "megatron" ? InputKind::kMegatronPrefix : InputKind::kFile;
-  return {{"data.train", data_kind, &data.train_path},
-          {"data.val", data_kind, &data.val_path},
-          {"train.init_from", InputKind::kHfDirectory, &train.init_from}};
+  std::vector<InputPath> out;
+  for (auto [key, list] : {std::pair{"data.train", &data.train}, std::pair{"data.val", &data.val}}) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      out.push_back({list->size() == 1 ? std::string(key) : StrCat(key, "[", i, "]"),
+                     InputKind::kDataShards, &(*list)[i], data.format});
+    }
+  }
+  out.push_back({"data.tokenizer", InputKind::kTokenizer, &data.tokenizer, ""});
+  out.push_back({"train.init_from", InputKind::kHfDirectory, &train.init_from, ""});
+  return out;
 }
 
 std::vector<ConstInputPath> RunConfig::Inputs() const {
   std::vector<ConstInputPath> out;
   for (const InputPath& p : const_cast<RunConfig*>(this)->Inputs()) {
-    out.push_back({p.key, p.kind, p.path});
+    out.push_back({p.key, p.kind, p.path, p.format});
   }
   return out;
 }
 
 void RunConfig::ResolveInputs(const std::string& base_dir) {
-  const std::filesystem::path base = std::filesystem::absolute(base_dir);
+  // ("" is the current directory: a config named without a directory.)
+  std::error_code ec;
+  const std::filesystem::path base =
+      std::filesystem::absolute(base_dir.empty() ? std::string(".") : base_dir, ec);
   for (const InputPath& p : Inputs()) {
     if (!p.path->empty() && std::filesystem::path(*p.path).is_relative()) {
       *p.path = (base / *p.path).lexically_normal().string();

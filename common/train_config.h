@@ -51,12 +51,27 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string train_path;  // text file or token shard(s). Default: "" (required)
-  std::string val_path;    // optional. Default: ""
-  std::string format =
-      "text";  // "text" (UTF-8, byte tokenizer) or "tokens" (llm.c shard). Default: text
+  // data.train and data.val: each a list of entries (a single entry may be written as a string):
+  // a file, a directory (its shards: with format tokens every *.bin file, with megatron every
+  // .idx/.bin pair by its prefix, with text every regular file; names starting with "." skipped)
+  // or a glob (`shards/train_*.bin`; with megatron it matches the .idx files). The shards are
+  // read in the order of the entries, a directory's and a glob's in byte order of their names.
+  std::vector<std::string> train;  // Default: [] (required)
+  std::vector<std::string> val;    // optional. Default: []
+  // "text" (UTF-8, byte tokenizer), "tokens" (llm.c shards, uint16 or uint32 ids) or "megatron"
+  // (Megatron-LM indexed datasets, each entry a .bin/.idx path prefix). Default: text
+  std::string format = "text";
+  // A resumed run whose training shards are not the ones its checkpoint recorded (by name and
+  // token count): "refuse" ends it naming what changed; "new_epoch" starts the next epoch's
+  // permutation over the new set. Default: refuse
+  std::string on_change = "refuse";
+  // The tokenizer the ids come from, to show samples (train.sample_every) as text: a
+  // SentencePiece .model, or the fp8data.json that fp8data writes beside its shards. Default: ""
+  // (ids below 256 as bytes, others as <id>)
+  std::string tokenizer;
   bool operator==(const DataConfig&) const = default;
 };
+
 
 // fp8.scaling (common/fp8_recipe.h's ScalingMode): where each FP8 tensor's scale comes from.
 //   delayed: from the amax history of earlier steps (reduced over ranks once per step);
@@ -207,20 +222,25 @@ struct ParallelConfig {
   bool operator==(const ParallelConfig&) const = default;
 };
 
-// The files a config names, which a run reads: data.train, data.val (files, or with data.format
-// megatron the path prefix of a .bin/.idx pair) and train.init_from (a Hugging Face directory).
-// The one list of them: everything that moves a config elsewhere or checks what it may open
-// (common/input_paths.h) walks it.
-enum class InputKind { kFile, kHfDirectory, kMegatronPrefix };
+// The files a config names, which a run reads: each entry of data.train and data.val (a file,
+// a directory or a glob; with data.format megatron path prefixes of .bin/.idx pairs),
+// data.tokenizer and train.init_from (a Hugging Face directory). The one list of them: everything that moves a config
+// elsewhere or checks what it may open (common/input_paths.h) walks it.
+// kDataShards: an entry of data.train/data.val, by data.format (a file, a directory, a glob);
+// kMegatronPrefix: one .bin/.idx pair by its path prefix.
+// kTokenizer: a file; an fp8data.json with the tokenizer.model beside it.
+enum class InputKind { kFile, kHfDirectory, kDataShards, kMegatronPrefix, kTokenizer };
 struct InputPath {
-  const char* key;  // "data.train"
+  std::string key;  // "data.train", or "data.train[2]" in a list of several
   InputKind kind;
   std::string* path;  // "" when not given
+  std::string format;  // data.format, for kDataShards
 };
 struct ConstInputPath {
-  const char* key;
+  std::string key;
   InputKind kind;
   const std::string* path;
+  std::string format;
 };
 
 struct RunConfig {
@@ -242,6 +262,9 @@ struct RunConfig {
 
 // The most bytes a config file may hold: the scheduler's request limit. Default: 1 MiB
 inline constexpr size_t kMaxConfigBytes = size_t{1} << 20;
+// The most entries data.train or data.val may list (a directory or a glob names any number of
+// shards). Default: 4096
+inline constexpr size_t kMaxListEntries = 4096;
 
 // Reads a parsed YAML/JSON mapping (a file, or the `config` of a job spec). Errors name the key
 // path ("train.batch_size"), the value, what is allowed and, for YAML, the line. `what` names the

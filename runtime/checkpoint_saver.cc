@@ -196,6 +196,7 @@ Status CheckpointSaver::Begin(int64_t step, const DataCursor& cursor,
                {"data.epoch", std::to_string(cursor.epoch)},
                {"data.index", std::to_string(cursor.index)},
                {"precision", PrecisionName(precision_)}};
+  if (!cursor.shards.empty()) ck_.state["data.shards"] = cursor.shards;
   if (Sharded()) {
     ck_.state["shards.dp"] = std::to_string(place_.dp);
     ck_.state["shards.tp"] = std::to_string(place_.tp);

@@ -10,10 +10,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <utility>
 
+#include "common/input_paths.h"
 #include "common/read_file.h"
 #include "common/rng.h"
 
@@ -52,6 +55,9 @@ Result<std::shared_ptr<const Mapping>> MapFile(const std::string& path, const st
       ::close(fd);
       return Status::IOError(StrCat(what, " '", path, "' cannot be mapped: ", std::strerror(err)));
     }
+    // Windows are read in a random order: no read-ahead around each (it would map, and count
+    // in the rank's RSS, far more of the file than the windows read).
+    ::madvise(addr, m->bytes, MADV_RANDOM);
     m->addr = addr;
   }
   ::close(fd);
@@ -81,59 +87,181 @@ inline int64_t IdAt(const uint8_t* p, int width, bool is_signed) {
   }
 }
 
-Status TokenDataset::Scan(const std::string& what) {
-  int64_t max = -1;
-  for (uint64_t i = 0; i < n_; ++i) {
-    const int64_t v = IdAt(base_ + i * static_cast<uint64_t>(width_), width_, signed_);
+Status TokenDataset::Widen(const Shard& s, uint64_t at, uint64_t n, int32_t* out) const {
+  const uint8_t* p = s.base + at * static_cast<uint64_t>(s.width);
+  auto bad = [&](uint64_t i, int64_t v) {
+    const std::string where =
+        s.path.empty() ? StrCat("token ", at + i) : StrCat("'", s.path, "' at token ", at + i);
     if (v < 0 || v > INT32_MAX) {
-      return Status::Corruption(
-          StrCat(what, ": the id at token ", i, " is outside 0..2^31 - 1, no vocabulary's"));
+      return Status::Corruption(StrCat("the id ", where, " is outside 0..2^31 - 1, no vocabulary's"));
     }
-    max = std::max(max, v);
+    return Status::Corruption(StrCat("the id ", where, " is ", v, ", not below model.vocab_size ",
+                                     vocab_, " (a shard of another tokenizer?)"));
+  };
+  // The common widths in loops the compiler vectorizes; the check is one compare of the
+  // largest id.
+  if (s.width == 2 && !s.is_signed) {
+    uint16_t most = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      uint16_t u;
+      std::memcpy(&u, p + 2 * i, 2);
+      out[i] = u;
+      most = std::max(most, u);
+    }
+    if (most < vocab_) return Status::Ok();
+  } else if (s.width == 4) {
+    std::memcpy(out, p, n * 4);
+    uint32_t most = 0;
+    for (uint64_t i = 0; i < n; ++i) most = std::max(most, static_cast<uint32_t>(out[i]));
+    if (most < static_cast<uint32_t>(vocab_)) return Status::Ok();  // (negatives are huge)
+  } else {
+    for (uint64_t i = 0; i < n; ++i) {
+      const int64_t v = IdAt(p + i * static_cast<uint64_t>(s.width), s.width, s.is_signed);
+      if (v < 0 || v >= vocab_) return bad(i, v);
+      out[i] = static_cast<int32_t>(v);
+    }
+    return Status::Ok();
   }
-  max_ = static_cast<int32_t>(max);
+  for (uint64_t i = 0; i < n; ++i) {
+    const int64_t v = IdAt(p + i * static_cast<uint64_t>(s.width), s.width, s.is_signed);
+    if (v < 0 || v >= vocab_) return bad(i, v);
+  }
   return Status::Ok();
 }
 
-void TokenDataset::Copy(uint64_t at, uint64_t n, int32_t* out) const {
-  const uint8_t* p = base_ + at * static_cast<uint64_t>(width_);
-  if (width_ == 4 && signed_) {
-    std::memcpy(out, p, n * 4);
-    return;
+size_t TokenDataset::ShardOf(uint64_t at) const {
+  // The last shard whose first token is at or before `at` (shards may hold no token only when
+  // nothing follows them: Load refuses empty ones).
+  auto it = std::upper_bound(shards_.begin(), shards_.end(), at,
+                             [](uint64_t a, const Shard& s) { return a < s.first; });
+  return static_cast<size_t>(it - shards_.begin()) - 1;
+}
+
+Status TokenDataset::Copy(uint64_t at, uint64_t n, int32_t* out) const {
+  size_t i = n > 0 ? ShardOf(at) : 0;
+  while (n > 0) {
+    const Shard& s = shards_[i++];
+    const uint64_t local = at - s.first, take = std::min(n, s.n - local);
+    FP8RT_RETURN_IF_ERROR(Widen(s, local, take, out));
+    at += take, n -= take, out += take;
   }
-  for (uint64_t i = 0; i < n; ++i, p += width_) {
-    out[i] = static_cast<int32_t>(IdAt(p, width_, signed_));
+  return Status::Ok();
+}
+
+Result<int32_t> TokenDataset::CheckIds(int32_t vocab) const {
+  TokenDataset probe;
+  probe.vocab_ = vocab;
+  std::vector<int32_t> buf(1 << 20);
+  int32_t most = -1;
+  for (const Shard& s : shards_) {
+    for (uint64_t at = 0; at < s.n; at += buf.size()) {
+      const uint64_t n = std::min<uint64_t>(buf.size(), s.n - at);
+      FP8RT_RETURN_IF_ERROR(probe.Widen(s, at, n, buf.data()));
+      most = std::max(most, *std::max_element(buf.begin(), buf.begin() + static_cast<long>(n)));
+    }
   }
+  return most;
 }
 
 std::vector<int32_t> TokenDataset::tokens() const {
   std::vector<int32_t> v(n_);
-  Copy(0, n_, v.data());
+  const Status s = Copy(0, n_, v.data());
+  if (!s.ok()) v.clear();
   return v;
+}
+
+uint64_t TokenDataset::id_bytes() const {
+  uint64_t bytes = 0;
+  for (const Shard& s : shards_) bytes += s.n * static_cast<uint64_t>(s.width);
+  return bytes;
+}
+
+TokenDataset::ShardInfo TokenDataset::shard(size_t i) const {
+  return {shards_[i].path, shards_[i].first, shards_[i].n};
+}
+
+std::string TokenDataset::ShardList() const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const Shard& s : shards_) {
+    list.push_back({std::filesystem::path(s.path).filename().string(), s.n});
+  }
+  return list.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string TokenDataset::CompareShardList(const std::string& recorded) const {
+  const nlohmann::json now = nlohmann::json::parse(ShardList());
+  const nlohmann::json then = nlohmann::json::parse(recorded, nullptr, false);
+  if (!then.is_array()) return "the checkpoint's record of its shards cannot be read";
+  auto describe = [](const nlohmann::json& e) {
+    return e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_number_unsigned()
+               ? StrCat("'", e[0].get<std::string>(), "' (", e[1].dump(), " tokens)")
+               : std::string("an unreadable entry");
+  };
+  const size_t common = std::min(now.size(), then.size());
+  for (size_t i = 0; i < common; ++i) {
+    if (now[i] != then[i]) {
+      return StrCat("shard ", i, " is ", describe(now[i]), "; the checkpoint's was ",
+                    describe(then[i]));
+    }
+  }
+  if (now.size() > then.size()) {
+    return StrCat("this run has ", now.size(), " shards, the checkpoint's ", then.size(),
+                  " (the first added: ", describe(now[common]), ")");
+  }
+  if (now.size() < then.size()) {
+    return StrCat("this run has ", now.size(), " shards, the checkpoint's ", then.size(),
+                  " (the first missing: ", describe(then[common]), ")");
+  }
+  return "";
 }
 
 TokenDataset TokenDataset::FromTokens(std::vector<int32_t> tokens) {
   auto owned = std::make_shared<std::vector<int32_t>>(std::move(tokens));
   TokenDataset d;
-  d.base_ = reinterpret_cast<const uint8_t*>(owned->data());
-  d.width_ = 4, d.signed_ = true;
-  d.n_ = owned->size();
+  Shard s;
+  s.base = reinterpret_cast<const uint8_t*>(owned->data());
+  s.width = 4, s.is_signed = true;
+  s.n = owned->size();
+  d.n_ = s.n;
   d.owned_bytes_ = owned->size() * 4;
-  d.max_ = owned->empty() ? -1 : *std::max_element(owned->begin(), owned->end());
-  d.keep_ = std::move(owned);
+  s.keep = std::move(owned);
+  d.shards_.push_back(std::move(s));
+  return d;
+}
+
+TokenDataset TokenDataset::Concat(std::vector<TokenDataset> parts) {
+  TokenDataset d;
+  for (TokenDataset& p : parts) {
+    for (Shard& s : p.shards_) {
+      s.first = d.n_;
+      d.n_ += s.n;
+      d.shards_.push_back(std::move(s));
+    }
+    d.owned_bytes_ += p.owned_bytes_;
+  }
+  return d;
+}
+
+TokenDataset TokenDataset::Single(std::string path, std::shared_ptr<const void> keep,
+                                  const uint8_t* base, int width, bool is_signed, uint64_t n) {
+  TokenDataset d;
+  Shard s;
+  s.path = std::move(path);
+  s.keep = std::move(keep);
+  s.base = base;
+  s.width = width, s.is_signed = is_signed;
+  s.n = n;
+  d.n_ = n;
+  d.shards_.push_back(std::move(s));
   return d;
 }
 
 Result<TokenDataset> TokenDataset::LoadText(const std::string& path) {
   FP8RT_ASSIGN_OR_RETURN(auto map, MapFile(path, "text corpus"));
   if (map->bytes < 2) return Status::InvalidArgument(StrCat("text corpus '", path, "' is empty"));
-  TokenDataset d;
-  d.base_ = map->data();
-  d.width_ = 1, d.signed_ = false;
-  d.n_ = map->bytes;
-  d.keep_ = std::move(map);
-  FP8RT_RETURN_IF_ERROR(d.Scan(StrCat("text corpus '", path, "'")));
-  return d;
+  const uint8_t* base = map->data();
+  const uint64_t n = map->bytes;
+  return Single(path, std::move(map), base, 1, false, n);
 }
 
 Result<TokenDataset> TokenDataset::LoadShard(const std::string& path) {
@@ -171,13 +299,9 @@ Result<TokenDataset> TokenDataset::LoadShard(const std::string& path) {
     return Status::Corruption(
         StrCat("token shard '", path, "': header says ", n, " tokens but the file holds fewer"));
   }
-  TokenDataset d;
-  d.base_ = map->data() + sizeof(header);
-  d.width_ = static_cast<int>(width), d.signed_ = false;
-  d.n_ = static_cast<uint64_t>(n);
-  d.keep_ = std::move(map);
-  FP8RT_RETURN_IF_ERROR(d.Scan(StrCat("token shard '", path, "'")));
-  return d;
+  const uint8_t* base = map->data() + sizeof(header);
+  return Single(path, std::move(map), base, static_cast<int>(width), false,
+                static_cast<uint64_t>(n));
 }
 
 Result<TokenDataset> TokenDataset::LoadMegatron(const std::string& prefix) {
@@ -271,15 +395,10 @@ Result<TokenDataset> TokenDataset::LoadMegatron(const std::string& prefix) {
     next = offset + static_cast<int64_t>(n) * static_cast<int64_t>(width);
   }
   if (total < 2) return Status::InvalidArgument(StrCat("Megatron dataset '", prefix, "' is empty"));
-  TokenDataset d;
   const std::string what = StrCat("Megatron dataset '", prefix, "'");
   if (contiguous) {
-    d.base_ = map->data() + first;
-    d.width_ = static_cast<int>(width), d.signed_ = is_signed;
-    d.n_ = total;
-    d.keep_ = std::move(map);
-    FP8RT_RETURN_IF_ERROR(d.Scan(what));
-    return d;
+    const uint8_t* base = map->data() + first;
+    return Single(prefix, std::move(map), base, static_cast<int>(width), is_signed, total);
   }
   auto owned = std::make_shared<std::vector<int32_t>>();
   owned->reserve(total);
@@ -295,7 +414,9 @@ Result<TokenDataset> TokenDataset::LoadMegatron(const std::string& prefix) {
       owned->push_back(static_cast<int32_t>(v));
     }
   }
-  return FromTokens(std::move(*owned));
+  TokenDataset d = FromTokens(std::move(*owned));
+  d.shards_[0].path = prefix;
+  return d;
 }
 
 Result<TokenDataset> TokenDataset::Load(const std::string& path, const std::string& format) {
@@ -304,6 +425,25 @@ Result<TokenDataset> TokenDataset::Load(const std::string& path, const std::stri
   if (format == "megatron") return LoadMegatron(path);
   return Status::InvalidArgument(
       StrCat("data.format '", format, "' is not one of: text, tokens, megatron"));
+}
+
+Result<TokenDataset> TokenDataset::Load(const std::vector<std::string>& entries,
+                                        const std::string& format, const std::string& key) {
+  std::vector<TokenDataset> parts;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::string k = entries.size() == 1 ? key : StrCat(key, "[", i, "]");
+    FP8RT_ASSIGN_OR_RETURN(const std::vector<std::string> shards,
+                           ExpandShards(k, entries[i], format));
+    for (const std::string& path : shards) {
+      FP8RT_ASSIGN_OR_RETURN(TokenDataset d, Load(path, format));
+      if (d.size() == 0) {
+        return Status::InvalidArgument(StrCat(k, ": shard '", path, "' holds no token"));
+      }
+      parts.push_back(std::move(d));
+    }
+  }
+  if (parts.empty()) return Status::InvalidArgument(StrCat(key, " names no shard"));
+  return Concat(std::move(parts));
 }
 
 Status TokenDataset::WriteShard(const std::string& path, const std::vector<int32_t>& tokens,
@@ -346,30 +486,80 @@ Status TokenDataset::WriteShard(const std::string& path, const std::vector<int32
   return Status::Ok();
 }
 
+Result<TokenDataset> OpenDataset(const RunConfig& c, bool validation) {
+  const char* key = validation ? "data.val" : "data.train";
+  FP8RT_ASSIGN_OR_RETURN(
+      TokenDataset d,
+      TokenDataset::Load(validation ? c.data.val : c.data.train, c.data.format, key));
+  d.set_vocab_size(c.model.vocab_size);
+  if (d.id_bytes() <= kEagerCheckBytes) {
+    const Result<int32_t> most = d.CheckIds(c.model.vocab_size);
+    if (!most.ok()) return Status(most.status().code(), StrCat(key, ": ", most.status().message()));
+  }
+  return d;
+}
+
 DataLoader::DataLoader(const TokenDataset* data, int B, int T, uint64_t seed, int rank, int world)
     : data_(data), B_(B), T_(T), seed_(seed), rank_(rank), world_(world) {}
 
 Status DataLoader::Init() {
-  const uint64_t n = data_->size();
-  num_windows_ = n > 1 ? (n - 1) / static_cast<uint64_t>(T_) : 0;
+  shard_windows_.assign(1, 0);
+  for (size_t i = 0; i < data_->num_shards(); ++i) {
+    const uint64_t n = data_->shard(i).tokens;
+    shard_windows_.push_back(shard_windows_.back() +
+                             (n > 1 ? (n - 1) / static_cast<uint64_t>(T_) : 0));
+  }
+  num_windows_ = shard_windows_.back();
   if (num_windows_ < static_cast<uint64_t>(world_)) {
-    return Status::InvalidArgument(StrCat("corpus of ", n, " tokens is too short for seq_len ", T_,
-                                          " and ", world_, " rank(s)"));
+    return Status::InvalidArgument(StrCat("corpus of ", data_->size(), " tokens in ",
+                                          data_->num_shards(), " shard(s) is too short for seq_len ",
+                                          T_, " and ", world_, " rank(s)"));
   }
   return Status::Ok();
 }
 
+uint64_t DataLoader::WindowStart(uint64_t w) const {
+  // The shard whose windows hold w: the last with shard_windows_[i] <= w.
+  const auto it = std::upper_bound(shard_windows_.begin(), shard_windows_.end(), w);
+  const size_t i = static_cast<size_t>(it - shard_windows_.begin()) - 1;
+  return data_->shard(i).first + (w - shard_windows_[i]) * static_cast<uint64_t>(T_);
+}
+
 void DataLoader::Shuffle() {
-  perm_.resize(num_windows_);
-  for (uint64_t i = 0; i < num_windows_; ++i) perm_[i] = i;
+  // The same shuffle whatever the width of the entries.
+  const bool narrow = num_windows_ <= UINT32_MAX;
+  perm32_.clear(), perm64_.clear();
+  if (narrow) {
+    perm32_.resize(num_windows_);
+    for (uint64_t i = 0; i < num_windows_; ++i) perm32_[i] = static_cast<uint32_t>(i);
+  } else {
+    perm64_.resize(num_windows_);
+    for (uint64_t i = 0; i < num_windows_; ++i) perm64_[i] = i;
+  }
   SplitMix64 rng(seed_ ^ (0x9E3779B97F4A7C15ull * (cursor_.epoch + 1)));
-  for (uint64_t i = num_windows_ - 1; i > 0; --i) std::swap(perm_[i], perm_[rng.Below(i + 1)]);
+  for (uint64_t i = num_windows_ - 1; i > 0; --i) {
+    const uint64_t j = rng.Below(i + 1);
+    if (narrow) {
+      std::swap(perm32_[i], perm32_[j]);
+    } else {
+      std::swap(perm64_[i], perm64_[j]);
+    }
+  }
   perm_epoch_ = cursor_.epoch;
 }
 
-void DataLoader::set_cursor(DataCursor c) { cursor_ = c; }
+DataCursor DataLoader::cursor() const {
+  DataCursor c = cursor_;
+  c.shards = data_->ShardList();
+  return c;
+}
 
-void DataLoader::NextBatch(int32_t* inputs, int32_t* targets) {
+void DataLoader::set_cursor(DataCursor c) {
+  cursor_ = c;
+  cursor_.shards.clear();
+}
+
+Status DataLoader::NextBatch(int32_t* inputs, int32_t* targets) {
   const uint64_t per_rank = num_windows_ / static_cast<uint64_t>(world_);
   for (int b = 0; b < B_; ++b) {
     if (cursor_.index >= per_rank) {
@@ -377,12 +567,14 @@ void DataLoader::NextBatch(int32_t* inputs, int32_t* targets) {
       cursor_.index = 0;
     }
     if (perm_epoch_ != cursor_.epoch) Shuffle();
-    const uint64_t w = perm_[cursor_.index * world_ + rank_];
+    const uint64_t at = WindowStart(Permuted(cursor_.index * world_ + rank_));
     ++cursor_.index;
-    const uint64_t at = w * static_cast<uint64_t>(T_);
-    data_->Copy(at, static_cast<uint64_t>(T_), inputs + static_cast<size_t>(b) * T_);
-    data_->Copy(at + 1, static_cast<uint64_t>(T_), targets + static_cast<size_t>(b) * T_);
+    FP8RT_RETURN_IF_ERROR(
+        data_->Copy(at, static_cast<uint64_t>(T_), inputs + static_cast<size_t>(b) * T_));
+    FP8RT_RETURN_IF_ERROR(
+        data_->Copy(at + 1, static_cast<uint64_t>(T_), targets + static_cast<size_t>(b) * T_));
   }
+  return Status::Ok();
 }
 
 }  // namespace fp8rt

@@ -6,18 +6,16 @@
 namespace fp8rt {
 
 Result<std::unique_ptr<Validator>> Validator::Create(const RunConfig& c) {
-  if (c.data.val_path.empty()) return std::unique_ptr<Validator>();
-  FP8RT_ASSIGN_OR_RETURN(TokenDataset data, TokenDataset::Load(c.data.val_path, c.data.format));
-  if (data.max_token() >= c.model.vocab_size) {
-    return Status::InvalidArgument(StrCat("data.val '", c.data.val_path, "' has token ",
-                                          data.max_token(), " >= model.vocab_size ",
-                                          c.model.vocab_size));
-  }
+  if (c.data.val.empty()) return std::unique_ptr<Validator>();
+  FP8RT_ASSIGN_OR_RETURN(TokenDataset data, OpenDataset(c, true));
   const int B = c.train.batch_size, T = c.train.seq_len;
   const int64_t windows = (static_cast<int64_t>(data.size()) - 1) / T;
   const int64_t available = windows / B;
   if (available < 1) {
-    return Status::InvalidArgument(StrCat("data.val '", c.data.val_path, "' has ", data.size(),
+    return Status::InvalidArgument(StrCat("data.val",
+                                          c.data.val.size() == 1 ? StrCat(" '", c.data.val[0], "'")
+                                                                 : std::string(),
+                                          " has ", data.size(),
                                           " tokens, fewer than one micro-batch of ", B, " x ", T,
                                           " (train.batch_size x train.seq_len) + 1"));
   }
@@ -33,8 +31,10 @@ Result<double> Validator::Evaluate(GptModel& model, const std::function<void()>&
   for (int b = 0; b < batches_; ++b) {
     for (int i = 0; i < B_; ++i) {
       const size_t start = (static_cast<size_t>(b) * B_ + i) * T_;
-      data_.Copy(start, static_cast<uint64_t>(T_), x.data() + static_cast<size_t>(i) * T_);
-      data_.Copy(start + 1, static_cast<uint64_t>(T_), y.data() + static_cast<size_t>(i) * T_);
+      FP8RT_RETURN_IF_ERROR(
+          data_.Copy(start, static_cast<uint64_t>(T_), x.data() + static_cast<size_t>(i) * T_));
+      FP8RT_RETURN_IF_ERROR(data_.Copy(start + 1, static_cast<uint64_t>(T_),
+                                       y.data() + static_cast<size_t>(i) * T_));
     }
     float loss = 0;
     FP8RT_RETURN_IF_ERROR(model.Forward(x.data(), y.data(), &loss, nullptr));

@@ -76,7 +76,12 @@ int main(int argc, char** argv) {
   app.add_option("--generate", generate,
                  "CHECKPOINT_DIR: continue --prompt with the checkpoint's model (CPU, KV cache), "
                  "print the text and exit");
-  app.add_option("--prompt", prompt, "with --generate: the text to continue (bytes; default \\n)");
+  app.add_option("--prompt", prompt,
+                 "with --generate: the text to continue (default: the start of a document)");
+  std::string tokenizer;
+  app.add_option("--tokenizer", tokenizer,
+                 "with --generate: a SentencePiece .model or fp8data.json to encode the prompt "
+                 "and decode the text with (default: bytes)");
   app.add_option("--max-new-tokens", sample.max_new_tokens, "with --generate: default 200")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--temperature", sample.temperature,
@@ -103,7 +108,17 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   if (!generate.empty()) {
-    const Status s = GenerateFromCheckpoint(generate, inspect_step, prompt, sample, std::cout);
+    Tokenizer tok = Tokenizer::Bytes();
+    if (!tokenizer.empty()) {
+      auto t = Tokenizer::Load(tokenizer);
+      if (!t.ok()) {
+        std::cerr << "fp8train: " << t.status().ToString() << "\n";
+        return kExitUsage;
+      }
+      tok = std::move(t).value();
+    }
+    const Status s =
+        GenerateFromCheckpoint(generate, inspect_step, prompt, sample, tok, std::cout);
     if (!s.ok()) {
       std::cerr << "fp8train: " << s.ToString() << "\n";
       return kExitUsage;
@@ -132,8 +147,8 @@ int main(int argc, char** argv) {
   }
   if (!inputs.roots.empty()) {
     // Under fp8d: the inputs are checked again where they are opened (common/input_paths.h),
-    // and opened by their real paths.
-    if (const Status s = ConfineInputs(&*cfg, inputs); !s.ok()) {
+    // and opened by their real paths: data entries become the shards they name, each checked.
+    if (const Status s = ConfineInputs(&*cfg, inputs, /*expand=*/true); !s.ok()) {
       std::cerr << "fp8train: " << s.ToString() << "\n";
       return kExitUsage;
     }

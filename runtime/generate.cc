@@ -221,33 +221,27 @@ Result<std::vector<int32_t>> Generate(const ModelConfig& m, std::vector<float> m
   return out;
 }
 
-std::vector<int32_t> BytesToTokens(const std::string& text) {
-  std::vector<int32_t> t;
-  for (unsigned char c : text) t.push_back(c);
-  return t;
-}
-
-std::string TokensToText(const std::vector<int32_t>& tokens) {
-  std::string s;
-  for (int32_t t : tokens) {
-    if (t >= 0 && t < 256) {
-      s += static_cast<char>(t);
-    } else {
-      s += StrCat("<", t, ">");
-    }
-  }
-  return s;
+Result<std::vector<int32_t>> PromptTokens(const Tokenizer& tokenizer, const std::string& prompt) {
+  if (prompt.empty() && tokenizer.eos_id() >= 0) return std::vector<int32_t>{tokenizer.eos_id()};
+  return tokenizer.Encode(prompt.empty() ? std::string("\n") : prompt);
 }
 
 Status GenerateFromCheckpoint(const std::string& checkpoint_dir, int64_t step,
-                              const std::string& prompt, const SampleOptions& o, std::ostream& out) {
+                              const std::string& prompt, const SampleOptions& o,
+                              const Tokenizer& tokenizer, std::ostream& out) {
   FP8RT_ASSIGN_OR_RETURN(const Checkpoint ck, ReadCheckpoint(checkpoint_dir, step, {}));
   FP8RT_ASSIGN_OR_RETURN(const ModelConfig m, CheckpointModelConfig(ck));
   FP8RT_ASSIGN_OR_RETURN(std::vector<float> master, CheckpointArray(ck, "master"));
-  const std::string p = prompt.empty() ? std::string("\n") : prompt;
+  if (tokenizer.vocab_size() > m.vocab_size) {
+    return Status::InvalidArgument(StrCat("tokenizer '", tokenizer.name(), "' has ",
+                                          tokenizer.vocab_size(), " pieces, more than the model's ",
+                                          m.vocab_size, " (model.vocab_size): not its tokenizer"));
+  }
+  FP8RT_ASSIGN_OR_RETURN(const std::vector<int32_t> start, PromptTokens(tokenizer, prompt));
   FP8RT_ASSIGN_OR_RETURN(const std::vector<int32_t> next,
-                         Generate(m, std::move(master), BytesToTokens(p), o));
-  out << p << TokensToText(next) << "\n";
+                         Generate(m, std::move(master), start, o));
+  out << (prompt.empty() && tokenizer.is_bytes() ? std::string("\n") : prompt)
+      << tokenizer.Decode(next) << "\n";
   return Status::Ok();
 }
 

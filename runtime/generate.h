@@ -17,6 +17,7 @@
 #include "common/rng.h"
 #include "common/status.h"
 #include "common/train_config.h"
+#include "runtime/tokenizer.h"
 
 namespace fp8rt {
 
@@ -60,14 +61,15 @@ int32_t SampleToken(const std::vector<float>& logits, const SampleOptions& o, Sp
 Result<std::vector<int32_t>> Generate(const ModelConfig& m, std::vector<float> master,
                                       const std::vector<int32_t>& prompt, const SampleOptions& o);
 
-// Byte-level text: every byte of `text` is a token (the `text` data format's ids).
-std::vector<int32_t> BytesToTokens(const std::string& text);
-// Tokens below 256 as their bytes, others as <id>.
-std::string TokensToText(const std::vector<int32_t>& tokens);
+// The tokens a sample starts from: `prompt` encoded; an empty prompt is the start of a
+// document (the tokenizer's end-of-document id, or "\n" without one).
+Result<std::vector<int32_t>> PromptTokens(const Tokenizer& tokenizer, const std::string& prompt);
 
 // fp8train --generate: the checkpoint in `checkpoint_dir` (LATEST, or `step` >= 0) continues
-// `prompt` (bytes; "\n" when empty); the prompt and continuation go to `out` as text.
+// `prompt`, encoded and the continuation decoded with `tokenizer`; the prompt and continuation go
+// to `out` as text.
 Status GenerateFromCheckpoint(const std::string& checkpoint_dir, int64_t step,
-                              const std::string& prompt, const SampleOptions& o, std::ostream& out);
+                              const std::string& prompt, const SampleOptions& o,
+                              const Tokenizer& tokenizer, std::ostream& out);
 
 }  // namespace fp8rt

@@ -152,6 +152,21 @@ Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, Dat
   } catch (...) {
     return Status::Corruption(StrCat("checkpoint step ", ck.step, ": data cursor missing"));
   }
+  // The cursor counts windows of the shards it was written over (checkpoints from before the
+  // shard record have none: not checked).
+  if (auto it = ck.state.find("data.shards"); it != ck.state.end()) {
+    const std::string changed = loader.data().CompareShardList(it->second);
+    if (!changed.empty() && o.config.data.on_change != "new_epoch") {
+      return Status::FailedPrecondition(StrCat(
+          "checkpoint step ", ck.step, " was written over other training data: ", changed,
+          ". Its data cursor means nothing over these shards; to go on over them from a new "
+          "epoch, set data.on_change: new_epoch"));
+    }
+    if (!changed.empty()) {
+      lt.data_changed = changed;
+      cursor = DataCursor{cursor.epoch + 1, 0, ""};
+    }
+  }
   const bool ckpt_fp8 = ck.state.count("precision") && ck.state.at("precision") == "fp8";
   std::vector<TensorScaleRecord> scales;
   if (p == Precision::kFp8 && ckpt_fp8 && !o.reset_fp8_history) {

@@ -43,6 +43,9 @@ struct LoadTimes {
   double read_s = 0;      // reading and checking them
   double assemble_s = 0;  // putting the whole model's arrays together from the parts
   double import_s = 0;    // the scale state, and this rank's part into the model
+  // With data.on_change new_epoch: what changed in the training shards since the checkpoint
+  // (the run goes on at the next epoch); "" when nothing did.
+  std::string data_changed;
 };
 // `on_progress`: called as the checkpoint is read (runtime/checkpoint.h); `times`: filled when
 // given. `place`: this rank's place in the grid; when the checkpoint was written by the same grid

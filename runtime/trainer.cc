@@ -177,6 +177,7 @@ struct Run {
   int64_t load_bytes = 0;  // the checkpoint bytes this rank read
   std::unique_ptr<comm::Communicator> dp_group, tp_group;
   std::unique_ptr<TokenDataset> data;
+  std::unique_ptr<Tokenizer> tokenizer;  // data.tokenizer (or bytes): decodes the samples
   std::unique_ptr<DataLoader> loader;
   std::unique_ptr<Validator> validator;
   std::unique_ptr<GptModel> model;
@@ -223,14 +224,22 @@ Status SetUpGrid(Run& r) {
     *r.progress << "warning: " << r.fallback_reason << "\n";
   }
 
-  FP8RT_ASSIGN_OR_RETURN(TokenDataset data, TokenDataset::Load(c.data.train_path, c.data.format));
+  FP8RT_ASSIGN_OR_RETURN(TokenDataset data, OpenDataset(c, false));
+  r.tokenizer = std::make_unique<Tokenizer>(Tokenizer::Bytes());
+  if (!c.data.tokenizer.empty()) {
+    auto tok = Tokenizer::Load(c.data.tokenizer);
+    if (!tok.ok()) {
+      return Status(tok.status().code(), StrCat("data.tokenizer: ", tok.status().message()));
+    }
+    if (tok->vocab_size() > c.model.vocab_size) {
+      return Status::InvalidArgument(
+          StrCat("data.tokenizer '", c.data.tokenizer, "' has ", tok->vocab_size(),
+                 " pieces, more than model.vocab_size ", c.model.vocab_size));
+    }
+    r.tokenizer = std::make_unique<Tokenizer>(std::move(tok).value());
+  }
   r.data = std::make_unique<TokenDataset>(std::move(data));
   Busy(r, "starting");
-  if (r.data->max_token() >= c.model.vocab_size) {
-    return Status::InvalidArgument(StrCat("corpus '", c.data.train_path, "' has token ",
-                                          r.data->max_token(), " >= model.vocab_size ",
-                                          c.model.vocab_size));
-  }
   FP8RT_ASSIGN_OR_RETURN(r.validator, Validator::Create(c));
   const int ranks = r.ranks, rank = r.rank, tp = c.parallel.tp;
   r.tp = tp;
@@ -261,6 +270,9 @@ Status SetUpGrid(Run& r) {
                                           c.train.seed, dp_rank, dp);
   FP8RT_RETURN_IF_ERROR(r.loader->Init());
   if (std::ostream* progress = r.progress) {
+    *progress << "data: " << r.data->size() << " tokens in " << r.data->num_shards()
+              << " shard(s), " << r.loader->num_windows() << " windows of " << c.train.seq_len
+              << " + 1 tokens\n";
     if (tp > 1) *progress << "tensor parallel: " << tp << " ranks per replica\n";
     *progress << "global batch: " << dp << " (dp) x " << c.train.batch_size << " (batch_size) x "
               << c.train.grad_accum
@@ -272,8 +284,8 @@ Status SetUpGrid(Run& r) {
     }
     *progress << "\n";
     if (r.validator) {
-      *progress << "validation: " << r.validator->tokens() << " held-out tokens of '"
-                << c.data.val_path << "' every " << c.train.eval_every << " steps and at the end\n";
+      *progress << "validation: " << r.validator->tokens() << " held-out tokens of data.val every "
+                << c.train.eval_every << " steps and at the end\n";
     }
     if (dp > 1) {
       *progress << "token embedding gradient: "
@@ -351,6 +363,10 @@ Result<int64_t> SetUpModel(Run& r, TrainResult* result) {
          << " GB/s), put together in " << lt.assemble_s << " s, into the model in " << lt.import_s
          << " s\n";
     out->flags(flags);
+  }
+  if (r.progress && !lt.data_changed.empty()) {
+    *r.progress << "warning: the training data changed since the checkpoint (" << lt.data_changed
+                << "); data.on_change is new_epoch: going on from the start of a new epoch\n";
   }
   return step;
 }
@@ -491,9 +507,11 @@ Status AfterStep(Run& r, int64_t step, TrainResult* result) {
     if (r.progress) {
       SampleOptions so;
       so.max_new_tokens = c.train.sample_tokens, so.seed = c.train.seed + step;
-      const auto text = Generate(c.model, std::move(master), BytesToTokens("\n"), so);
-      const std::string raw =
-          text.ok() ? TokensToText(*text) : StrCat("(none: ", text.status().message(), ")");
+      auto start = PromptTokens(*r.tokenizer, "");
+      const auto text = start.ok() ? Generate(c.model, std::move(master), *start, so)
+                                   : Result<std::vector<int32_t>>(start.status());
+      const std::string raw = text.ok() ? r.tokenizer->Decode(*text)
+                                        : StrCat("(none: ", text.status().message(), ")");
       std::string line;  // one log line: newlines and tabs written as \n and \t
       for (char ch : raw) {
         line += ch == '\n' ? "\\n" : ch == '\t' ? "\\t" : std::string(1, ch);
@@ -627,7 +645,7 @@ Result<TrainResult> RunTraining(const TrainOptions& o, const DeviceInfo& device)
     // --profile-ops skips this invocation's first two steps (cuBLASLt heuristics, warm caches).
     if (o.profile_ops && step == result.first_step + 2) r.model->EnableOpProfile(true);
     for (int micro = 0; micro < c.train.grad_accum; ++micro) {
-      r.loader->NextBatch(x.data() + micro * r.M, y.data() + micro * r.M);
+      FP8RT_RETURN_IF_ERROR(r.loader->NextBatch(x.data() + micro * r.M, y.data() + micro * r.M));
     }
     const float lr = LearningRate(c.train, step);
     const auto t0 = std::chrono::steady_clock::now();

@@ -36,7 +36,7 @@ JobWrite FailedInPlaceOf(const UnreadableRecord& rec, int64_t now) {
   // The replacement must itself be a valid spec.
   JobSpec probe = j.spec;
   if (probe.config_path.empty()) probe.config_path = "(unreadable)";
-  probe.config.data.train_path = "(unreadable)";  // a config that reads back; never run
+  probe.config.data.train = {"(unreadable)"};  // a config that reads back; never run
   if (!ParseJobSpec(probe.ToJson(), SpecSource::kStored).ok()) probe.name.clear();
   if (probe.name.empty()) probe.name = StrCat("unreadable-job-", rec.job_id);
   j.spec = probe;

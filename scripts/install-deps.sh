@@ -10,7 +10,7 @@ PACKAGES=(
   libboost-dev librocksdb-dev libspdlog-dev libfmt-dev
   libopenmpi-dev openmpi-bin libgloo-dev
   libgtest-dev libgmock-dev
-  nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libssl-dev
+  nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libssl-dev libsentencepiece-dev
   slurm-wlm munge ansible ansible-lint iproute2
 )
 

@@ -19,7 +19,7 @@ namespace fp8rt::test {
 inline RunConfig TinyRunConfig(const std::string& train_path, Precision p, int total_steps) {
   RunConfig c;
   c.model = {2, 64, 4, 64, 256};
-  c.data.train_path = train_path;
+  c.data.train = {train_path};
   c.train.batch_size = 4;
   c.train.seq_len = 64;
   c.train.total_steps = total_steps;

@@ -47,7 +47,7 @@ TEST_F(TrainerGpu, ResumeContinuesExactlyInFp8AndBf16) {
     if (p == Precision::kFp8 && test::ComputeCapability() < 89) continue;
     RunConfig c;
     c.model = {2, 128, 4, 128, 256};
-    c.data.train_path = corpus;
+    c.data.train = {corpus};
     c.train.batch_size = 4, c.train.seq_len = 128, c.train.grad_accum = 2;
     c.train.total_steps = 12, c.train.lr = 2e-3f, c.train.warmup_steps = 3;
     c.precision = p;
@@ -87,7 +87,7 @@ TEST_F(TrainerGpu, AnAsyncCheckpointFromADeviceSnapshotIsTheSynchronousOne) {
   for (bool async : {true, false}) {
     TrainOptions o;
     o.config.model = {2, 128, 4, 128, 256};
-    o.config.data.train_path = corpus;
+    o.config.data.train = {corpus};
     o.config.train.batch_size = 4, o.config.train.seq_len = 128, o.config.train.total_steps = 12;
     o.config.train.checkpoint_every = 3;
     o.config.train.async_checkpoint = async;

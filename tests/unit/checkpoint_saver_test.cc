@@ -281,7 +281,7 @@ TEST_F(CheckpointSaverTest, RetentionKeepsTheNewestAndEveryMthAndTheRunResumes) 
 TEST_F(CheckpointSaverTest, BusyLinesSayWhatTheTrainerDoesBetweenSteps) {
   std::ostringstream metrics;
   TrainOptions o = Options(dir_.str() + "/busy", 6, false);
-  o.config.data.val_path = corpus_;
+  o.config.data.val = {corpus_};
   o.config.train.eval_every = 3;
   o.config.train.eval_tokens = 4096;
   o.metrics = &metrics;

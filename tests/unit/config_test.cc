@@ -99,15 +99,19 @@ TEST(RunConfigInputs, RelativePathsBecomeAbsoluteAgainstTheBaseOthersStay) {
       "data: {train: corpus.txt, val: /abs/val.txt}\ntrain: {init_from: ../hf, lr: 0.1}\n");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   c->ResolveInputs("/jobs/7/cfg");
-  EXPECT_EQ(c->data.train_path, "/jobs/7/cfg/corpus.txt");
-  EXPECT_EQ(c->data.val_path, "/abs/val.txt");
+  EXPECT_EQ(c->data.train.at(0), "/jobs/7/cfg/corpus.txt");
+  EXPECT_EQ(c->data.val.at(0), "/abs/val.txt");
   EXPECT_EQ(c->train.init_from, "/jobs/7/hf");
   std::vector<std::string> keys;
   for (const ConstInputPath& p : std::as_const(*c).Inputs()) keys.push_back(p.key);
-  EXPECT_EQ(keys, (std::vector<std::string>{"data.train", "data.val", "train.init_from"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"data.train", "data.val", "data.tokenizer", "train.init_from"}));
+  // A config named without a directory: relative to the current one.
+  auto here = ParseRunConfig("data: {train: a.txt}\n");
+  here->ResolveInputs("");
+  EXPECT_EQ(here->data.train.at(0), (std::filesystem::current_path() / "a.txt").string());
   auto bare = ParseRunConfig("data: {train: a.txt}\n");
   bare->ResolveInputs("/x");
-  EXPECT_EQ(bare->data.val_path, "") << "an input not given stays empty";
+  EXPECT_TRUE(bare->data.val.empty()) << "an input not given stays empty";
 }
 
 // The config as a job stores it and the node hands it to fp8train: every key, and it reads back
@@ -140,7 +144,7 @@ TEST(RunConfigJson, EveryKeyRoundTripsExactly) {
     const uint32_t bits = ((1 + (x >> 23) % 130) << 23) | (x & 0x7fffffu);
     std::memcpy(&f, &bits, sizeof f);
     if (!(f <= 10)) continue;
-    RunConfig r = *c;  // (a copy, not `r.data.train_path = "a"`: GCC 12's -Wrestrict misfires)
+    RunConfig r = *c;  // (a copy, not `r.data.train = {"a"}`: GCC 12's -Wrestrict misfires)
     r.train.weight_decay = f;
     auto back2 = ParseRunConfig(RunConfigToJson(r));
     ASSERT_TRUE(back2.ok()) << back2.status().ToString();

@@ -198,8 +198,8 @@ TEST(Generate, ATrainedCheckpointContinuesText) {
     o.checkpoint_dir = (dir / ArchName(arch)).string();
     ASSERT_TRUE(RunTraining(o, DeviceInfo{}).ok());
     std::ostringstream a, b;
-    ASSERT_TRUE(GenerateFromCheckpoint(o.checkpoint_dir, -1, "The ", s, a).ok());
-    ASSERT_TRUE(GenerateFromCheckpoint(o.checkpoint_dir, -1, "The ", s, b).ok());
+    ASSERT_TRUE(GenerateFromCheckpoint(o.checkpoint_dir, -1, "The ", s, Tokenizer::Bytes(), a).ok());
+    ASSERT_TRUE(GenerateFromCheckpoint(o.checkpoint_dir, -1, "The ", s, Tokenizer::Bytes(), b).ok());
     EXPECT_EQ(a.str(), b.str());
     EXPECT_EQ(a.str().rfind("The ", 0), 0u) << a.str();
     EXPECT_EQ(a.str().size(), 4u + 40u + 1u) << a.str();
@@ -209,7 +209,7 @@ TEST(Generate, ATrainedCheckpointContinuesText) {
     EXPECT_GT(letters, 30) << a.str();
   }
   std::ostringstream a;
-  EXPECT_FALSE(GenerateFromCheckpoint((dir / "none").string(), -1, "x", s, a).ok());
+  EXPECT_FALSE(GenerateFromCheckpoint((dir / "none").string(), -1, "x", s, Tokenizer::Bytes(), a).ok());
 
   // train.sample_every: samples in the log at steps 30 and 60, and the run's losses unchanged.
   TrainOptions sampled = o;

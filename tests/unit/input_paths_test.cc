@@ -115,12 +115,12 @@ TEST_F(InputPaths, AFileOthersMayNotReadIsRefusedUnlessItIsFp8dsOwn) {
 
 TEST_F(InputPaths, ConfineInputsReplacesEveryInputByItsRealPath) {
   RunConfig c;
-  c.data.train_path = root_ + "/./corpus.txt";
+  c.data.train = {root_ + "/./corpus.txt"};
   c.train.init_from = root_ + "/hf";
   ASSERT_TRUE(ConfineInputs(&c, rules_).ok());
-  EXPECT_EQ(c.data.train_path, fs::canonical(root_ + "/corpus.txt").string());
-  EXPECT_EQ(c.data.val_path, "") << "not given: not checked";
-  c.data.val_path = dir_.str() + "/outside/secret";
+  EXPECT_EQ(c.data.train.at(0), fs::canonical(root_ + "/corpus.txt").string());
+  EXPECT_TRUE(c.data.val.empty()) << "not given: not checked";
+  c.data.val = {dir_.str() + "/outside/secret"};
   const Status s = ConfineInputs(&c, rules_);
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(Has(s.message(), "data.val = '")) << s.message();
@@ -135,9 +135,9 @@ TEST_F(InputPaths, AMegatronPairIsConfinedFileByFile) {
   }
   RunConfig c;
   c.data.format = "megatron";
-  c.data.train_path = root_ + "/./set_text_document";
+  c.data.train = {root_ + "/./set_text_document"};
   ASSERT_TRUE(ConfineInputs(&c, rules_).ok());
-  EXPECT_EQ(c.data.train_path, fs::canonical(root_).string() + "/set_text_document");
+  EXPECT_EQ(c.data.train.at(0), fs::canonical(root_).string() + "/set_text_document");
   // Its index through a link out of the roots; its index a link to another name.
   fs::create_symlink(dir_.str() + "/outside/secret", root_ + "/leak.idx");
   std::ofstream(root_ + "/leak.bin") << "x";

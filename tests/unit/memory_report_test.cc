@@ -449,7 +449,7 @@ TEST(MemoryReport, TheTrainerWritesItToTheMetricsAfterTheFirstStep) {
   ASSERT_FALSE(corpus.empty());
   TrainOptions o;
   o.config.model = {2, 64, 4, 64, 256};
-  o.config.data.train_path = corpus;
+  o.config.data.train = {corpus};
   o.config.train.batch_size = 2, o.config.train.seq_len = 32, o.config.train.total_steps = 3;
   std::ostringstream metrics, progress;
   o.metrics = &metrics, o.progress = &progress;

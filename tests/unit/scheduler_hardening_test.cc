@@ -180,7 +180,7 @@ TEST_F(HardeningTest, Item1TheStoreNeverAcknowledgesARecordItCannotReadBack) {
   job.owner = "alice";
   job.spec.name = "p";
   job.spec.config_path = "c";
-  job.spec.config.data.train_path = "/data/corpus.txt";
+  job.spec.config.data.train = {"/data/corpus.txt"};
   job.spec.min_memory_gib = std::nan("");  // what a lenient parser once let through
   const Event ev{1, 1, JobState::kPending, JobState::kPending, "submitted"};
   for (JobStore* store : {store_.get(), NewMemoryJobStore().release()}) {

@@ -34,7 +34,7 @@ TEST(SchedJobSpec, ParsesEveryFieldFromYaml) {
   EXPECT_EQ(s.name, "gpt-350m.fp8");
   EXPECT_EQ(s.config.model.n_layer, 24);
   EXPECT_EQ(s.config.train.batch_size, 8);
-  EXPECT_EQ(s.config.data.train_path, "/data/corpus.txt");
+  EXPECT_EQ(s.config.data.train.at(0), "/data/corpus.txt");
   EXPECT_TRUE(s.config_path.empty());
   EXPECT_EQ(s.nodes, 2);
   EXPECT_EQ(s.gpus_per_node, 8);
@@ -99,7 +99,7 @@ TEST(SchedJobSpec, ToJsonRoundTrips) {
       R"({"name": "o", "config": "{\"data\":{\"train\":\"/d/c.txt\"}}", "precision": "fp8"})",
       SpecSource::kStored);
   ASSERT_TRUE(old.ok()) << old.status().ToString();
-  EXPECT_EQ(old->config.data.train_path, "/d/c.txt");
+  EXPECT_EQ(old->config.data.train.at(0), "/d/c.txt");
 }
 
 // The config inside a spec is the typed training config, read by the one reader: a typo or an

@@ -24,7 +24,7 @@ inline JobSpec Spec(const std::string& name, int gpus, int priority = 0) {
   JobSpec s;
   s.name = name;
   s.config_path = "configs/gpt.yaml";  // (read at submit by the Api; the Scheduler takes it as is)
-  s.config.data.train_path = "/data/corpus.txt";
+  s.config.data.train = {"/data/corpus.txt"};
   s.gpus_per_node = gpus;
   s.priority = priority;
   return s;

@@ -117,7 +117,7 @@ TEST(NodeProtocol, CommandsReadBackOnTheNode) {
   start.master_port = 29504;
   start.resume_step = 300;
   start.spec.name = "job";
-  start.spec.config.data.train_path = "/data/corpus.txt";
+  start.spec.config.data.train = {"/data/corpus.txt"};
   start.spec.config.train.total_steps = 10;
   start.spec.config.train.lr = 3e-4f;
   start.spec.config.fp8.mode = ScalingMode::kCurrent;

@@ -20,7 +20,7 @@ PendingJob HighJob(int gpus_per_node, int nodes = 1, int priority = 10) {
   j.id = 1;
   j.spec.name = "urgent";
   j.spec.config_path = "c.yaml";
-  j.spec.config.data.train_path = "/data/corpus.txt";
+  j.spec.config.data.train = {"/data/corpus.txt"};
   j.spec.nodes = nodes;
   j.spec.gpus_per_node = gpus_per_node;
   j.spec.priority = priority;

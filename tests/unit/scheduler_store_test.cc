@@ -30,7 +30,7 @@ Job MakeJob(int64_t id, const std::string& owner, JobState state) {
   j.owner = owner;
   j.spec.name = "job" + std::to_string(id);
   j.spec.config_path = "c.yaml";
-  j.spec.config.data.train_path = "/data/corpus.txt";
+  j.spec.config.data.train = {"/data/corpus.txt"};
   j.state = state;
   j.submitted_at = j.updated_at = 100 + id;
   return j;

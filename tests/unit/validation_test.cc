@@ -34,7 +34,7 @@ class ValidationTest : public ::testing::Test {
 
   RunConfig Tiny(int total_steps, bool with_val) {
     RunConfig c = test::TinyRunConfig(train_, Precision::kFp8, total_steps);
-    if (with_val) c.data.val_path = val_;
+    if (with_val) c.data.val = {val_};
     c.train.eval_every = 10;
     c.train.eval_tokens = 4096;
     EXPECT_TRUE(c.Validate().ok());
@@ -118,7 +118,7 @@ TEST_F(ValidationTest, TheSameFirstWindowsOfTheFileEveryTime) {
   ASSERT_TRUE(all.ok());
   EXPECT_EQ((*all)->micro_batches(), 127);
   // No data.val: no validator.
-  c.data.val_path.clear();
+  c.data.val.clear();
   auto none = Validator::Create(c);
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(*none, nullptr);
@@ -138,29 +138,29 @@ TEST_F(ValidationTest, EvalEveryZeroEvaluatesAfterTheLastStepOnly) {
 TEST_F(ValidationTest, TooSmallMissingOrOutOfVocabularySetsAndBadSettingsAreRefusedNamingThem) {
   RunConfig c = Tiny(10, true);
   std::ofstream(dir_.str() + "/small.txt") << std::string(4 * 64, 'a');  // one token short
-  c.data.val_path = dir_.str() + "/small.txt";
+  c.data.val = {dir_.str() + "/small.txt"};
   auto small = Validator::Create(c);
   ASSERT_FALSE(small.ok());
   EXPECT_NE(small.status().message().find("small.txt"), std::string::npos);
   EXPECT_NE(small.status().message().find("fewer than one micro-batch"), std::string::npos);
 
-  c.data.val_path = dir_.str() + "/missing.txt";
+  c.data.val = {dir_.str() + "/missing.txt"};
   TrainOptions o;
   o.config = c;
   auto missing = RunTraining(o, cpu_);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("missing.txt"), std::string::npos);
 
-  c.data.val_path = val_;
+  c.data.val = {val_};
   c.model.vocab_size = 300;
   c.data.format = "tokens";
   std::vector<int32_t> toks(2000, 5);
   toks[1500] = 299 + 1;
   ASSERT_TRUE(TokenDataset::WriteShard(dir_.str() + "/val.bin", toks).ok());
-  c.data.val_path = dir_.str() + "/val.bin";
+  c.data.val = {dir_.str() + "/val.bin"};
   auto oov = Validator::Create(c);
   ASSERT_FALSE(oov.ok());
-  EXPECT_NE(oov.status().message().find("val.bin' has token 300 >= model.vocab_size 300"),
+  EXPECT_NE(oov.status().message().find("val.bin' at token 1500 is 300, not below model.vocab_size 300"),
             std::string::npos)
       << oov.status().message();
 
