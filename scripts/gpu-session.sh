@@ -2,14 +2,14 @@
 # One call on a GPU node, from the repository root with bundle/ and data/ carried: device facts,
 # the gpu test suite, the kernel benchmark table, and fp8train runs. Logs go to $OUT (or ./out).
 # Usage: scripts/gpu-session.sh [tests] [bench] [train] [torch] [throughput] [comm] [baseline]
-#        [memory] [recipespeed] [llama] [llamaspeed] [checkpoint] [recovery]
+#        [memory] [recipespeed] [llama] [llamaspeed] [checkpoint] [recovery] [ckpt8b]
 #        (default: tests bench train torch throughput)
 # Environment: GPU_TEST_FILTER (gtest filter for tests), LLAMA_STEPS (llamaspeed; default 20),
 #              LLAMA_PRECISIONS (llamaspeed; default "bf16 fp8"), CKPT_DIR (checkpoint; default
 #              /tmp/fp8rt-ckpt), BASELINE (baseline, checkpoint; default bundle/bin/fp8train.base),
 #              REC_CONFIG, REC_GPUS (recovery; default configs/gpt-1.3b.yaml on every GPU),
 #              REC_FP8TRAIN (recovery; default bundle/bin/fp8train), REC_TAG (recovery: names
-#              its output files rec<TAG>_*).
+#              its output files rec<TAG>_*), CK8_SYNC (ckpt8b: 1 adds the synchronous save).
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -278,6 +278,55 @@ if [[ $parts == *checkpoint* ]]; then
   echo "async exit $?"; grep -h '"checkpoint_s"' "$OUT/ck_async.jsonl"
   rm -rf "$D/async"
   python3 bench/checkpoint_summary.py "$OUT" | tee "$OUT/checkpoint.md"
+fi
+if [[ $parts == *ckpt8b* ]]; then
+  # Llama-3-8B on 4 GPUs (configs/llama3-8b.yaml: tp 2 x ZeRO-1 dp 2; docs/PERFORMANCE.md
+  # "Checkpoints"): the disk (dd), then the default asynchronous checkpoint at step 10 (each rank
+  # snapshots its part to pinned host memory and trains on while a writer streams it), and with
+  # CK8_SYNC=1 a synchronous one at step 5. Each run is killed once its save has committed.
+  D=${CKPT_DIR:-/tmp/fp8rt-ckpt}/l8; mkdir -p "$D"
+  df -h "$D" | tee "$OUT/l8_disk.txt"
+  echo "dd 4 GiB oflag=direct: $(dd if=/dev/zero of="$D/dd.bin" bs=64M count=64 oflag=direct 2>&1 | tail -1)" \
+    | tee -a "$OUT/l8_disk.txt"
+  rm -f "$D/dd.bin"
+  l8run() {  # name checkpoint_every extra-train-keys
+    sed -e "s/log_every: 1}/log_every: 1, checkpoint_every: $2$3}/" -e "s|\.\./data/|$PWD/data/|" \
+      configs/llama3-8b.yaml > "/tmp/l8_$1.yaml"
+    rm -rf "$D/$1" "$OUT/l8_$1.jsonl"
+    mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH \
+      --mca btl self,tcp -np 4 $B/fp8train --config "/tmp/l8_$1.yaml" --steps 40 \
+      --checkpoint-dir "$D/$1" --metrics "$OUT/l8_$1.jsonl" > "$OUT/l8_$1.log" 2>&1 & local pid=$!
+    for _ in $(seq 4000); do
+      grep -q '"checkpoint_s"' "$OUT/l8_$1.jsonl" 2>/dev/null && break
+      kill -0 $pid 2>/dev/null || break
+      sleep 0.1
+    done
+    sleep 3  # (a few steps after the commit)
+    pkill -9 -f "/tmp/l8_$1.yaml"; wait $pid 2>/dev/null
+    echo "$1: $(grep -h '"checkpoint_s"' "$OUT/l8_$1.jsonl" | head -1)"
+    du -sh "$D/$1" 2>/dev/null; rm -rf "$D/$1"
+  }
+  l8run async 10 ""
+  [ "${CK8_SYNC:-0}" = 1 ] && l8run sync 5 ", async_checkpoint: false"
+  python3 - "$OUT" <<'PY'
+import json, statistics, sys
+from pathlib import Path
+for name in ("async", "sync"):
+    p = Path(sys.argv[1]) / f"l8_{name}.jsonl"
+    if not p.exists():
+        continue
+    rows = [json.loads(l) for l in p.read_text().splitlines() if l.startswith("{")]
+    ck = next((r for r in rows if "checkpoint_s" in r), None)
+    steps = {r["step"]: r["step_ms"] for r in rows if "step_ms" in r}
+    if ck is None:
+        print(f"{name}: no committed checkpoint"); continue
+    s = ck["step"]
+    before = [steps[k] for k in steps if s - 5 < k < s]
+    print(f"{name}: checkpoint at step {s}: blocked {ck['checkpoint_blocked_s']:.3f} s, "
+          f"to commit {ck['checkpoint_s']:.1f} s, {ck.get('checkpoint_bytes', 0) / 1e9:.1f} GB; "
+          f"step ms before {statistics.median(before):.0f}, step {s} {steps.get(s, 0):.0f}, "
+          f"step {s + 1} {steps.get(s + 1, 0):.0f}, later {[round(steps[k]) for k in sorted(steps) if k > s + 1][:8]}")
+PY
 fi
 if [[ $parts == *recovery* ]]; then
   # A killed rank on this node, timed until the job trains again (docs/PERFORMANCE.md
