@@ -163,13 +163,15 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 5; ++i) rates.push_back(InChild(cached, B, T, batches).tokens_per_s);
   std::sort(rates.begin(), rates.end());
   const double median = rates[2];
-  std::printf("\n| dataset | tokens/s per rank (median of 5) | needed | ratio | goal |\n"
-              "|---|---:|---:|---:|---:|\n| %.1f GiB, page cache | %.3g | %.3g | %.1fx | 20x |\n",
-              cached_gib, median, need, median / need);
+  std::printf(
+      "\n| dataset | tokens/s per rank (median of 5) | needed | ratio | goal |\n"
+      "|---|---:|---:|---:|---:|\n| %.1f GiB, page cache | %.3g | %.3g | %.1fx | 20x |\n",
+      cached_gib, median, need, median / need);
   // Host memory over 4 GiB and 40 GiB (sparse).
-  std::printf("\n| dataset | shards | windows | open + first batch (s) | RSS after %d batches "
-              "(MiB) | of it anonymous | of it file pages |\n|---|---:|---:|---:|---:|---:|---:|\n",
-              batches);
+  std::printf(
+      "\n| dataset | shards | windows | open + first batch (s) | RSS after %d batches "
+      "(MiB) | of it anonymous | of it file pages |\n|---|---:|---:|---:|---:|---:|---:|\n",
+      batches);
   double rss[2] = {0, 0};
   int row = 0;
   for (double gib : {4.0, 40.0}) {
@@ -178,8 +180,8 @@ int main(int argc, char** argv) {
     size_t shards = 0;
     for ([[maybe_unused]] const auto& e : fs::directory_iterator(d)) ++shards;
     std::printf("| %.0f GiB (sparse) | %zu | %llu | %.2f | %.1f | %.1f | %.1f |\n", gib, shards,
-                static_cast<unsigned long long>(m.windows), m.open_s, m.after.total,
-                m.after.anon, m.after.file);
+                static_cast<unsigned long long>(m.windows), m.open_s, m.after.total, m.after.anon,
+                m.after.file);
     rss[row++] = m.after.total;
   }
   std::printf("\nRSS difference 40 GiB - 4 GiB: %.1f MiB (goal: within 64 MiB)\n", rss[1] - rss[0]);

@@ -20,7 +20,8 @@ class ProgressBar {
   void operator()(int64_t done, int64_t total, int64_t tokens) {
     const auto now = Clock::now();
     const bool finished = done >= total;
-    if (!finished && now - last_ < (tty_ ? std::chrono::milliseconds(200) : std::chrono::seconds(10))) {
+    if (!finished &&
+        now - last_ < (tty_ ? std::chrono::milliseconds(200) : std::chrono::seconds(10))) {
       return;
     }
     last_ = now;
@@ -67,13 +68,15 @@ int main(int argc, char** argv) {
   tt->add_option("--sample-lines", train.sample_lines, "input lines sampled to train on")
       ->capture_default_str();
   tt->add_option("--threads", train.threads, "0: every CPU")->capture_default_str();
-  tt->footer("Example:\n  fp8data train-tokenizer --input data/corpus-large.txt --vocab-size 32000 "
-             "--out tok/corpus32k.model");
+  tt->footer(
+      "Example:\n  fp8data train-tokenizer --input data/corpus-large.txt --vocab-size 32000 "
+      "--out tok/corpus32k.model");
 
   TokenizeOptions tok;
-  auto* tz = app.add_subcommand(
-      "tokenize", "write token shards (uint16 ids when the vocabulary fits, else uint32), a "
-                  "validation split and fp8data.json");
+  auto* tz =
+      app.add_subcommand("tokenize",
+                         "write token shards (uint16 ids when the vocabulary fits, else uint32), a "
+                         "validation split and fp8data.json");
   tz->add_option("--input", tok.inputs.files, "text files or JSONL ({\"text\": ...} per line)")
       ->required();
   tz->add_option("--input-format", tok.inputs.input_format, "auto (by extension), text, jsonl")
@@ -87,8 +90,9 @@ int main(int argc, char** argv) {
   tz->add_option("--block-bytes", tok.block_bytes, "input per unit of work")->capture_default_str();
   tz->add_option("--threads", tok.threads, "encoders; 0: every CPU")->capture_default_str();
   tz->add_flag("--force", tok.force, "redo even when the output is up to date");
-  tz->footer("Example:\n  fp8data tokenize --input data/corpus-large.txt --tokenizer "
-             "tok/corpus32k.model --out data/corpus32k");
+  tz->footer(
+      "Example:\n  fp8data tokenize --input data/corpus-large.txt --tokenizer "
+      "tok/corpus32k.model --out data/corpus32k");
 
   std::vector<std::string> verify_paths;
   int verify_vocab = 0;
@@ -107,9 +111,8 @@ int main(int argc, char** argv) {
     s = TrainTokenizer(train, std::cout);
   } else if (tz->parsed()) {
     ProgressBar bar;
-    auto r = Tokenize(tok, [&bar](int64_t done, int64_t total, int64_t tokens) {
-      bar(done, total, tokens);
-    });
+    auto r = Tokenize(
+        tok, [&bar](int64_t done, int64_t total, int64_t tokens) { bar(done, total, tokens); });
     s = r.status();
     if (r.ok()) {
       if (tok.val_every > 0 && r->val_tokens == 0) {
@@ -121,18 +124,18 @@ int main(int argc, char** argv) {
         std::cout << "fp8data: " << tok.out << " is up to date (the same inputs, tokenizer and "
                   << "options; --force to redo)\n";
       } else {
-        std::printf("fp8data: %lld bytes -> %lld training tokens in %d shard(s), %lld "
-                    "validation tokens in %d shard(s), %s ids, in %.1f s\n",
-                    static_cast<long long>(r->input_bytes),
-                    static_cast<long long>(r->train_tokens), r->train_shards,
-                    static_cast<long long>(r->val_tokens), r->val_shards,
-                    r->id_bytes == 2 ? "uint16" : "uint32", r->seconds);
+        std::printf(
+            "fp8data: %lld bytes -> %lld training tokens in %d shard(s), %lld "
+            "validation tokens in %d shard(s), %s ids, in %.1f s\n",
+            static_cast<long long>(r->input_bytes), static_cast<long long>(r->train_tokens),
+            r->train_shards, static_cast<long long>(r->val_tokens), r->val_shards,
+            r->id_bytes == 2 ? "uint16" : "uint32", r->seconds);
       }
-      std::printf("config:\n  model: {vocab_size: %d}\n  data:\n    format: tokens\n"
-                  "    train: %s/train\n%s    tokenizer: %s/fp8data.json\n",
-                  r->vocab_size, tok.out.c_str(),
-                  r->val_tokens > 0 ? ("    val: " + tok.out + "/val\n").c_str() : "",
-                  tok.out.c_str());
+      std::printf(
+          "config:\n  model: {vocab_size: %d}\n  data:\n    format: tokens\n"
+          "    train: %s/train\n%s    tokenizer: %s/fp8data.json\n",
+          r->vocab_size, tok.out.c_str(),
+          r->val_tokens > 0 ? ("    val: " + tok.out + "/val\n").c_str() : "", tok.out.c_str());
     }
   } else if (vf->parsed()) {
     s = VerifyShards(verify_paths, verify_vocab, std::cout);

@@ -198,7 +198,8 @@ Result<ConfinedEntry> ConfineEntry(const std::string& key, const std::string& en
     FP8RT_RETURN_IF_ERROR(UnderARootLexically(key, entry, rules));
     std::error_code ec;
     if (megatron && !fs::is_directory(fs::path(entry), ec)) {
-      FP8RT_ASSIGN_OR_RETURN(out.entry, ConfineInput(key, entry, InputKind::kMegatronPrefix, rules));
+      FP8RT_ASSIGN_OR_RETURN(out.entry,
+                             ConfineInput(key, entry, InputKind::kMegatronPrefix, rules));
       out.shards = {out.entry};
       return out;
     }
@@ -227,8 +228,9 @@ Result<std::vector<std::string>> ExpandShards(const std::string& key, const std:
     if (rc != 0 && rc != GLOB_NOMATCH) {
       globfree(&g);
       return Status::InvalidArgument(
-          StrCat(key, " = '", entry, "': the glob cannot be expanded (a directory on its way "
-                                     "cannot be read, or memory ran out)"));
+          StrCat(key, " = '", entry,
+                 "': the glob cannot be expanded (a directory on its way "
+                 "cannot be read, or memory ran out)"));
     }
     for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i) {
       const std::string m = g.gl_pathv[i];
@@ -260,7 +262,7 @@ Result<std::vector<std::string>> ExpandShards(const std::string& key, const std:
       return Status::InvalidArgument(
           StrCat(key, " = '", entry, "': the directory cannot be listed: ", ec.message()));
     }
-    what = megatron ? "a directory with no .idx file"
+    what = megatron             ? "a directory with no .idx file"
            : format == "tokens" ? "a directory with no *.bin file"
                                 : "a directory with no regular file";
   }
@@ -323,8 +325,7 @@ Result<std::string> ConfineInput(const std::string& key, const std::string& path
 }
 
 Result<std::vector<std::string>> ConfineShards(const std::string& key, const std::string& entry,
-                                               const std::string& format,
-                                               const InputRules& rules) {
+                                               const std::string& format, const InputRules& rules) {
   FP8RT_ASSIGN_OR_RETURN(ConfinedEntry e, ConfineEntry(key, entry, format, rules));
   return std::move(e.shards);
 }
@@ -335,8 +336,8 @@ Status ConfineInputs(RunConfig* config, const InputRules& rules, bool expand) {
     FP8RT_ASSIGN_OR_RETURN(*in.path, ConfineInput(in.key, *in.path, in.kind, rules, in.format));
   }
   if (!expand) return Status::Ok();
-  for (auto [key, list] : {std::pair{"data.train", &config->data.train},
-                           std::pair{"data.val", &config->data.val}}) {
+  for (auto [key, list] :
+       {std::pair{"data.train", &config->data.train}, std::pair{"data.val", &config->data.val}}) {
     std::vector<std::string> shards;
     for (size_t i = 0; i < list->size(); ++i) {
       const std::string k = list->size() == 1 ? std::string(key) : StrCat(key, "[", i, "]");

@@ -104,8 +104,9 @@ Status RunConfig::Validate() const {
   for (const auto* list : {&data.train, &data.val}) {
     for (size_t i = 0; i < list->size(); ++i) {
       if ((*list)[i].empty()) {
-        return Status::InvalidArgument(StrCat(list == &data.train ? "data.train" : "data.val",
-                                              "[", i, "] is empty; name a file, a directory or "
+        return Status::InvalidArgument(StrCat(list == &data.train ? "data.train" : "data.val", "[",
+                                              i,
+                                              "] is empty; name a file, a directory or "
                                               "a glob"));
       }
     }
@@ -300,8 +301,8 @@ class ConfigReader {
         return Status::Ok();
       }
       if (v.items.size() > kMaxListEntries) {
-        return Status::InvalidArgument(StrCat(path, " lists ", v.items.size(),
-                                              " entries; at most ", kMaxListEntries,
+        return Status::InvalidArgument(StrCat(path, " lists ", v.items.size(), " entries; at most ",
+                                              kMaxListEntries,
                                               " (name a directory or a glob instead)"));
       }
       for (size_t i = 0; i < v.items.size(); ++i) {
@@ -394,7 +395,8 @@ class ConfigWriter {
 
 std::vector<InputPath> RunConfig::Inputs() {
   std::vector<InputPath> out;
-  for (auto [key, list] : {std::pair{"data.train", &data.train}, std::pair{"data.val", &data.val}}) {
+  for (auto [key, list] :
+       {std::pair{"data.train", &data.train}, std::pair{"data.val", &data.val}}) {
     for (size_t i = 0; i < list->size(); ++i) {
       out.push_back({list->size() == 1 ? std::string(key) : StrCat(key, "[", i, "]"),
                      InputKind::kDataShards, &(*list)[i], data.format});

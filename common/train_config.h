@@ -72,7 +72,6 @@ struct DataConfig {
   bool operator==(const DataConfig&) const = default;
 };
 
-
 // fp8.scaling (common/fp8_recipe.h's ScalingMode): where each FP8 tensor's scale comes from.
 //   delayed: from the amax history of earlier steps (reduced over ranks once per step);
 //   current: from the tensor's own amax, computed just before its cast (reduced over the TP group
@@ -157,7 +156,7 @@ struct TrainConfig {
   // one a resume takes is never removed. 0: every checkpoint is kept. Defaults: 0, 0
   int keep_checkpoints = 0;
   int keep_checkpoints_every = 0;
-  int log_every = 1;          // metrics line period. Default: 1
+  int log_every = 1;  // metrics line period. Default: 1
   // With data.val: every this many steps, and after the last, the mean loss over the first
   // eval_tokens tokens of data.val (the same tokens every time) goes to the metrics as val_loss;
   // 0: after the last step only. Default: 250
@@ -224,8 +223,8 @@ struct ParallelConfig {
 
 // The files a config names, which a run reads: each entry of data.train and data.val (a file,
 // a directory or a glob; with data.format megatron path prefixes of .bin/.idx pairs),
-// data.tokenizer and train.init_from (a Hugging Face directory). The one list of them: everything that moves a config
-// elsewhere or checks what it may open (common/input_paths.h) walks it.
+// data.tokenizer and train.init_from (a Hugging Face directory). The one list of them: everything
+// that moves a config elsewhere or checks what it may open (common/input_paths.h) walks it.
 // kDataShards: an entry of data.train/data.val, by data.format (a file, a directory, a glob);
 // kMegatronPrefix: one .bin/.idx pair by its path prefix.
 // kTokenizer: a file; an fp8data.json with the tokenizer.model beside it.
@@ -233,7 +232,7 @@ enum class InputKind { kFile, kHfDirectory, kDataShards, kMegatronPrefix, kToken
 struct InputPath {
   std::string key;  // "data.train", or "data.train[2]" in a list of several
   InputKind kind;
-  std::string* path;  // "" when not given
+  std::string* path;   // "" when not given
   std::string format;  // data.format, for kDataShards
 };
 struct ConstInputPath {

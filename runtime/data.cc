@@ -93,7 +93,8 @@ Status TokenDataset::Widen(const Shard& s, uint64_t at, uint64_t n, int32_t* out
     const std::string where =
         s.path.empty() ? StrCat("token ", at + i) : StrCat("'", s.path, "' at token ", at + i);
     if (v < 0 || v > INT32_MAX) {
-      return Status::Corruption(StrCat("the id ", where, " is outside 0..2^31 - 1, no vocabulary's"));
+      return Status::Corruption(
+          StrCat("the id ", where, " is outside 0..2^31 - 1, no vocabulary's"));
     }
     return Status::Corruption(StrCat("the id ", where, " is ", v, ", not below model.vocab_size ",
                                      vocab_, " (a shard of another tokenizer?)"));
@@ -268,7 +269,8 @@ Result<TokenDataset> TokenDataset::LoadShard(const std::string& path) {
   FP8RT_ASSIGN_OR_RETURN(auto map, MapFile(path, "token shard"));
   int32_t header[256];
   if (map->bytes < sizeof(header)) {
-    return Status::Corruption(StrCat("token shard '", path, "': shorter than its 1024-byte header"));
+    return Status::Corruption(
+        StrCat("token shard '", path, "': shorter than its 1024-byte header"));
   }
   std::memcpy(header, map->data(), sizeof(header));
   // (The messages say what the file is not, never what it holds: the bytes are not echoed.)
@@ -488,9 +490,8 @@ Status TokenDataset::WriteShard(const std::string& path, const std::vector<int32
 
 Result<TokenDataset> OpenDataset(const RunConfig& c, bool validation) {
   const char* key = validation ? "data.val" : "data.train";
-  FP8RT_ASSIGN_OR_RETURN(
-      TokenDataset d,
-      TokenDataset::Load(validation ? c.data.val : c.data.train, c.data.format, key));
+  FP8RT_ASSIGN_OR_RETURN(TokenDataset d, TokenDataset::Load(validation ? c.data.val : c.data.train,
+                                                            c.data.format, key));
   d.set_vocab_size(c.model.vocab_size);
   if (d.id_bytes() <= kEagerCheckBytes) {
     const Result<int32_t> most = d.CheckIds(c.model.vocab_size);
@@ -511,9 +512,9 @@ Status DataLoader::Init() {
   }
   num_windows_ = shard_windows_.back();
   if (num_windows_ < static_cast<uint64_t>(world_)) {
-    return Status::InvalidArgument(StrCat("corpus of ", data_->size(), " tokens in ",
-                                          data_->num_shards(), " shard(s) is too short for seq_len ",
-                                          T_, " and ", world_, " rank(s)"));
+    return Status::InvalidArgument(
+        StrCat("corpus of ", data_->size(), " tokens in ", data_->num_shards(),
+               " shard(s) is too short for seq_len ", T_, " and ", world_, " rank(s)"));
   }
   return Status::Ok();
 }

@@ -7,8 +7,8 @@
 #include <ostream>
 
 #include "common/parallel_for.h"
-#include "runtime/checkpoint.h"
 #include "kernels/rope.h"
+#include "runtime/checkpoint.h"
 #include "runtime/gpt_layout.h"
 #include "runtime/train_checkpoint.h"
 
@@ -58,8 +58,8 @@ Result<GptSampler> GptSampler::Create(const ModelConfig& m, std::vector<float> m
   const gpt_detail::Layout L(m);
   if (master.size() != static_cast<size_t>(L.total)) {
     return Status::InvalidArgument(StrCat("generate: the weights have ", master.size(),
-                                          " values, a ", m.n_layer, " x ", m.n_embd,
-                                          " model has ", L.total));
+                                          " values, a ", m.n_layer, " x ", m.n_embd, " model has ",
+                                          L.total));
   }
   return GptSampler(m, std::move(master));
 }
@@ -129,8 +129,7 @@ Result<std::vector<float>> GptSampler::Feed(int32_t token) {
     for (int64_t i = 0; i < C; ++i) x[i] += o[i];
     norm(x.data(), kLn2W, kLn2B, l, h.data());
     const int64_t fc_rows = static_cast<int64_t>(f.size());
-    MatVec(w + L.offset[kFcW] + l * fc_rows * C, bias(kFcB, l * F), h.data(), fc_rows, C,
-           f.data());
+    MatVec(w + L.offset[kFcW] + l * fc_rows * C, bias(kFcB, l * F), h.data(), fc_rows, C, f.data());
     if (llama) {  // SwiGLU: silu(gate) * up, into the first F values
       for (int64_t i = 0; i < F; ++i) {
         const double g = f[i];
@@ -152,9 +151,11 @@ Result<std::vector<float>> GptSampler::Feed(int32_t token) {
 int32_t SampleToken(const std::vector<float>& logits, const SampleOptions& o, SplitMix64& rng) {
   const int64_t V = static_cast<int64_t>(logits.size());
   if (o.temperature <= 0.0f) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end(), [](float a, float b) {
-                                  return (std::isnan(a) ? -INFINITY : a) < (std::isnan(b) ? -INFINITY : b);
-                                }) -
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end(),
+                                                 [](float a, float b) {
+                                                   return (std::isnan(a) ? -INFINITY : a) <
+                                                          (std::isnan(b) ? -INFINITY : b);
+                                                 }) -
                                 logits.begin());
   }
   std::vector<int32_t> ids(static_cast<size_t>(V));
@@ -186,9 +187,9 @@ Result<std::vector<int32_t>> Generate(const ModelConfig& m, std::vector<float> m
                                           " tokens, the model's context ", m.block_size));
   }
   if (o.max_new_tokens < 0 || o.top_k < 0 || !(o.temperature >= 0.0f)) {
-    return Status::InvalidArgument(
-        StrCat("generate: max_new_tokens ", o.max_new_tokens, ", top_k ", o.top_k,
-               ", temperature ", o.temperature, ": each must be >= 0"));
+    return Status::InvalidArgument(StrCat("generate: max_new_tokens ", o.max_new_tokens, ", top_k ",
+                                          o.top_k, ", temperature ", o.temperature,
+                                          ": each must be >= 0"));
   }
   FP8RT_ASSIGN_OR_RETURN(GptSampler s, GptSampler::Create(m, std::move(master)));
   std::vector<float> logits;
@@ -238,8 +239,7 @@ Status GenerateFromCheckpoint(const std::string& checkpoint_dir, int64_t step,
                                           m.vocab_size, " (model.vocab_size): not its tokenizer"));
   }
   FP8RT_ASSIGN_OR_RETURN(const std::vector<int32_t> start, PromptTokens(tokenizer, prompt));
-  FP8RT_ASSIGN_OR_RETURN(const std::vector<int32_t> next,
-                         Generate(m, std::move(master), start, o));
+  FP8RT_ASSIGN_OR_RETURN(const std::vector<int32_t> next, Generate(m, std::move(master), start, o));
   out << (prompt.empty() && tokenizer.is_bytes() ? std::string("\n") : prompt)
       << tokenizer.Decode(next) << "\n";
   return Status::Ok();

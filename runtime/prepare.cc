@@ -44,8 +44,8 @@ Status CheckInputs(const CorpusInputs& in) {
       return Status::InvalidArgument(StrCat("input '", f, "': ", std::strerror(errno)));
     }
     if (!S_ISREG(st.st_mode)) {
-      return Status::InvalidArgument(StrCat("input '", f, "' is ", FileTypeName(st.st_mode),
-                                            "; a regular file is required"));
+      return Status::InvalidArgument(
+          StrCat("input '", f, "' is ", FileTypeName(st.st_mode), "; a regular file is required"));
     }
   }
   return Status::Ok();
@@ -224,7 +224,8 @@ class ShardSink {
     std::snprintf(name, sizeof name, "shard_%06zu.bin", shards_.size());
     part_ = (fs::path(dir_) / name).string() + ".part";
     fd_ = ::open(part_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) return Status::IOError(StrCat("cannot create '", part_, "': ", std::strerror(errno)));
+    if (fd_ < 0)
+      return Status::IOError(StrCat("cannot create '", part_, "': ", std::strerror(errno)));
     count_ = 0;
     const std::string header(1024, '\0');
     return WriteAll(header.data(), header.size());
@@ -233,7 +234,8 @@ class ShardSink {
     while (n > 0) {
       const ssize_t w = ::write(fd_, p, n);
       if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return Status::IOError(StrCat("cannot write '", part_, "': ", std::strerror(errno)));
+      if (w <= 0)
+        return Status::IOError(StrCat("cannot write '", part_, "': ", std::strerror(errno)));
       p += w, n -= static_cast<size_t>(w);
     }
     return Status::Ok();
@@ -271,16 +273,17 @@ Status TrainTokenizer(const TokenizerTrainOptions& o, std::ostream& log) {
     return Status::InvalidArgument(StrCat("--type '", o.type, "' is not one of: bpe, unigram"));
   }
   if (o.vocab_size < 300 || o.vocab_size > (1 << 24)) {
-    return Status::InvalidArgument(
-        StrCat("--vocab-size ", o.vocab_size, " is out of range [300, 16777216] (byte fallback "
-                                              "takes 256 ids)"));
+    return Status::InvalidArgument(StrCat("--vocab-size ", o.vocab_size,
+                                          " is out of range [300, 16777216] (byte fallback "
+                                          "takes 256 ids)"));
   }
   if (o.out.empty() || fs::path(o.out).extension() != ".model") {
     return Status::InvalidArgument(StrCat("--out '", o.out, "' must name a .model file"));
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const int threads =
-      o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = o.threads > 0
+                          ? o.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const std::unordered_map<std::string, std::string> args = {
       {"model_type", o.type},
       {"vocab_size", std::to_string(o.vocab_size)},
@@ -346,13 +349,12 @@ Result<TokenizeReport> Tokenize(const TokenizeOptions& o, const TokenizeProgress
                       {"mtime_ns", mtime}});
     report.input_bytes += static_cast<int64_t>(st.st_size);
   }
-  const nlohmann::json recipe = {
-      {"inputs", inputs},
-      {"input_format", o.inputs.input_format},
-      {"tokenizer_crc32c", Crc32c(model.data(), model.size())},
-      {"val_every", o.val_every},
-      {"shard_tokens", o.shard_tokens},
-      {"block_bytes", o.block_bytes}};
+  const nlohmann::json recipe = {{"inputs", inputs},
+                                 {"input_format", o.inputs.input_format},
+                                 {"tokenizer_crc32c", Crc32c(model.data(), model.size())},
+                                 {"val_every", o.val_every},
+                                 {"shard_tokens", o.shard_tokens},
+                                 {"block_bytes", o.block_bytes}};
   const std::string meta_path = (fs::path(o.out) / kDatasetMetaName).string();
   if (!o.force) {
     auto old = ReadRegularFile(meta_path, "dataset metadata", {.max_bytes = size_t{64} << 20});
@@ -389,8 +391,9 @@ Result<TokenizeReport> Tokenize(const TokenizeOptions& o, const TokenizeProgress
   FP8RT_RETURN_IF_ERROR(ClearShards(val_dir));
   ShardSink train(train_dir, report.id_bytes, o.shard_tokens);
   ShardSink val(val_dir, report.id_bytes, o.shard_tokens);
-  const int threads =
-      o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = o.threads > 0
+                          ? o.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   BlockReader reader(o.inputs, o.block_bytes);
   int64_t index = 0, done_bytes = 0;
   bool more = true;
@@ -407,7 +410,8 @@ Result<TokenizeReport> Tokenize(const TokenizeOptions& o, const TokenizeProgress
     std::vector<std::thread> pool;
     for (int t = 0; t < threads && t < static_cast<int>(blocks.size()); ++t) {
       pool.emplace_back([&, t] {
-        for (size_t i = static_cast<size_t>(t); i < blocks.size(); i += static_cast<size_t>(threads)) {
+        for (size_t i = static_cast<size_t>(t); i < blocks.size();
+             i += static_cast<size_t>(threads)) {
           for (size_t d = 0; d < blocks[i].docs.size(); ++d) {
             auto e = tok.Encode(blocks[i].docs[d]);
             if (!e.ok()) {
@@ -460,14 +464,15 @@ Result<TokenizeReport> Tokenize(const TokenizeOptions& o, const TokenizeProgress
 }
 
 Status VerifyShards(const std::vector<std::string>& paths, int vocab_size, std::ostream& log) {
-  if (paths.empty()) return Status::InvalidArgument("nothing to verify: name shards or a directory");
+  if (paths.empty())
+    return Status::InvalidArgument("nothing to verify: name shards or a directory");
   for (const std::string& p : paths) {
     const std::string meta_path = (fs::path(p) / kDatasetMetaName).string();
     std::error_code ec;
     if (fs::is_regular_file(meta_path, ec)) {
-      FP8RT_ASSIGN_OR_RETURN(const std::string text,
-                             ReadRegularFile(meta_path, "dataset metadata",
-                                             {.max_bytes = size_t{64} << 20}));
+      FP8RT_ASSIGN_OR_RETURN(
+          const std::string text,
+          ReadRegularFile(meta_path, "dataset metadata", {.max_bytes = size_t{64} << 20}));
       const auto meta = nlohmann::json::parse(text, nullptr, false);
       if (!meta.is_object() || !meta.contains("tokenizer")) {
         return Status::Corruption(StrCat("'", meta_path, "' is not fp8data metadata"));
@@ -480,11 +485,11 @@ Status VerifyShards(const std::vector<std::string>& paths, int vocab_size, std::
         FP8RT_ASSIGN_OR_RETURN(TokenDataset d, TokenDataset::Load({dir}, "tokens", dir));
         FP8RT_ASSIGN_OR_RETURN(const int32_t most, d.CheckIds(vocab));
         if (static_cast<int64_t>(d.size()) != want) {
-          return Status::Corruption(StrCat("'", dir, "' holds ", d.size(), " tokens, its metadata says ",
-                                           want));
+          return Status::Corruption(
+              StrCat("'", dir, "' holds ", d.size(), " tokens, its metadata says ", want));
         }
-        log << dir << ": " << d.num_shards() << " shard(s), " << d.size()
-            << " tokens, largest id " << most << " (vocabulary " << vocab << "): ok\n";
+        log << dir << ": " << d.num_shards() << " shard(s), " << d.size() << " tokens, largest id "
+            << most << " (vocabulary " << vocab << "): ok\n";
       }
       continue;
     }

@@ -23,9 +23,9 @@ struct CorpusInputs {
 
 struct TokenizerTrainOptions {
   CorpusInputs inputs;
-  std::string out;            // the .model file to write (and .vocab beside it)
-  int vocab_size = 32000;     // Default: 32000
-  std::string type = "bpe";   // bpe or unigram. Default: bpe
+  std::string out;           // the .model file to write (and .vocab beside it)
+  int vocab_size = 32000;    // Default: 32000
+  std::string type = "bpe";  // bpe or unigram. Default: bpe
   // Lines sampled from the inputs to train on (SentencePiece's input_sentence_size). Default: 2M
   int64_t sample_lines = 2'000'000;
   int threads = 0;  // 0: every CPU. Default: 0

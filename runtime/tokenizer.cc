@@ -50,9 +50,8 @@ Result<Tokenizer> Tokenizer::Load(const std::string& path) {
     }
     model_path = (fs::path(path).parent_path() / model).string();
   }
-  FP8RT_ASSIGN_OR_RETURN(
-      const std::string bytes,
-      ReadRegularFile(model_path, "tokenizer model", {.max_bytes = kMaxModelBytes}));
+  FP8RT_ASSIGN_OR_RETURN(const std::string bytes, ReadRegularFile(model_path, "tokenizer model",
+                                                                  {.max_bytes = kMaxModelBytes}));
   return FromModel(bytes, fs::path(model_path).filename().string());
 }
 

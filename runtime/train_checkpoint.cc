@@ -157,10 +157,10 @@ Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, Dat
   if (auto it = ck.state.find("data.shards"); it != ck.state.end()) {
     const std::string changed = loader.data().CompareShardList(it->second);
     if (!changed.empty() && o.config.data.on_change != "new_epoch") {
-      return Status::FailedPrecondition(StrCat(
-          "checkpoint step ", ck.step, " was written over other training data: ", changed,
-          ". Its data cursor means nothing over these shards; to go on over them from a new "
-          "epoch, set data.on_change: new_epoch"));
+      return Status::FailedPrecondition(
+          StrCat("checkpoint step ", ck.step, " was written over other training data: ", changed,
+                 ". Its data cursor means nothing over these shards; to go on over them from a new "
+                 "epoch, set data.on_change: new_epoch"));
     }
     if (!changed.empty()) {
       lt.data_changed = changed;

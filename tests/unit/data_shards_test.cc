@@ -52,7 +52,8 @@ class DataShards : public ::testing::Test {
     EXPECT_TRUE(d.ok()) << d.status().ToString();
     return d.ok() ? std::move(d).value() : TokenDataset::FromTokens({});
   }
-  std::string Refusal(const std::vector<std::string>& entries, const std::string& format = "tokens") {
+  std::string Refusal(const std::vector<std::string>& entries,
+                      const std::string& format = "tokens") {
     auto d = TokenDataset::Load(entries, format, "data.train");
     EXPECT_FALSE(d.ok());
     return d.ok() ? std::string() : d.status().message();
@@ -179,8 +180,8 @@ TEST_F(DataShards, ResumeFromAnyCursorIsExactAcrossShardsAndEpochs) {
         again.set_cursor(cursors[from]);
         for (size_t b = from; b < batches.size(); ++b) {
           ASSERT_TRUE(again.NextBatch(x.data(), y.data()).ok());
-          ASSERT_EQ(x, batches[b]) << "world " << world << " rank " << rank << " resumed at "
-                                   << from << ", batch " << b;
+          ASSERT_EQ(x, batches[b])
+              << "world " << world << " rank " << rank << " resumed at " << from << ", batch " << b;
         }
       }
     }
@@ -200,8 +201,9 @@ TEST_F(DataShards, AnIdPastTheVocabularyIsNamedByShardAndOffset) {
   std::vector<int32_t> x(32), y(32);
   const Status s = l.NextBatch(x.data(), y.data());
   ASSERT_FALSE(s.ok());
-  EXPECT_TRUE(Has(s.message(), "'" + root_ + "/e.bin' at token 27 is 60000, not below "
-                                             "model.vocab_size 50257"))
+  EXPECT_TRUE(Has(s.message(), "'" + root_ +
+                                   "/e.bin' at token 27 is 60000, not below "
+                                   "model.vocab_size 50257"))
       << s.message();
   const auto whole = d.CheckIds(50257);
   ASSERT_FALSE(whole.ok());
@@ -298,8 +300,8 @@ TEST_F(DataShards, DirectoriesAndGlobsAreConfinedShardByShard) {
   const std::string outside = dir_.str() + "/outside";
   fs::create_directories(outside);
   ASSERT_TRUE(TokenDataset::WriteShard(outside + "/secret.bin", ShardIds(7, 10)).ok());
-  auto glob = ConfineInput("data.train", outside + "/*.bin", InputKind::kDataShards, rules,
-                           "tokens");
+  auto glob =
+      ConfineInput("data.train", outside + "/*.bin", InputKind::kDataShards, rules, "tokens");
   ASSERT_FALSE(glob.ok());
   EXPECT_TRUE(Has(glob.status().message(), "is outside the data roots")) << glob.status().message();
   fs::create_symlink(outside + "/secret.bin", root_ + "/z.bin");
@@ -330,8 +332,9 @@ TEST(DataConfig, TrainAndValTakeAStringOrAList) {
   EXPECT_TRUE(Has(number.status().message(), "data.train[1]")) << number.status().message();
   const auto bad = ParseRunConfig("data: {train: a, on_change: ignore}\n");
   ASSERT_FALSE(bad.ok());
-  EXPECT_TRUE(Has(bad.status().message(), "data.on_change = 'ignore' is not one of: refuse, "
-                                          "new_epoch"));
+  EXPECT_TRUE(Has(bad.status().message(),
+                  "data.on_change = 'ignore' is not one of: refuse, "
+                  "new_epoch"));
 }
 
 }  // namespace

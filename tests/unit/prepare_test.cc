@@ -71,7 +71,8 @@ TEST_F(Prepare, ATrainedModelEncodesAndDecodesTextAsWritten) {
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
   EXPECT_EQ(tok->vocab_size(), 1000);
   EXPECT_GE(tok->eos_id(), 0);
-  const std::string text = "The quick brown fox,\n  jumps over 12345 lazy dogs: \xc3\xa9t\xc3\xa9!\t";
+  const std::string text =
+      "The quick brown fox,\n  jumps over 12345 lazy dogs: \xc3\xa9t\xc3\xa9!\t";
   auto ids = tok->Encode(text);
   ASSERT_TRUE(ids.ok());
   EXPECT_LT(ids->size(), text.size()) << "pieces longer than a byte";
@@ -80,6 +81,20 @@ TEST_F(Prepare, ATrainedModelEncodesAndDecodesTextAsWritten) {
   with_unknown.push_back(5000);
   EXPECT_TRUE(Has(tok->Decode(with_unknown), "<5000>")) << "an id past the model, shown as such";
   EXPECT_EQ(Tokenizer::Bytes().Decode({72, 105, 300}), "Hi<300>");
+  // A unigram model round-trips the same text.
+  TokenizerTrainOptions u;
+  u.inputs.files = {english_};
+  u.out = dir_.str() + "/tok/unigram.model";
+  u.vocab_size = 800;
+  u.type = "unigram";
+  std::ostringstream log;
+  ASSERT_TRUE(TrainTokenizer(u, log).ok()) << log.str();
+  auto uni = Tokenizer::Load(u.out);
+  ASSERT_TRUE(uni.ok()) << uni.status().ToString();
+  EXPECT_EQ(uni->vocab_size(), 800);
+  auto uids = uni->Encode(text);
+  ASSERT_TRUE(uids.ok());
+  EXPECT_EQ(uni->Decode(*uids), text);
   std::ofstream(dir_.str() + "/not.model") << "not a model";
   auto bad = Tokenizer::Load(dir_.str() + "/not.model");
   ASSERT_FALSE(bad.ok());
@@ -118,8 +133,8 @@ TEST_F(Prepare, TokenizeWritesShardsAValidationSplitAndMetadataThenIsUpToDate) {
   ASSERT_TRUE(val.ok());
   const auto val_ids = val->tokens();
   std::ifstream jsonl(dir_.str() + "/docs.jsonl");
-  const auto documents = 1 + std::count(std::istreambuf_iterator<char>(jsonl),
-                                        std::istreambuf_iterator<char>(), '\n');
+  const auto documents =
+      1 + std::count(std::istreambuf_iterator<char>(jsonl), std::istreambuf_iterator<char>(), '\n');
   EXPECT_EQ(std::count(ids.begin(), ids.end(), tok->eos_id()) +
                 std::count(val_ids.begin(), val_ids.end(), tok->eos_id()),
             documents)
