@@ -13,6 +13,7 @@
 #include "common/input_paths.h"
 #include "runtime/generate.h"
 #include "runtime/huggingface.h"
+#include "runtime/memory_plan.h"
 #include "runtime/trainer.h"
 
 namespace {
@@ -61,6 +62,12 @@ int main(int argc, char** argv) {
   app.add_flag("--memory-report", memory_report,
                "after the first step, print the model's memory by what it holds (master weights, "
                "gradients, optimizer, activations, FP8 copies, workspaces) and the device's use");
+  int plan_ranks = 0;
+  app.add_option("--plan", plan_ranks,
+                 "RANKS: with --config, print what each of RANKS ranks will allocate (per "
+                 "--memory-report category) without running or a GPU, and exit; --device cpu "
+                 "plans a CPU run")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--inspect-scales", inspect,
                  "print the FP8 scale state checkpointed in DIR and exit");
   std::vector<std::string> export_hf;
@@ -87,8 +94,9 @@ int main(int argc, char** argv) {
   app.add_option("--temperature", sample.temperature,
                  "with --generate: softmax temperature, 0 = greedy (default 1.0)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--top-k", sample.top_k, "with --generate: sample among the k most likely "
-                                          "(default 0: all)")
+  app.add_option("--top-k", sample.top_k,
+                 "with --generate: sample among the k most likely "
+                 "(default 0: all)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--seed", sample.seed, "with --generate: the sampling seed (default 1337)");
   app.add_option("--step", inspect_step,
@@ -117,8 +125,7 @@ int main(int argc, char** argv) {
       }
       tok = std::move(t).value();
     }
-    const Status s =
-        GenerateFromCheckpoint(generate, inspect_step, prompt, sample, tok, std::cout);
+    const Status s = GenerateFromCheckpoint(generate, inspect_step, prompt, sample, tok, std::cout);
     if (!s.ok()) {
       std::cerr << "fp8train: " << s.ToString() << "\n";
       return kExitUsage;
@@ -144,6 +151,16 @@ int main(int argc, char** argv) {
   if (!cfg.ok()) {
     std::cerr << "fp8train: " << cfg.status().ToString() << "\n";
     return kExitUsage;
+  }
+  if (plan_ranks > 0) {
+    const Precision p = precision.empty() ? cfg->precision : *ParsePrecision(precision);
+    auto plan = PlanMemory(*cfg, p, plan_ranks, device.rfind("cpu", 0) != 0);
+    if (!plan.ok()) {
+      std::cerr << "fp8train: " << plan.status().ToString() << "\n";
+      return kExitUsage;
+    }
+    std::cout << FormatMemoryPlan(*plan, *cfg);
+    return kExitOk;
   }
   if (!inputs.roots.empty()) {
     // Under fp8d: the inputs are checked again where they are opened (common/input_paths.h),
@@ -190,8 +207,8 @@ int main(int argc, char** argv) {
     if (!mine.ok() && any && !only_one) {
       const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
       std::cerr << who << "local rank " << launch->local_rank << " has no GPU of its own ("
-                << mine.status().message() << "; CUDA_VISIBLE_DEVICES="
-                << (visible != nullptr ? visible : "(unset)")
+                << mine.status().message()
+                << "; CUDA_VISIBLE_DEVICES=" << (visible != nullptr ? visible : "(unset)")
                 << "): give each rank on a host its own local rank (FP8RT_LOCAL_RANK) and GPU, "
                    "or name one with --device\n";
       return kExitUsage;

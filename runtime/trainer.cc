@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
-#include <sstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 
 #include "runtime/checkpoint.h"
 #include "runtime/checkpoint_saver.h"
@@ -19,6 +19,7 @@
 #include "runtime/generate.h"
 #include "runtime/gpt.h"
 #include "runtime/huggingface.h"
+#include "runtime/memory_plan.h"
 #include "runtime/scale_store.h"
 #include "runtime/train_checkpoint.h"
 
@@ -203,8 +204,7 @@ void Busy(Run& r, const char* phase) {
   if (r.busy_phase == phase && now - r.busy_at < std::chrono::seconds(1)) return;
   r.busy_phase = phase;
   r.busy_at = now;
-  *r.metrics << nlohmann::json({{"busy", phase}, {"step", r.at_step}}).dump() << "\n"
-             << std::flush;
+  *r.metrics << nlohmann::json({{"busy", phase}, {"step", r.at_step}}).dump() << "\n" << std::flush;
 }
 
 // The precision, the data, the rank grid and its groups, the loader: what the model is built on.
@@ -308,23 +308,11 @@ Status SetUpGrid(Run& r) {
 Result<int64_t> SetUpModel(Run& r, TrainResult* result) {
   const TrainOptions& o = r.o;
   const RunConfig& c = r.c;
-  ModelOptions mo;
-  mo.model = c.model;
-  mo.precision = r.pd.precision;
-  mo.fp8 = c.fp8;
-  mo.B = c.train.batch_size, mo.T = c.train.seq_len, mo.grad_accum = c.train.grad_accum;
-  mo.grad_clip = c.train.grad_clip, mo.weight_decay = c.train.weight_decay;
-  mo.beta1 = c.train.beta1, mo.beta2 = c.train.beta2, mo.eps = c.train.eps;
+  ModelOptions mo = ModelOptionsFor(c, r.pd.precision);
   mo.attention = o.attention;
-  mo.recompute = c.train.recompute;
-  mo.share_grad_memory = c.train.share_gradient_memory;
   mo.world = o.world != nullptr && r.ranks > 1 ? &o.world->comm() : nullptr;
   mo.dp = r.dp == 1 ? nullptr : r.tp > 1 ? r.dp_group.get() : mo.world;
   mo.tp = r.tp_group.get();
-  mo.grad_bucket_bytes = static_cast<int64_t>(c.parallel.bucket_mb * 1048576.0);
-  mo.zero = c.parallel.zero;
-  mo.grad_reduce_bf16 = c.parallel.grad_reduce_dtype == "bf16";
-  mo.sparse_embedding_grad = c.parallel.sparse_embedding_grad;
   if (r.device.is_cpu) {
     FP8RT_ASSIGN_OR_RETURN(r.model, CreateCpuGpt(mo));
   } else {
@@ -510,8 +498,8 @@ Status AfterStep(Run& r, int64_t step, TrainResult* result) {
       auto start = PromptTokens(*r.tokenizer, "");
       const auto text = start.ok() ? Generate(c.model, std::move(master), *start, so)
                                    : Result<std::vector<int32_t>>(start.status());
-      const std::string raw = text.ok() ? r.tokenizer->Decode(*text)
-                                        : StrCat("(none: ", text.status().message(), ")");
+      const std::string raw =
+          text.ok() ? r.tokenizer->Decode(*text) : StrCat("(none: ", text.status().message(), ")");
       std::string line;  // one log line: newlines and tabs written as \n and \t
       for (char ch : raw) {
         line += ch == '\n' ? "\\n" : ch == '\t' ? "\\t" : std::string(1, ch);
@@ -530,8 +518,7 @@ Status ReportSave(Run& r, const std::optional<SaveReport>& done) {
   const SaveReport& s = *done;
   if (!s.error.empty()) {
     if (r.metrics) {
-      *r.metrics << nlohmann::json({{"step", s.step}, {"checkpoint_error", s.error}}).dump()
-                 << "\n"
+      *r.metrics << nlohmann::json({{"step", s.step}, {"checkpoint_error", s.error}}).dump() << "\n"
                  << std::flush;
     }
     if (r.progress) {
@@ -552,15 +539,15 @@ Status ReportSave(Run& r, const std::optional<SaveReport>& done) {
   }
   if (r.metrics) {
     nlohmann::json line = {{"step", s.step},
-                                  {"checkpoint_s", s.total_s},
-                                  {"checkpoint_blocked_s", s.blocked_s},
-                                  {"checkpoint_phases",
-                                   {{"snapshot_s", s.snapshot_s},
-                                    {"write_s", s.write_s},
-                                    {"fsync_s", s.fsync_s},
-                                    {"commit_s", s.commit_s}}},
-                                  {"checkpoint_bytes", s.bytes},
-                                  {"snapshot_on_device", s.on_device}};
+                           {"checkpoint_s", s.total_s},
+                           {"checkpoint_blocked_s", s.blocked_s},
+                           {"checkpoint_phases",
+                            {{"snapshot_s", s.snapshot_s},
+                             {"write_s", s.write_s},
+                             {"fsync_s", s.fsync_s},
+                             {"commit_s", s.commit_s}}},
+                           {"checkpoint_bytes", s.bytes},
+                           {"snapshot_on_device", s.on_device}};
     if (s.disk_bytes > 0) line["checkpoint_disk_bytes"] = s.disk_bytes;
     if (!s.removed.empty()) line["checkpoints_removed"] = s.removed;
     if (!s.retention_error.empty()) line["retention_error"] = s.retention_error;
