@@ -157,6 +157,26 @@ bool EndsWith(const std::string& s, const char* suffix) {
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
+// Wildcards in the last component only, which may not start with "." (so that a glob reads the
+// one directory before it and never matches "." or ".."): "shards/train_*.bin".
+Status CheckGlobShape(const std::string& key, const std::string& entry) {
+  const size_t slash = entry.rfind('/');
+  const std::string last = slash == std::string::npos ? entry : entry.substr(slash + 1);
+  bool escaped = false, early = false;
+  for (size_t i = 0; slash != std::string::npos && i < slash; ++i) {
+    const char c = entry[i];
+    if (!escaped && (c == '*' || c == '?' || c == '[')) early = true;
+    escaped = !escaped && c == '\\';
+  }
+  if (early || last.empty() || last[0] == '.') {
+    return Status::InvalidArgument(
+        StrCat(key, " = '", entry,
+               "': a glob may have wildcards (*, ? or [) in its last component only, not starting "
+               "with '.' (name a directory, then the pattern of its files: shards/train_*.bin)"));
+  }
+  return Status::Ok();
+}
+
 // A data entry confined: its real form (file, directory, glob under a real directory, or
 // prefix) and its shards', each checked.
 struct ConfinedEntry {
@@ -177,6 +197,7 @@ Result<ConfinedEntry> ConfineEntry(const std::string& key, const std::string& en
     if (!fs::path(entry).is_absolute()) {
       return Status::InvalidArgument(StrCat(key, " = '", entry, "' is not an absolute path"));
     }
+    FP8RT_RETURN_IF_ERROR(CheckGlobShape(key, entry));
     // The directory above the first component with a glob character is confined as a directory;
     // the matches, each as a shard.
     fs::path dir, rest;
@@ -204,6 +225,11 @@ Result<ConfinedEntry> ConfineEntry(const std::string& key, const std::string& en
       return out;
     }
     FP8RT_ASSIGN_OR_RETURN(out.entry, ConfinePath(key, entry, Want::kEither, rules));
+    if (HasGlob(out.entry)) {
+      // (It would read as a glob where it is opened again.)
+      return Status::InvalidArgument(
+          StrCat(key, " = '", entry, "' leads to a path with *, ? or [ in it; rename it"));
+    }
     FP8RT_ASSIGN_OR_RETURN(shards, ExpandShards(key, out.entry, format));
   }
   for (const std::string& shard : shards) {
@@ -223,6 +249,7 @@ Result<std::vector<std::string>> ExpandShards(const std::string& key, const std:
   std::vector<std::string> out;
   std::string what;
   if (HasGlob(entry)) {
+    FP8RT_RETURN_IF_ERROR(CheckGlobShape(key, entry));
     glob_t g{};
     const int rc = ::glob(entry.c_str(), GLOB_NOSORT, nullptr, &g);
     if (rc != 0 && rc != GLOB_NOMATCH) {
@@ -234,8 +261,9 @@ Result<std::vector<std::string>> ExpandShards(const std::string& key, const std:
     }
     for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i) {
       const std::string m = g.gl_pathv[i];
+      // (A link is taken as it is, not followed here: confinement resolves it.)
       struct stat st {};
-      if (::stat(m.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (::lstat(m.c_str(), &st) != 0 || !(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode))) continue;
       if (megatron) {
         if (EndsWith(m, ".idx")) out.push_back(m.substr(0, m.size() - 4));
       } else {
@@ -250,7 +278,10 @@ Result<std::vector<std::string>> ExpandShards(const std::string& key, const std:
     for (fs::directory_iterator it(entry, ec), end; !ec && it != end; it.increment(ec)) {
       const std::string name = it->path().filename().string();
       std::error_code ec2;
-      if (name.empty() || name[0] == '.' || !fs::is_regular_file(it->path(), ec2)) continue;
+      const fs::file_status st = it->symlink_status(ec2);
+      if (name.empty() || name[0] == '.' || !(fs::is_regular_file(st) || fs::is_symlink(st))) {
+        continue;
+      }
       const std::string full = (fs::path(entry) / name).string();
       if (megatron) {
         if (EndsWith(name, ".idx")) out.push_back(full.substr(0, full.size() - 4));
@@ -268,6 +299,10 @@ Result<std::vector<std::string>> ExpandShards(const std::string& key, const std:
   }
   if (out.empty()) {
     return Status::InvalidArgument(StrCat(key, " = '", entry, "' names no shards (", what, ")"));
+  }
+  if (out.size() > kMaxShardsPerEntry) {
+    return Status::InvalidArgument(StrCat(key, " = '", entry, "' names ", out.size(),
+                                          " shards; at most ", kMaxShardsPerEntry, " per entry"));
   }
   std::sort(out.begin(), out.end());
   return out;

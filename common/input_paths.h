@@ -42,8 +42,7 @@ Result<std::string> ConfineInput(const std::string& key, const std::string& path
 // The shards a data entry names, each confined (ConfineInput) and given by its real path (with
 // format megatron: the .bin/.idx prefixes), in order (ExpandShards).
 Result<std::vector<std::string>> ConfineShards(const std::string& key, const std::string& entry,
-                                               const std::string& format,
-                                               const InputRules& rules);
+                                               const std::string& format, const InputRules& rules);
 
 // ConfineInput for every input of `config` (RunConfig::Inputs), each replaced by its real path;
 // with `expand`, every data entry by the real paths of its shards (what a reader then opens, so
@@ -55,6 +54,10 @@ Status ConfineInputs(RunConfig* config, const InputRules& rules, bool expand = f
 // megatron: the prefixes of its *.idx files; text: every regular file; names starting with "."
 // skipped); a glob's matches by name (megatron: the .idx files among them, as prefixes). No
 // shard at all is an error naming the entry. Only looks; ConfineShards checks.
+// A glob has its wildcards in its last component only, not starting with "."; an entry names
+// at most kMaxShardsPerEntry shards. Links among a directory's or a glob's files are listed as
+// they are (confinement resolves them).
+inline constexpr size_t kMaxShardsPerEntry = 100'000;
 Result<std::vector<std::string>> ExpandShards(const std::string& key, const std::string& entry,
                                               const std::string& format);
 bool HasGlob(const std::string& path);

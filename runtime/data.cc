@@ -297,9 +297,10 @@ Result<TokenDataset> TokenDataset::LoadShard(const std::string& path) {
                                      " (uint32 ids))"));
   }
   const int64_t n = header[2];
-  if (n <= 1 || static_cast<uint64_t>(n) * width > map->bytes - sizeof(header)) {
-    return Status::Corruption(
-        StrCat("token shard '", path, "': header says ", n, " tokens but the file holds fewer"));
+  if (n < 0 || static_cast<uint64_t>(n) * width > map->bytes - sizeof(header)) {
+    return Status::Corruption(StrCat("token shard '", path, "': header says ", n,
+                                     " tokens but the file holds ",
+                                     n < 0 ? "no such count" : "fewer"));
   }
   const uint8_t* base = map->data() + sizeof(header);
   return Single(path, std::move(map), base, static_cast<int>(width), false,
@@ -402,6 +403,12 @@ Result<TokenDataset> TokenDataset::LoadMegatron(const std::string& prefix) {
     const uint8_t* base = map->data() + first;
     return Single(prefix, std::move(map), base, static_cast<int>(width), is_signed, total);
   }
+  // Copied out in order: sequences may lie anywhere in the .bin, but not over one another
+  // (more ids than the .bin holds would be a copy larger than the file: refused, not allocated).
+  if (total > bin_bytes / width) {
+    return Status::Corruption(StrCat(what, ": its sequences hold ", total, " ids, more than '",
+                                     bin_path, "' holds (they overlap)"));
+  }
   auto owned = std::make_shared<std::vector<int32_t>>();
   owned->reserve(total);
   for (uint64_t i = 0; i < sequences; ++i) {
@@ -431,18 +438,25 @@ Result<TokenDataset> TokenDataset::Load(const std::string& path, const std::stri
 
 Result<TokenDataset> TokenDataset::Load(const std::vector<std::string>& entries,
                                         const std::string& format, const std::string& key) {
-  std::vector<TokenDataset> parts;
+  std::vector<std::string> shards;
   for (size_t i = 0; i < entries.size(); ++i) {
     const std::string k = entries.size() == 1 ? key : StrCat(key, "[", i, "]");
-    FP8RT_ASSIGN_OR_RETURN(const std::vector<std::string> shards,
+    FP8RT_ASSIGN_OR_RETURN(const std::vector<std::string> some,
                            ExpandShards(k, entries[i], format));
-    for (const std::string& path : shards) {
-      FP8RT_ASSIGN_OR_RETURN(TokenDataset d, Load(path, format));
-      if (d.size() == 0) {
-        return Status::InvalidArgument(StrCat(k, ": shard '", path, "' holds no token"));
-      }
-      parts.push_back(std::move(d));
+    shards.insert(shards.end(), some.begin(), some.end());
+  }
+  return LoadShards(shards, format, key);
+}
+
+Result<TokenDataset> TokenDataset::LoadShards(const std::vector<std::string>& shards,
+                                              const std::string& format, const std::string& key) {
+  std::vector<TokenDataset> parts;
+  for (const std::string& path : shards) {
+    FP8RT_ASSIGN_OR_RETURN(TokenDataset d, Load(path, format));
+    if (d.size() == 0) {
+      return Status::InvalidArgument(StrCat(key, ": shard '", path, "' holds no token"));
     }
+    parts.push_back(std::move(d));
   }
   if (parts.empty()) return Status::InvalidArgument(StrCat(key, " names no shard"));
   return Concat(std::move(parts));
@@ -488,10 +502,12 @@ Status TokenDataset::WriteShard(const std::string& path, const std::vector<int32
   return Status::Ok();
 }
 
-Result<TokenDataset> OpenDataset(const RunConfig& c, bool validation) {
+Result<TokenDataset> OpenDataset(const RunConfig& c, bool validation, bool exact) {
   const char* key = validation ? "data.val" : "data.train";
-  FP8RT_ASSIGN_OR_RETURN(TokenDataset d, TokenDataset::Load(validation ? c.data.val : c.data.train,
-                                                            c.data.format, key));
+  const std::vector<std::string>& entries = validation ? c.data.val : c.data.train;
+  FP8RT_ASSIGN_OR_RETURN(TokenDataset d, exact
+                                             ? TokenDataset::LoadShards(entries, c.data.format, key)
+                                             : TokenDataset::Load(entries, c.data.format, key));
   d.set_vocab_size(c.model.vocab_size);
   if (d.id_bytes() <= kEagerCheckBytes) {
     const Result<int32_t> most = d.CheckIds(c.model.vocab_size);
@@ -547,6 +563,7 @@ void DataLoader::Shuffle() {
     }
   }
   perm_epoch_ = cursor_.epoch;
+  shuffled_ = true;
 }
 
 DataCursor DataLoader::cursor() const {
@@ -567,7 +584,7 @@ Status DataLoader::NextBatch(int32_t* inputs, int32_t* targets) {
       ++cursor_.epoch;
       cursor_.index = 0;
     }
-    if (perm_epoch_ != cursor_.epoch) Shuffle();
+    if (!shuffled_ || perm_epoch_ != cursor_.epoch) Shuffle();
     const uint64_t at = WindowStart(Permuted(cursor_.index * world_ + rank_));
     ++cursor_.index;
     FP8RT_RETURN_IF_ERROR(

@@ -42,6 +42,10 @@ class TokenDataset {
   // by name.
   static Result<TokenDataset> Load(const std::vector<std::string>& entries,
                                    const std::string& format, const std::string& key);
+  // Exactly the shards `shards` (files, or Megatron prefixes), opened as they are: no directory
+  // listed, no glob expanded (what input confinement checked is what is read).
+  static Result<TokenDataset> LoadShards(const std::vector<std::string>& shards,
+                                         const std::string& format, const std::string& key);
   static TokenDataset FromTokens(std::vector<int32_t> tokens);
   // `parts` one after another, each part's shards kept as they are.
   static TokenDataset Concat(std::vector<TokenDataset> parts);
@@ -109,7 +113,8 @@ class TokenDataset {
 // the run before it starts; a larger one as its windows are read (fp8data verify checks a whole
 // corpus beforehand).
 inline constexpr uint64_t kEagerCheckBytes = uint64_t{256} << 20;
-Result<TokenDataset> OpenDataset(const RunConfig& c, bool validation);
+// With `exact`, the entries are the shards ConfineInputs(..., expand) checked (LoadShards).
+Result<TokenDataset> OpenDataset(const RunConfig& c, bool validation, bool exact = false);
 
 // Where the sampler is: part of every checkpoint.
 struct DataCursor {
@@ -148,7 +153,8 @@ class DataLoader {
   std::vector<uint64_t> shard_windows_;  // windows before each shard's first, and the total
   std::vector<uint32_t> perm32_;
   std::vector<uint64_t> perm64_;
-  uint64_t perm_epoch_ = ~uint64_t{0};
+  uint64_t perm_epoch_ = 0;
+  bool shuffled_ = false;  // perm_ holds perm_epoch_'s permutation
   DataCursor cursor_;
 };
 

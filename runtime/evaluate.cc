@@ -5,9 +5,9 @@
 
 namespace fp8rt {
 
-Result<std::unique_ptr<Validator>> Validator::Create(const RunConfig& c) {
+Result<std::unique_ptr<Validator>> Validator::Create(const RunConfig& c, bool exact) {
   if (c.data.val.empty()) return std::unique_ptr<Validator>();
-  FP8RT_ASSIGN_OR_RETURN(TokenDataset data, OpenDataset(c, true));
+  FP8RT_ASSIGN_OR_RETURN(TokenDataset data, OpenDataset(c, true, exact));
   const int B = c.train.batch_size, T = c.train.seq_len;
   const int64_t windows = (static_cast<int64_t>(data.size()) - 1) / T;
   const int64_t available = windows / B;

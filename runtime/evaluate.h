@@ -19,7 +19,8 @@ class Validator {
   // Loads data.val (in data.format). Null when the config names no validation set. Refuses a set
   // with a token outside the vocabulary or fewer tokens than one (batch_size x seq_len + 1)
   // micro-batch, naming the file.
-  static Result<std::unique_ptr<Validator>> Create(const RunConfig& config);
+  // `exact`: data.val lists the shards input confinement checked (OpenDataset).
+  static Result<std::unique_ptr<Validator>> Create(const RunConfig& config, bool exact = false);
 
   // The mean loss over the held-out micro-batches: consecutive windows of seq_len + 1 tokens
   // from the start of the file, batch_size windows per micro-batch. Every rank evaluates all of

@@ -177,6 +177,7 @@ int main(int argc, char** argv) {
   TrainOptions o;
   o.started = started;
   o.config = *cfg;
+  o.inputs_confined = !inputs.roots.empty();
   o.stop_step = steps;
   o.checkpoint_dir = checkpoint_dir;
   o.attempt = attempt;

@@ -252,10 +252,15 @@ Status ClearShards(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Status::IOError(StrCat("cannot create '", dir, "': ", ec.message()));
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("shard_", 0) == 0) fs::remove(e.path(), ec);
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("shard_", 0) != 0) continue;
+    std::error_code rm;
+    fs::remove(it->path(), rm);
+    if (rm)
+      return Status::IOError(StrCat("cannot remove '", it->path().string(), "': ", rm.message()));
   }
+  if (ec) return Status::IOError(StrCat("cannot list '", dir, "': ", ec.message()));
   return Status::Ok();
 }
 
@@ -357,28 +362,43 @@ Result<TokenizeReport> Tokenize(const TokenizeOptions& o, const TokenizeProgress
                                  {"block_bytes", o.block_bytes}};
   const std::string meta_path = (fs::path(o.out) / kDatasetMetaName).string();
   if (!o.force) {
-    auto old = ReadRegularFile(meta_path, "dataset metadata", {.max_bytes = size_t{64} << 20});
-    if (old.ok()) {
-      const auto meta = nlohmann::json::parse(*old, nullptr, false);
-      bool whole = meta.is_object() && meta.value("recipe", nlohmann::json()) == recipe;
+    // (A metadata file of another shape is simply not up to date.)
+    try {
+      auto old = ReadRegularFile(meta_path, "dataset metadata", {.max_bytes = size_t{64} << 20});
+      const auto meta = old.ok() ? nlohmann::json::parse(*old, nullptr, false) : nlohmann::json();
+      bool whole = meta.is_object() && meta.value("recipe", nlohmann::json()) == recipe &&
+                   meta.contains("train") && meta.contains("val");
+      std::error_code ec;
+      whole = whole && (tok.is_bytes() ||
+                        fs::file_size(fs::path(o.out) / "tokenizer.model", ec) == model.size());
+      whole = whole && !ec;
       for (const char* split : {"train", "val"}) {
-        if (!whole || !meta.contains(split)) continue;
-        for (const auto& s : meta[split].value("shards", nlohmann::json::array())) {
-          std::error_code ec;
-          const auto size = fs::file_size(fs::path(o.out) / split / s.value("file", ""), ec);
+        if (!whole) break;
+        const auto& shards = meta.at(split).at("shards");
+        // Exactly the listed shards in the directory (fp8train reads every *.bin there).
+        size_t present = 0;
+        for (const auto& e : fs::directory_iterator(fs::path(o.out) / split, ec)) {
+          present += e.path().extension() == ".bin" ? 1 : 0;
+        }
+        whole = whole && !ec && present == shards.size();
+        for (const auto& sh : shards) {
+          const auto size =
+              fs::file_size(fs::path(o.out) / split / sh.at("file").get<std::string>(), ec);
           whole = whole && !ec &&
-                  size == 1024 + static_cast<uint64_t>(s.value("tokens", int64_t{0})) *
+                  size == 1024 + sh.at("tokens").get<uint64_t>() *
                                      static_cast<uint64_t>(report.id_bytes);
         }
       }
       if (whole) {
         report.up_to_date = true;
-        report.train_tokens = meta["train"].value("tokens", int64_t{0});
-        report.val_tokens = meta["val"].value("tokens", int64_t{0});
-        report.train_shards = static_cast<int>(meta["train"]["shards"].size());
-        report.val_shards = static_cast<int>(meta["val"]["shards"].size());
+        report.train_tokens = meta.at("train").at("tokens").get<int64_t>();
+        report.val_tokens = meta.at("val").at("tokens").get<int64_t>();
+        report.train_shards = static_cast<int>(meta.at("train").at("shards").size());
+        report.val_shards = static_cast<int>(meta.at("val").at("shards").size());
         return report;
       }
+    } catch (const std::exception&) {
+      // not up to date
     }
   }
   // Out of date: the metadata goes first (a run cut short leaves no metadata that vouches for
@@ -474,12 +494,25 @@ Status VerifyShards(const std::vector<std::string>& paths, int vocab_size, std::
           const std::string text,
           ReadRegularFile(meta_path, "dataset metadata", {.max_bytes = size_t{64} << 20}));
       const auto meta = nlohmann::json::parse(text, nullptr, false);
-      if (!meta.is_object() || !meta.contains("tokenizer")) {
-        return Status::Corruption(StrCat("'", meta_path, "' is not fp8data metadata"));
-      }
-      const int vocab = vocab_size > 0 ? vocab_size : meta["tokenizer"].value("vocab_size", 0);
+      const auto* tok =
+          meta.is_object() && meta.contains("tokenizer") ? &meta["tokenizer"] : nullptr;
+      const bool readable = tok != nullptr && tok->is_object() && tok->contains("vocab_size") &&
+                            (*tok)["vocab_size"].is_number_integer() &&
+                            (*tok)["vocab_size"].get<int64_t>() > 0 &&
+                            (*tok)["vocab_size"].get<int64_t>() <= INT32_MAX;
       for (const char* split : {"train", "val"}) {
-        const int64_t want = meta[split].value("tokens", int64_t{0});
+        const bool ok = meta.is_object() && meta.contains(split) && meta[split].is_object() &&
+                        meta[split].contains("tokens") &&
+                        meta[split]["tokens"].is_number_unsigned();
+        if (!ok) return Status::Corruption(StrCat("'", meta_path, "' is not fp8data metadata"));
+      }
+      if (!readable && vocab_size <= 0) {
+        return Status::Corruption(StrCat("'", meta_path, "' names no vocabulary size"));
+      }
+      const int vocab =
+          vocab_size > 0 ? vocab_size : static_cast<int>((*tok)["vocab_size"].get<int64_t>());
+      for (const char* split : {"train", "val"}) {
+        const int64_t want = static_cast<int64_t>(meta[split]["tokens"].get<uint64_t>());
         if (want == 0) continue;
         const std::string dir = (fs::path(p) / split).string();
         FP8RT_ASSIGN_OR_RETURN(TokenDataset d, TokenDataset::Load({dir}, "tokens", dir));

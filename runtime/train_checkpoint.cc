@@ -152,6 +152,9 @@ Result<int64_t> Restore(const TrainOptions& o, Precision p, GptModel& model, Dat
   } catch (...) {
     return Status::Corruption(StrCat("checkpoint step ", ck.step, ": data cursor missing"));
   }
+  if (cursor.epoch >= (uint64_t{1} << 62) || cursor.index >= (uint64_t{1} << 62)) {
+    return Status::Corruption(StrCat("checkpoint step ", ck.step, ": data cursor out of range"));
+  }
   // The cursor counts windows of the shards it was written over (checkpoints from before the
   // shard record have none: not checked).
   if (auto it = ck.state.find("data.shards"); it != ck.state.end()) {

@@ -224,7 +224,7 @@ Status SetUpGrid(Run& r) {
     *r.progress << "warning: " << r.fallback_reason << "\n";
   }
 
-  FP8RT_ASSIGN_OR_RETURN(TokenDataset data, OpenDataset(c, false));
+  FP8RT_ASSIGN_OR_RETURN(TokenDataset data, OpenDataset(c, false, o.inputs_confined));
   r.tokenizer = std::make_unique<Tokenizer>(Tokenizer::Bytes());
   if (!c.data.tokenizer.empty()) {
     auto tok = Tokenizer::Load(c.data.tokenizer);
@@ -240,7 +240,7 @@ Status SetUpGrid(Run& r) {
   }
   r.data = std::make_unique<TokenDataset>(std::move(data));
   Busy(r, "starting");
-  FP8RT_ASSIGN_OR_RETURN(r.validator, Validator::Create(c));
+  FP8RT_ASSIGN_OR_RETURN(r.validator, Validator::Create(c, o.inputs_confined));
   const int ranks = r.ranks, rank = r.rank, tp = c.parallel.tp;
   r.tp = tp;
   if (ranks % tp != 0) {

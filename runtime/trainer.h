@@ -27,6 +27,9 @@ struct TrainOptions {
   // are refused once a later attempt has raised the directory's fence. -1: not fenced.
   int attempt = -1;
   bool resume = false;
+  // data.train and data.val list the exact shards input confinement checked
+  // (ConfineInputs(..., expand), under fp8d): opened as they are, never expanded again.
+  bool inputs_confined = false;
   bool reset_fp8_history = false;
   std::optional<Precision> precision;      // --precision overrides the config
   std::ostream* metrics = nullptr;         // one JSON line per logged step; null: none

@@ -311,6 +311,37 @@ TEST_F(DataShards, DirectoriesAndGlobsAreConfinedShardByShard) {
       << linked.status().message();
 }
 
+// A glob reads one directory: wildcards in the last component only, never matching "." or
+// "..". fp8train under fp8d opens exactly the shards it checked: a checked path that holds
+// glob characters is never expanded again (a file named "a*b.bin" is not "axb.bin" too).
+TEST_F(DataShards, GlobsReadOneDirectoryAndCheckedShardsAreNeverExpandedAgain) {
+  InputRules rules;
+  rules.roots = {root_};
+  for (const std::string& bad :
+       {root_ + "/.[*]/.[*]/x.bin", root_ + "/*/a.bin", root_ + "/.*", root_ + "/sub/.?.bin"}) {
+    auto r = ConfineInput("data.train", bad, InputKind::kDataShards, rules, "tokens");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_TRUE(Has(r.status().message(), "wildcards (*, ? or [) in its last component only"))
+        << r.status().message();
+  }
+  Write("a*b.bin", ShardIds(5, 10));
+  Write("axb.bin", ShardIds(6, 10));
+  RunConfig c;
+  c.data.format = "tokens";
+  c.model.vocab_size = 50257;
+  c.data.train = {root_ + "/a\\*b.bin"};  // the one file, its '*' escaped
+  ASSERT_TRUE(ConfineInputs(&c, rules, /*expand=*/true).ok());
+  ASSERT_EQ(c.data.train.size(), 1u);
+  EXPECT_EQ(c.data.train[0], fs::canonical(root_ + "/a*b.bin").string());
+  auto exact = OpenDataset(c, false, /*exact=*/true);
+  ASSERT_TRUE(exact.ok()) << exact.status().ToString();
+  EXPECT_EQ(exact->num_shards(), 1u);
+  EXPECT_EQ(exact->tokens().front(), 5000);
+  auto again = OpenDataset(c, false, /*exact=*/false);  // what expanding it again would read
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->num_shards(), 2u);
+}
+
 TEST(DataConfig, TrainAndValTakeAStringOrAList) {
   auto one = ParseRunConfig("data: {train: a.bin, format: tokens}\n");
   ASSERT_TRUE(one.ok());

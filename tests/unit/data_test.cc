@@ -239,6 +239,21 @@ TEST(TokenDataset, IdsStayInTheirFileAndAreWidenedAsTheyAreCopied) {
   EXPECT_EQ(m->owned_bytes(), 5u * 4);
 }
 
+// Sequences that lie over one another (more ids than the .bin holds) are refused, not copied.
+TEST(TokenDataset, OverlappingMegatronSequencesAreRefused) {
+  test::TempDir dir("fp8rt_overlap");
+  MegatronWriter w(8, 2);
+  w.Sequence({1, 2, 3});
+  w.lengths.push_back(3);  // a second sequence over the first
+  w.offsets.push_back(0);
+  w.EndDocument();
+  w.Write(dir.str() + "/over");
+  auto r = TokenDataset::LoadMegatron(dir.str() + "/over");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("(they overlap)"), std::string::npos)
+      << r.status().message();
+}
+
 // What a file holds is never echoed in a refusal (the message reaches the job's submitter), and a
 // FIFO or a directory is refused at once, never waited on.
 TEST(TokenDataset, RefusalsSayWhatAFileIsNotNeverWhatItHolds) {
