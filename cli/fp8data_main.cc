@@ -3,11 +3,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 
 #include "common/exit_codes.h"
+#include "common/text.h"
 #include "runtime/prepare.h"
 
 namespace {
@@ -52,6 +54,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "fp8data: prepares a corpus for fp8train: trains a SentencePiece tokenizer, tokenizes text "
       "files and JSONL into token shards with a validation split, checks shards"};
+  app.name("fp8data");
   app.require_subcommand(1);
   app.set_version_flag("--version", "fp8data (fp8rt)");
 
@@ -101,6 +104,19 @@ int main(int argc, char** argv) {
       ->required();
   vf->add_option("--vocab-size", verify_vocab, "ids must be below it (default: the metadata's)");
 
+  // Bare: the help. An unknown verb: named, with the nearest one.
+  const std::vector<std::string> verbs = {"train-tokenizer", "tokenize", "verify"};
+  if (argc < 2) {
+    std::cerr << app.help();
+    return kExitUsage;
+  }
+  if (argv[1][0] != '-' && std::find(verbs.begin(), verbs.end(), argv[1]) == verbs.end()) {
+    const std::string near = Closest(argv[1], verbs);
+    std::cerr << "fp8data: unknown command '" << Printable(argv[1]) << "'"
+              << (near.empty() ? std::string() : "; did you mean '" + near + "'?")
+              << " (commands: train-tokenizer, tokenize, verify; fp8data --help)\n";
+    return kExitUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,6 +1,8 @@
 // Control characters refused and made visible (common/text.h).
 #include "common/text.h"
 
+#include <algorithm>
+
 #include <cstdint>
 #include <cstdio>
 
@@ -85,6 +87,27 @@ std::string Printable(std::string_view s, std::string_view keep) {
     i += n;
   }
   return out;
+}
+
+std::string Closest(std::string_view word, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_d = std::max<size_t>(1, word.size() / 3) + 1;
+  for (const std::string& k : known) {
+    // Levenshtein distance, one row at a time.
+    std::vector<size_t> row(k.size() + 1);
+    for (size_t j = 0; j <= k.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= word.size(); ++i) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= k.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (word[i - 1] == k[j - 1] ? 0 : 1)});
+        diag = up;
+      }
+    }
+    if (row[k.size()] < best_d) best_d = row[k.size()], best = k;
+  }
+  return best;
 }
 
 }  // namespace fp8rt

@@ -6,6 +6,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace fp8rt {
 
@@ -17,5 +18,9 @@ bool HasControlChars(std::string_view s, std::string_view allowed = "");
 // `\u0085`), a backslash that would read as one doubled, and bytes that are not UTF-8 as `\xNN`:
 // safe to print. Printable text passes unchanged.
 std::string Printable(std::string_view s, std::string_view keep = "");
+
+// The word of `known` closest to `word` (Levenshtein distance, at most a third of its length,
+// at least 1), for "did you mean" hints; "" when none is that close.
+std::string Closest(std::string_view word, const std::vector<std::string>& known);
 
 }  // namespace fp8rt

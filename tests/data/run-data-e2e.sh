@@ -26,6 +26,12 @@ fi
 gunzip -c data/corpus-large.txt.gz >"$work/corpus-large.txt"
 cd "$work"
 
+# The command line: bare, the help (exit 2); a mistyped verb, named with the nearest one.
+rc=0; bare=$("$fp8data" 2>&1) || rc=$?
+[ "$rc" = 2 ] && grep -q "^Usage: fp8data" <<<"$bare" || fail "bare fp8data: exit $rc, $bare"
+rc=0; typo=$("$fp8data" tokenise 2>&1) || rc=$?
+[ "$rc" = 2 ] && grep -q "unknown command 'tokenise'; did you mean 'tokenize'?" <<<"$typo" \
+  || fail "a mistyped verb: exit $rc, $typo"
 for v in 32000 70000; do
   step "train-tokenizer: bpe, $v pieces"
   "$fp8data" train-tokenizer --input corpus-large.txt --vocab-size "$v" --out "tok/bpe$v.model"

@@ -175,5 +175,14 @@ TEST(Text, ControlCharactersAreFoundAndMadeVisible) {
   EXPECT_EQ(Printable("C:\\x1b"), "C:\\\\x1b") << "a literal backslash-x is not an escape";
 }
 
+TEST(Text, ClosestSuggestsANearWordOnly) {
+  const std::vector<std::string> verbs = {"train-tokenizer", "tokenize", "verify"};
+  EXPECT_EQ(Closest("tokenise", verbs), "tokenize");
+  EXPECT_EQ(Closest("verfy", verbs), "verify");
+  EXPECT_EQ(Closest("train-tokeniser", verbs), "train-tokenizer");
+  EXPECT_EQ(Closest("submit", verbs), "") << "nothing that close";
+  EXPECT_EQ(Closest("", verbs), "");
+}
+
 }  // namespace
 }  // namespace fp8rt
