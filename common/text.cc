@@ -2,7 +2,6 @@
 #include "common/text.h"
 
 #include <algorithm>
-
 #include <cstdint>
 #include <cstdio>
 
