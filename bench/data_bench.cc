@@ -44,11 +44,9 @@ Rss ReadRss() {
 
 // An llm.c uint16 shard of `tokens` ids: random ids (written) or holes (sparse).
 void WriteShard(const std::string& path, uint64_t tokens, bool sparse, uint32_t seed) {
-  int32_t header[256] = {};
-  header[0] = kShardMagicUint16, header[1] = kShardVersionUint16;
-  header[2] = static_cast<int32_t>(tokens);
+  const auto header = ShardHeader(2, static_cast<int64_t>(tokens));
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(header), sizeof header);
+  out.write(reinterpret_cast<const char*>(header.data()), sizeof header);
   if (!sparse) {
     std::mt19937 rng(seed);
     std::vector<uint16_t> buf(1 << 20);

@@ -152,11 +152,6 @@ std::string EscapeGlob(const std::string& s) {
   return out;
 }
 
-bool EndsWith(const std::string& s, const char* suffix) {
-  const size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
 // Wildcards in the last component only, which may not start with "." (so that a glob reads the
 // one directory before it and never matches "." or ".."): "shards/train_*.bin".
 Status CheckGlobShape(const std::string& key, const std::string& entry) {
@@ -265,7 +260,7 @@ Result<std::vector<std::string>> ExpandShards(const std::string& key, const std:
       struct stat st {};
       if (::lstat(m.c_str(), &st) != 0 || !(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode))) continue;
       if (megatron) {
-        if (EndsWith(m, ".idx")) out.push_back(m.substr(0, m.size() - 4));
+        if (m.ends_with(".idx")) out.push_back(m.substr(0, m.size() - 4));
       } else {
         out.push_back(m);
       }
@@ -284,8 +279,8 @@ Result<std::vector<std::string>> ExpandShards(const std::string& key, const std:
       }
       const std::string full = (fs::path(entry) / name).string();
       if (megatron) {
-        if (EndsWith(name, ".idx")) out.push_back(full.substr(0, full.size() - 4));
-      } else if (format != "tokens" || EndsWith(name, ".bin")) {
+        if (name.ends_with(".idx")) out.push_back(full.substr(0, full.size() - 4));
+      } else if (format != "tokens" || name.ends_with(".bin")) {
         out.push_back(full);
       }
     }
@@ -337,7 +332,7 @@ Result<std::string> ConfineInput(const std::string& key, const std::string& path
       const std::string real,
       ConfinePath(key, path, kind == InputKind::kHfDirectory ? Want::kDirectory : Want::kFile,
                   rules));
-  if (kind == InputKind::kTokenizer && EndsWith(real, ".json")) {
+  if (kind == InputKind::kTokenizer && real.ends_with(".json")) {
     // fp8data's metadata: the model it names lies beside it, by the same rules.
     const std::string model = (fs::path(real).parent_path() / "tokenizer.model").string();
     struct stat st {};

@@ -87,7 +87,7 @@ inline int64_t IdAt(const uint8_t* p, int width, bool is_signed) {
   }
 }
 
-Status TokenDataset::Widen(const Shard& s, uint64_t at, uint64_t n, int32_t* out) const {
+Status TokenDataset::Widen(const Shard& s, uint64_t at, uint64_t n, int32_t vocab, int32_t* out) {
   const uint8_t* p = s.base + at * static_cast<uint64_t>(s.width);
   auto bad = [&](uint64_t i, int64_t v) {
     const std::string where =
@@ -97,7 +97,7 @@ Status TokenDataset::Widen(const Shard& s, uint64_t at, uint64_t n, int32_t* out
           StrCat("the id ", where, " is outside 0..2^31 - 1, no vocabulary's"));
     }
     return Status::Corruption(StrCat("the id ", where, " is ", v, ", not below model.vocab_size ",
-                                     vocab_, " (a shard of another tokenizer?)"));
+                                     vocab, " (a shard of another tokenizer?)"));
   };
   // The common widths in loops the compiler vectorizes; the check is one compare of the
   // largest id.
@@ -109,23 +109,23 @@ Status TokenDataset::Widen(const Shard& s, uint64_t at, uint64_t n, int32_t* out
       out[i] = u;
       most = std::max(most, u);
     }
-    if (most < vocab_) return Status::Ok();
+    if (most < vocab) return Status::Ok();
   } else if (s.width == 4) {
     std::memcpy(out, p, n * 4);
     uint32_t most = 0;
     for (uint64_t i = 0; i < n; ++i) most = std::max(most, static_cast<uint32_t>(out[i]));
-    if (most < static_cast<uint32_t>(vocab_)) return Status::Ok();  // (negatives are huge)
+    if (most < static_cast<uint32_t>(vocab)) return Status::Ok();  // (negatives are huge)
   } else {
     for (uint64_t i = 0; i < n; ++i) {
       const int64_t v = IdAt(p + i * static_cast<uint64_t>(s.width), s.width, s.is_signed);
-      if (v < 0 || v >= vocab_) return bad(i, v);
+      if (v < 0 || v >= vocab) return bad(i, v);
       out[i] = static_cast<int32_t>(v);
     }
     return Status::Ok();
   }
   for (uint64_t i = 0; i < n; ++i) {
     const int64_t v = IdAt(p + i * static_cast<uint64_t>(s.width), s.width, s.is_signed);
-    if (v < 0 || v >= vocab_) return bad(i, v);
+    if (v < 0 || v >= vocab) return bad(i, v);
   }
   return Status::Ok();
 }
@@ -143,21 +143,19 @@ Status TokenDataset::Copy(uint64_t at, uint64_t n, int32_t* out) const {
   while (n > 0) {
     const Shard& s = shards_[i++];
     const uint64_t local = at - s.first, take = std::min(n, s.n - local);
-    FP8RT_RETURN_IF_ERROR(Widen(s, local, take, out));
+    FP8RT_RETURN_IF_ERROR(Widen(s, local, take, vocab_, out));
     at += take, n -= take, out += take;
   }
   return Status::Ok();
 }
 
 Result<int32_t> TokenDataset::CheckIds(int32_t vocab) const {
-  TokenDataset probe;
-  probe.vocab_ = vocab;
   std::vector<int32_t> buf(1 << 20);
   int32_t most = -1;
   for (const Shard& s : shards_) {
     for (uint64_t at = 0; at < s.n; at += buf.size()) {
       const uint64_t n = std::min<uint64_t>(buf.size(), s.n - at);
-      FP8RT_RETURN_IF_ERROR(probe.Widen(s, at, n, buf.data()));
+      FP8RT_RETURN_IF_ERROR(Widen(s, at, n, vocab, buf.data()));
       most = std::max(most, *std::max_element(buf.begin(), buf.begin() + static_cast<long>(n)));
     }
   }
@@ -462,6 +460,29 @@ Result<TokenDataset> TokenDataset::LoadShards(const std::vector<std::string>& sh
   return Concat(std::move(parts));
 }
 
+std::array<int32_t, 256> ShardHeader(int width, int64_t count) {
+  std::array<int32_t, 256> h{};
+  h[0] = width == 4 ? kShardMagicUint32 : kShardMagicUint16;
+  h[1] = width == 4 ? kShardVersionUint32 : kShardVersionUint16;
+  h[2] = static_cast<int32_t>(count);
+  return h;
+}
+
+void AppendShardIds(const int32_t* ids, size_t n, int width, std::string* out) {
+  const size_t at = out->size();
+  out->resize(at + n * static_cast<size_t>(width));
+  char* p = out->data() + at;
+  for (size_t i = 0; i < n; ++i) {
+    if (width == 4) {
+      const auto v = static_cast<uint32_t>(ids[i]);
+      std::memcpy(p + 4 * i, &v, 4);
+    } else {
+      const auto v = static_cast<uint16_t>(ids[i]);
+      std::memcpy(p + 2 * i, &v, 2);
+    }
+  }
+}
+
 Status TokenDataset::WriteShard(const std::string& path, const std::vector<int32_t>& tokens,
                                 ShardIds ids) {
   if (tokens.size() > static_cast<size_t>(INT32_MAX)) {
@@ -481,22 +502,11 @@ Status TokenDataset::WriteShard(const std::string& path, const std::vector<int32
       wide = true;
     }
   }
-  int32_t header[256] = {};
-  header[0] = wide ? kShardMagicUint32 : kShardMagicUint16;
-  header[1] = wide ? kShardVersionUint32 : kShardVersionUint16;
-  header[2] = static_cast<int32_t>(tokens.size());
-  std::string raw(tokens.size() * (wide ? 4 : 2), '\0');
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (wide) {
-      const auto v = static_cast<uint32_t>(tokens[i]);
-      std::memcpy(raw.data() + 4 * i, &v, 4);
-    } else {
-      const auto v = static_cast<uint16_t>(tokens[i]);
-      std::memcpy(raw.data() + 2 * i, &v, 2);
-    }
-  }
+  const auto header = ShardHeader(wide ? 4 : 2, static_cast<int64_t>(tokens.size()));
+  std::string raw;
+  AppendShardIds(tokens.data(), tokens.size(), wide ? 4 : 2, &raw);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(header), sizeof(header));
+  out.write(reinterpret_cast<const char*>(header.data()), sizeof(header));
   out.write(raw.data(), static_cast<std::streamsize>(raw.size()));
   if (!out) return Status::IOError(StrCat("cannot write token shard '", path, "'"));
   return Status::Ok();

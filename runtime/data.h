@@ -3,6 +3,7 @@
 // cursor is checkpointed.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -17,6 +18,11 @@ namespace fp8rt {
 // llm.c's token shard headers (dev/data/data_common.py): magic and version by id width.
 inline constexpr int32_t kShardMagicUint16 = 20240520, kShardVersionUint16 = 1;
 inline constexpr int32_t kShardMagicUint32 = 20240801, kShardVersionUint32 = 7;
+
+// An llm.c shard's header for `count` ids of `width` bytes (2 or 4): its 256 int32, as written.
+std::array<int32_t, 256> ShardHeader(int width, int64_t count);
+// `ids` appended to `out` as little-endian ids of `width` bytes (2 or 4), as a shard holds them.
+void AppendShardIds(const int32_t* ids, size_t n, int width, std::string* out);
 
 // A dataset: one or more shards (files, or Megatron .bin/.idx pairs) read one after another.
 class TokenDataset {
@@ -101,7 +107,8 @@ class TokenDataset {
   };
   static TokenDataset Single(std::string path, std::shared_ptr<const void> keep,
                              const uint8_t* base, int width, bool is_signed, uint64_t n);
-  Status Widen(const Shard& s, uint64_t at, uint64_t n, int32_t* out) const;
+  // Ids [at, at + n) of `s` into `out`; an id at or above `vocab` is an error naming where.
+  static Status Widen(const Shard& s, uint64_t at, uint64_t n, int32_t vocab, int32_t* out);
   std::vector<Shard> shards_;
   uint64_t n_ = 0;
   int32_t vocab_ = INT32_MAX;

@@ -180,16 +180,8 @@ class ShardSink {
     while (at < ids.size()) {
       if (fd_ < 0) FP8RT_RETURN_IF_ERROR(Open());
       const size_t take = std::min(ids.size() - at, static_cast<size_t>(per_shard_ - count_));
-      std::string bytes(take * static_cast<size_t>(width_), '\0');
-      for (size_t i = 0; i < take; ++i) {
-        const auto v = static_cast<uint32_t>(ids[at + i]);
-        if (width_ == 2) {
-          const auto u = static_cast<uint16_t>(v);
-          std::memcpy(bytes.data() + 2 * i, &u, 2);
-        } else {
-          std::memcpy(bytes.data() + 4 * i, &v, 4);
-        }
-      }
+      std::string bytes;
+      AppendShardIds(ids.data() + at, take, width_, &bytes);
       FP8RT_RETURN_IF_ERROR(WriteAll(bytes.data(), bytes.size()));
       count_ += static_cast<int64_t>(take), at += take;
       if (count_ == per_shard_) FP8RT_RETURN_IF_ERROR(Close());
@@ -198,10 +190,8 @@ class ShardSink {
   }
   Status Close() {
     if (fd_ < 0) return Status::Ok();
-    int32_t header[3] = {width_ == 2 ? kShardMagicUint16 : kShardMagicUint32,
-                         width_ == 2 ? kShardVersionUint16 : kShardVersionUint32,
-                         static_cast<int32_t>(count_)};
-    if (::pwrite(fd_, header, sizeof header, 0) != static_cast<ssize_t>(sizeof header) ||
+    const auto header = ShardHeader(width_, count_);
+    if (::pwrite(fd_, header.data(), sizeof header, 0) != static_cast<ssize_t>(sizeof header) ||
         ::fsync(fd_) != 0) {
       return Status::IOError(StrCat("cannot write '", part_, "': ", std::strerror(errno)));
     }
