@@ -268,6 +268,11 @@ class CpuOps {
   }
   Status FloatToBf16(bf16* out, const float* in, int64_t n) { return cpu::FloatToBf16(out, in, n); }
   Status Bf16ToFloat(float* out, const bf16* in, int64_t n) { return cpu::Bf16ToFloat(out, in, n); }
+  // ZeRO-3: out = in (or out + in) in FP32, in FP32 or BF16; `on`: a stream ForkComm returned.
+  template <typename In>
+  Status AccumulateShard(float* out, const In* in, int64_t n, bool add, void* /*on*/) {
+    return cpu::AccumulateShard(out, in, n, add);
+  }
   Status NormSquared(float* out, const float* g, int64_t n, bool accumulate = false) {
     return cpu::GlobalNormSquared(out, g, n, accumulate);
   }

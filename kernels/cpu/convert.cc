@@ -26,5 +26,22 @@ Status Bf16ToFloat(float* out, const bf16* in, int64_t n) {
   return Status::Ok();
 }
 
+template <typename In>
+Status AccumulateShardImpl(float* out, const In* in, int64_t n, bool add) {
+  FP8RT_RETURN_IF_ERROR(ValidateConvert("AccumulateShard", out, in, n));
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = static_cast<float>(in[i]);
+    out[i] = add ? out[i] + x : x;
+  }
+  return Status::Ok();
+}
+
+Status AccumulateShard(float* out, const float* in, int64_t n, bool add) {
+  return AccumulateShardImpl(out, in, n, add);
+}
+Status AccumulateShard(float* out, const bf16* in, int64_t n, bool add) {
+  return AccumulateShardImpl(out, in, n, add);
+}
+
 }  // namespace cpu
 }  // namespace fp8rt

@@ -61,5 +61,35 @@ TEST_F(ConvertGpu, BothDirectionsMatchTheReference) {
   EXPECT_FALSE(cuda::FloatToBf16(nullptr, nullptr, 2, nullptr).ok());
 }
 
+// ZeRO-3's shard accumulation, copy and add, from FP32 and BF16, bit for bit against the CPU.
+TEST_F(ConvertGpu, AccumulateShardMatchesTheReference) {
+  for (const int64_t n : {int64_t{1}, int64_t{257}, int64_t{1048577}}) {
+    std::mt19937 rng(static_cast<unsigned>(n) + 7);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::vector<float> base(static_cast<size_t>(n)), in(base.size());
+    for (auto& x : base) x = normal(rng);
+    for (auto& x : in) x = normal(rng);
+    std::vector<bf16> in16(in.size());
+    ASSERT_TRUE(cpu::FloatToBf16(in16.data(), in.data(), n).ok());
+    for (const bool add : {false, true}) {
+      for (const bool b16 : {false, true}) {
+        std::vector<float> want = base;
+        ASSERT_TRUE((b16 ? cpu::AccumulateShard(want.data(), in16.data(), n, add)
+                         : cpu::AccumulateShard(want.data(), in.data(), n, add))
+                        .ok());
+        DeviceBuffer<float> d_out(base);
+        DeviceBuffer<float> d_in(in);
+        DeviceBuffer<bf16> d_in16(in16);
+        ASSERT_TRUE((b16 ? cuda::AccumulateShard(d_out.get(), d_in16.get(), n, add, nullptr)
+                         : cuda::AccumulateShard(d_out.get(), d_in.get(), n, add, nullptr))
+                        .ok());
+        const std::vector<float> got = d_out.Download();
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+            << "n " << n << " add " << add << " bf16 " << b16;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fp8rt

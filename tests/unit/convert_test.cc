@@ -49,6 +49,20 @@ TEST(ConvertCpu, RoundsToNearestEvenAndKeepsSpecials) {
   EXPECT_TRUE(std::isinf(back[5]));
 }
 
+TEST(ConvertCpu, AccumulateShardCopiesOrAddsFromFp32AndBf16) {
+  std::vector<float> out = {1.0f, 2.0f, -3.0f};
+  const std::vector<float> f = {0.5f, -2.0f, 1e-8f};
+  ASSERT_TRUE(cpu::AccumulateShard(out.data(), f.data(), 3, /*add=*/true).ok());
+  EXPECT_EQ(out, (std::vector<float>{1.5f, 0.0f, -3.0f + 1e-8f}));
+  const std::vector<bf16> b = {bf16(0.25f), bf16(-1.5f), bf16(1.0f / 3)};
+  ASSERT_TRUE(cpu::AccumulateShard(out.data(), b.data(), 3, /*add=*/false).ok());
+  EXPECT_EQ(out, (std::vector<float>{0.25f, -1.5f, static_cast<float>(bf16(1.0f / 3))}));
+  ASSERT_TRUE(cpu::AccumulateShard(out.data(), b.data(), 3, /*add=*/true).ok());
+  EXPECT_EQ(out[1], -3.0f);
+  const Status s = cpu::AccumulateShard(out.data(), static_cast<const float*>(nullptr), 2, true);
+  EXPECT_NE(s.message().find("AccumulateShard: n=2"), std::string::npos) << s.message();
+}
+
 TEST(ConvertCpu, PreconditionsNameTheOp) {
   const Status s = cpu::FloatToBf16(nullptr, nullptr, 3);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
