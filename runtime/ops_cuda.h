@@ -97,19 +97,24 @@ class CudaOps {
 
   // attention: which kernels BF16 attention runs on (ModelOptions::attention): "auto" (cuDNN's
   // fused flash attention where libcudnn.so.9 loads and takes the shape, else the flash kernels,
-  // else the GEMM version), "cudnn", "flash" or "gemm" (an error at setup where it cannot run).
+  // else the GEMM version), "cudnn", "flash" or "gemm" (an error at setup where it cannot run);
+  // "cudnn-nondeterministic": cuDNN with the backward engines that accumulate dQ with atomics
+  // (faster, no dP workspace; the bits differ from run to run, so resume is no longer bit-exact).
   Status Init(int device, const std::string& attention = "auto") {
+    cuda::CudnnAttentionOptions cudnn_options;
     if (attention == "auto") {
       attention_mode_ = AttentionMode::kAuto;
-    } else if (attention == "cudnn") {
+    } else if (attention == "cudnn" || attention == "cudnn-nondeterministic") {
       attention_mode_ = AttentionMode::kCudnn;
+      cudnn_options.deterministic = attention == "cudnn";
     } else if (attention == "flash") {
       attention_mode_ = AttentionMode::kFlash;
     } else if (attention == "gemm") {
       attention_mode_ = AttentionMode::kGemm;
     } else {
       return Status::InvalidArgument(
-          StrCat("attention '", attention, "': expected auto, cudnn, flash or gemm"));
+          StrCat("attention '", attention,
+                 "': expected auto, cudnn, cudnn-nondeterministic, flash or gemm"));
     }
     FP8RT_CUDA_TRY(cudaSetDevice(device));
     device_ = device;
@@ -121,7 +126,8 @@ class CudaOps {
     comm_on_compute_ = cs != nullptr && std::string(cs) == "compute";
     FP8RT_ASSIGN_OR_RETURN(gemm_, GemmRunner::Create());
     if (Wants(AttentionMode::kCudnn)) {
-      auto c = cuda::CudnnAttention::Create();
+      auto c = cuda::CudnnAttention::Create(cudnn_options);
+      cudnn_deterministic_ = cudnn_options.deterministic;
       if (!c.ok()) {
         if (attention_mode_ == AttentionMode::kCudnn) return c.status();
         cudnn_refusal_ = c.status().ToString();
@@ -356,7 +362,8 @@ class CudaOps {
   std::string AttentionKernel(const AttentionShape& s, DType t) {
     switch (PathFor(s, t)) {
       case AttentionMode::kCudnn:
-        return StrCat(cudnn_->Version(), " fused flash attention (deterministic backward)");
+        return StrCat(cudnn_->Version(), " fused flash attention (",
+                      cudnn_deterministic_ ? "deterministic" : "nondeterministic", " backward)");
       case AttentionMode::kFlash:
         return StrCat("fp8rt flash kernels",
                       cudnn_refusal_.empty() ? "" : StrCat(" (cuDNN: ", cudnn_refusal_, ")"));
@@ -500,6 +507,11 @@ class CudaOps {
   }
   Status Bf16ToFloat(float* out, const bf16* in, int64_t n) {
     return cuda::Bf16ToFloat(out, in, n, stream_);
+  }
+  template <typename In>
+  Status AccumulateShard(float* out, const In* in, int64_t n, bool add, void* on) {
+    return cuda::AccumulateShard(out, in, n, add,
+                                 on != nullptr ? static_cast<cudaStream_t>(on) : stream_);
   }
 
   // Collectives across ranks run on a second stream, so that gradient reductions overlap the
@@ -688,6 +700,7 @@ class CudaOps {
     return true;
   }
   cudaStream_t comm_stream_ = nullptr;
+  bool cudnn_deterministic_ = true;
   cudaStream_t cast_stream_ = nullptr;
   cudaEvent_t cast_forked_ = nullptr;
   std::vector<cudaEvent_t> cast_marks_;
