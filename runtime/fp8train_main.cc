@@ -55,8 +55,9 @@ int main(int argc, char** argv) {
   app.add_option("--metrics", metrics, "JSON lines per step to FILE, or - for stdout");
   app.add_option("--attention", attention,
                  "CUDA attention kernels: auto (cuDNN where it loads, else fp8rt flash), cudnn, "
-                 "flash or gemm")
-      ->check(CLI::IsMember({"auto", "cudnn", "flash", "gemm"}));
+                 "cudnn-nondeterministic (a faster backward whose bits vary from run to run: "
+                 "resume is then not bit-exact), flash or gemm")
+      ->check(CLI::IsMember({"auto", "cudnn", "cudnn-nondeterministic", "flash", "gemm"}));
   app.add_flag("--profile-ops", profile_ops,
                "time every op of each step (after the first two) and print a table at exit");
   app.add_flag("--memory-report", memory_report,

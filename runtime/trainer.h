@@ -37,7 +37,7 @@ struct TrainOptions {
   const std::atomic<bool>* stop_flag = nullptr;  // set by SIGTERM/SIGUSR1
   bool profile_ops = false;                // --profile-ops: time every op of each step
   bool memory_report = false;              // --memory-report: the memory table after step 1
-  std::string attention = "auto";          // --attention: auto, cudnn, flash or gemm (CUDA)
+  std::string attention = "auto";  // --attention: auto, cudnn, cudnn-nondeterministic, flash, gemm
   // The ranks of this job (comm/world.h); null: a world of one. Rank 0 alone writes metrics,
   // progress and checkpoints.
   comm::World* world = nullptr;
