@@ -144,6 +144,13 @@ Status RunConfig::Validate() const {
   FP8RT_RETURN_IF_ERROR(Range("fp8.telemetry_every", fp8.telemetry_every, 0, 1e9));
   FP8RT_RETURN_IF_ERROR(Range("parallel.dp", parallel.dp, 0, 1 << 20));
   FP8RT_RETURN_IF_ERROR(Range("parallel.tp", parallel.tp, 1, 1024));
+  FP8RT_RETURN_IF_ERROR(Range("parallel.shard_group", parallel.shard_group, 0, 1 << 20));
+  if (parallel.shard_group > 0 && !parallel.zero) {
+    return Status::InvalidArgument(
+        StrCat("parallel.shard_group = ", parallel.shard_group,
+               " shards the model's state within groups of ranks, which needs parallel.zero "
+               "(true or 3)"));
+  }
   if (model.n_head % parallel.tp != 0) {
     return Status::InvalidArgument(StrCat("parallel.tp = ", parallel.tp,
                                           " does not divide model.n_head = ", model.n_head,
@@ -259,6 +266,7 @@ void Schema(RunConfig& c, V& v) {
     v.Field("dp", &par.dp);
     v.Field("tp", &par.tp);
     v.Field("zero", &par.zero);
+    v.Field("shard_group", &par.shard_group);
     v.Field("grad_reduce_dtype", &par.grad_reduce_dtype);
     v.Field("sparse_embedding_grad", &par.sparse_embedding_grad);
     v.Field("bucket_mb", &par.bucket_mb);
@@ -326,6 +334,22 @@ class ConfigReader {
   static strict::Reader ReaderFor(float* out) { return strict::Number(out); }
   static strict::Reader ReaderFor(double* out) { return strict::Number(out); }
   static strict::Reader ReaderFor(bool* out) { return strict::Bool(out); }
+  static strict::Reader ReaderFor(ZeroStage* out) {
+    return [out](const strict::Value& v, const std::string& path) -> Status {
+      if (v.kind == strict::Kind::kBool) {
+        out->stage = v.b ? 1 : 0;
+        return Status::Ok();
+      }
+      if (v.kind == strict::Kind::kInt && !v.overflow && (v.i == 0 || v.i == 1 || v.i == 3)) {
+        out->stage = static_cast<int>(v.i);
+        return Status::Ok();
+      }
+      return Status::InvalidArgument(
+          StrCat(path, " = ", v.Describe(), " is not a ZeRO stage; expected false (none), true "
+                 "or 1 (ZeRO-1: the optimizer state sharded) or 3 (ZeRO-3: the weights, gradients "
+                 "and optimizer state sharded)"));
+    };
+  }
   static strict::Reader ReaderFor(Precision* out) {
     return Enum(out, {Precision::kFp8, Precision::kBf16, Precision::kFp32}, PrecisionName);
   }
@@ -375,6 +399,9 @@ class ConfigWriter {
   static nlohmann::ordered_json Json(int64_t x) { return x; }
   static nlohmann::ordered_json Json(uint64_t x) { return x; }
   static nlohmann::ordered_json Json(bool x) { return x; }
+  static nlohmann::ordered_json Json(ZeroStage z) {
+    return z.stage == 3 ? nlohmann::ordered_json(3) : nlohmann::ordered_json(z.stage == 1);
+  }
   static nlohmann::ordered_json Json(double x) { return x; }
   static nlohmann::ordered_json Json(float x) {
     char buf[64];

@@ -188,6 +188,14 @@ struct TrainConfig {
   bool operator==(const TrainConfig&) const = default;
 };
 
+// parallel.zero: read as false/true (0/1) or 3, written back as false, true or 3.
+struct ZeroStage {
+  int stage = 0;
+  ZeroStage(int s = 0) : stage(s) {}  // NOLINT: `zero = true` and `zero = 3` both read well
+  explicit operator bool() const { return stage > 0; }
+  bool operator==(const ZeroStage&) const = default;
+};
+
 // parallel.*: how this run spreads over the ranks its launcher started (comm/README.md).
 struct ParallelConfig {
   // Data-parallel replicas; 0: the world size / tp. dp x tp must equal the world size. Default: 0
@@ -196,9 +204,22 @@ struct ParallelConfig {
   // model.n_head). Ranks r..r+tp-1 with r a multiple of tp form one replica: keep them on one
   // node. Default: 1
   int tp = 1;
-  // ZeRO-1: each data-parallel rank keeps 1/dp of the FP32 master weights and AdamW moments,
-  // gradients are reduce-scattered and the FP8 (and BF16) weights all-gathered. Default: false
-  bool zero = false;
+  // ZeRO over the data-parallel ranks (docs/SCALING.md says which to pick):
+  //   false (0): none, every rank holds the whole model's state;
+  //   true (1): ZeRO-1, each rank keeps 1/dp of the FP32 master weights and AdamW moments,
+  //     gradients are reduce-scattered and the FP8 (and BF16) weights all-gathered after AdamW;
+  //   3: ZeRO-3 (full sharding), the gradients are kept 1/dp as well and the layers' weights
+  //     are all-gathered (as FP8 bytes) just before each layer's forward and backward, one layer
+  //     ahead, and freed after it; each layer's gradients are reduce-scattered as soon as its
+  //     backward has made them. Default: false
+  ZeroStage zero;
+  // Hybrid sharding (with parallel.zero): the data-parallel ranks are cut into groups of this many
+  // consecutive ones (a node's GPUs), each holding one sharded copy of the model's state; the
+  // groups are replicas, and each gradient part is all-reduced across them after its
+  // reduce-scatter within the group (the token embedding's gradient is then reduced densely).
+  // Must divide the data-parallel size and be at least 2. 0: one group of every rank.
+  // Default: 0
+  int shard_group = 0;
   // The dtype gradients travel in between ranks: fp32, or bf16 (half the bytes; each bucket is
   // rounded to BF16 before the sum and the sum back to FP32 after it). Default: fp32
   std::string grad_reduce_dtype = "fp32";

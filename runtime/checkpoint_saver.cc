@@ -159,7 +159,7 @@ std::atomic<bool>& CheckpointSaver::HoldWriterForTest() {
 CheckpointSaver::CheckpointSaver(const TrainOptions& o, Precision p, const RankPlace& place,
                                  GptModel* model)
     : o_(o), precision_(p), place_(place), model_(model) {
-  owner_ = Sharded() ? place.zero || place.dp_rank == 0 : place.lead;
+  owner_ = Sharded() ? place.replica == 0 && (place.zero || place.dp_rank == 0) : place.lead;
 }
 
 CheckpointSaver::~CheckpointSaver() {

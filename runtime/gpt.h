@@ -46,7 +46,8 @@ struct ModelOptions {
   float grad_clip = 1.0f;
   float weight_decay = 0.1f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
   // CUDA only: the attention kernels, "auto" (cuDNN's fused flash attention where it loads and
-  // takes the shape, else fp8rt's flash kernels, else GEMMs), "cudnn", "flash" or "gemm".
+  // takes the shape, else fp8rt's flash kernels, else GEMMs), "cudnn", "cudnn-nondeterministic"
+  // (cuDNN with its faster backward, not bit-reproducible), "flash" or "gemm".
   std::string attention = "auto";
   // train.recompute: the linear layers' normalised and activated inputs are recomputed in the
   // backward (from the saved block input, statistics and FC output) instead of saved: T copies
@@ -69,10 +70,16 @@ struct ModelOptions {
   comm::Communicator* world = nullptr;
   int tp_size() const { return tp != nullptr ? tp->size() : 1; }
   int tp_rank() const { return tp != nullptr ? tp->rank() : 0; }
-  // ZeRO-1 over `dp` (runtime/gpt_parallel.h). ExportState and ImportState stay whole-model
-  // (layout order, as with one rank); under ZeRO or TP every rank must call ExportState (it
-  // all-gathers).
-  bool zero = false;
+  // ZeRO over `dp` (runtime/gpt_parallel.h): 0 none, 1 ZeRO-1 (master weights and moments
+  // sharded), 3 ZeRO-3 (gradients and the layers' working weights too). ExportState and
+  // ImportState stay whole-model (layout order, as with one rank); under ZeRO or TP every rank
+  // must call ExportState (it all-gathers). The owned state (ExportOwnedState, checkpoints) has
+  // the same shard layout under ZeRO-1 and ZeRO-3.
+  int zero = 0;
+  // Hybrid sharding (parallel.shard_group): `dp` is this rank's shard group, and `replicas` the
+  // ranks that hold the same shards in the other groups (null or a group of one: none). The
+  // gradients are averaged over both: reduce-scattered in `dp`, then all-reduced in `replicas`.
+  comm::Communicator* replicas = nullptr;
   // Gradients travel between ranks in BF16 (rounded before the sum, widened after it).
   bool grad_reduce_bf16 = false;
   // The token embedding's gradient reduced as the LM head's part early plus every rank's rows of

@@ -63,7 +63,7 @@ Status Gpt<Ops, T>::BlockLinearBackward(int l, int kind, T* dx, float* dw, const
       GemmArgs gw, BlockScaledGemm({fp8_.dy8t, fp8_.dyst, N, M_, f, false},
                                    {fp8_.x8t[slot], fp8_.xst[slot], K, M_, f, false}, dw,
                                    DType::kFloat32));
-  gw.beta = wgrad_overwrites_ ? 0.0f : 1.0f;
+  gw.beta = OverwritesWgrad(kind) ? 0.0f : 1.0f;
   ops_->Mark(kWgradNames[kind]);
   return ops_->Gemm(gw);
 }

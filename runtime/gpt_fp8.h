@@ -76,7 +76,7 @@ class Fp8State {
       int64_t N, K;
       LinearShape(o_.model, kind, &N, &K, o_.tp_size());
       max_n = std::max(max_n, N), max_k = std::max(max_k, K);
-      if (CachesWeights()) {
+      if (CachesWeights() && !(ring_layers && kind != kLmHead)) {
         FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8[s]), N * K, kMemFp8Weights));
         if (KeepsTranspose()) {
           FP8RT_RETURN_IF_ERROR(alloc(reinterpret_cast<void**>(&w8t[s]), N * K, kMemFp8Weights));
@@ -110,7 +110,13 @@ class Fp8State {
             alloc(reinterpret_cast<void**>(p), n * int64_t{sizeof(float)}, kMemFp8Scratch));
       }
     }
-    if (!KeepsTranspose()) {
+    if (!KeepsTranspose() && ring_layers && On(kLmHead)) {  // (the LM head's dgrad copy)
+      int64_t N, K;
+      LinearShape(o_.model, kLmHead, &N, &K, o_.tp_size());
+      FP8RT_RETURN_IF_ERROR(
+          alloc(reinterpret_cast<void**>(&w8t[slots - 1]), N * K, kMemFp8Scratch));
+    }
+    if (!KeepsTranspose() && !ring_layers) {
       // Two layers' weights (or transposed copies), by the layer's parity: a layer's casts or
       // transposes for a pass run a layer ahead of its GEMMs (LaunchWeightCasts), into the half
       // the layer before last has finished with. Uncached, a slot's forward cast and its dgrad's
@@ -269,6 +275,9 @@ class Fp8State {
   // the layer's w8 is the same place, which each pass's cast fills: the forward's from the
   // master weights, the backward's transposed only, also from them (CachesWeights false).
   std::vector<uint8_t*> w8, w8t, x8t;
+  // Set before Setup (ZeRO-3): the layers' FP8 weights and transposed copies are not allocated
+  // here; the model points w8 and w8t of layer slots into its ring of gathered layers.
+  bool ring_layers = false;
   // Set before Setup: the block linears whose FP8 transposed input is not saved but cast again
   // in the backward (train.recompute); their x8t is recast_to, the model's one buffer for them
   // (in the logits' arena).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -71,6 +72,11 @@ class Gpt final : public GptModel {
   Result<std::vector<Fp8TelemetryRow>> Telemetry() override { return fp8_.Telemetry(); }
   Result<std::vector<uint8_t>> CachedFp8Weight(const std::string& name) override {
     FP8RT_RETURN_IF_ERROR(FinishGather());
+    if (Zero3() && name.rfind("lm_head", 0) != 0) {
+      return Status::FailedPrecondition(StrCat(
+          "no cached FP8 weight '", name, "': under parallel.zero 3 each rank keeps its rows of "
+          "the layers' FP8 weights and gathers a layer only for its passes"));
+    }
     return fp8_.CachedWeight(name);
   }
   int64_t num_params() const override { return Layout(o_.model).total; }
@@ -201,12 +207,30 @@ class Gpt final : public GptModel {
   // The working copy of a parameter in T; null for the weights of FP8 linear layers, which are
   // cast to FP8 straight from the FP32 master weights and need no T copy. W and G are null for
   // a tensor this arch does not have (size 0: llama's biases, gpt2's untied LM head).
+  // Under ZeRO-3 the layers' tensors have no W or G: Wl and Gl give their ring slots.
   T* W(Param p) const { return work_offset_[p] < 0 ? nullptr : working_ + work_offset_[p]; }
-  float* G(Param p) const { return layout_.size[p] == 0 ? nullptr : grads_ + layout_.offset[p]; }
-  // Layer l's slice of a per-layer tensor (this rank's part under TP).
-  T* Wl(Param p, int64_t l) const { return W(p) == nullptr ? nullptr : W(p) + l * PerLayer(p); }
+  float* G(Param p) const { return layout_.size[p] == 0 ? nullptr : GradAt(layout_.offset[p]); }
+  // Layer l's slice of a per-layer tensor (this rank's part under TP); under ZeRO-3 in the ring
+  // slot that holds layer l (gathered weights; gradients until they are reduce-scattered).
+  T* Wl(Param p, int64_t l) const {
+    if (Zero3() && IsLayerParam(p)) {
+      return wring_off_[p] < 0 ? nullptr : wring_ + l % kRing * wring_layer_ + wring_off_[p];
+    }
+    return W(p) == nullptr ? nullptr : W(p) + l * PerLayer(p);
+  }
   float* Gl(Param p, int64_t l) const {
+    if (Zero3() && IsLayerParam(p)) {
+      return layout_.size[p] == 0 ? nullptr : gring_ + l % kRing * gring_layer_ + gring_off_[p];
+    }
     return G(p) == nullptr ? nullptr : G(p) + l * PerLayer(p);
+  }
+  // Element `off` of the full gradient layout (and of its BF16 copy, and of the BF16 shard):
+  // under ZeRO-3 only the tensors outside the layers are allocated, in two pieces around the
+  // layers' range ([gap_lo_, gap_hi_) of the layout, [sgap_lo_, sgap_hi_) of the shard).
+  float* GradAt(int64_t off) const { return off < gap_lo_ ? grads_ + off : grads_hi_ + (off - gap_hi_); }
+  bf16* G16At(int64_t off) const { return off < gap_lo_ ? g16_ + off : g16_hi_ + (off - gap_hi_); }
+  bf16* G16ShardAt(int64_t off) const {
+    return off < sgap_lo_ ? g16shard_ + off : g16shard_hi_ + (off - sgap_hi_);
   }
   // Whether p keeps a T working copy: every tensor this arch has except an FP8 linear layer's
   // weight (LM head included), and always the token embedding, which the embedding reads (gpt2's
@@ -512,13 +536,84 @@ class Gpt final : public GptModel {
            p == kFcProjW;
   }
   // Zeroes the gradients that the first micro-batch accumulates into (biases, LayerNorms, wpe).
+  // (ZeRO-3: the layers' in their ring slots, PrepareLayerGrads.)
   Status ZeroGrads() {
     for (int p = 0; p < kNumParams; ++p) {
-      if (WrittenByWgrad(p)) continue;
-      FP8RT_RETURN_IF_ERROR(
-          ops_->Zero(grads_ + layout_.offset[p], layout_.size[p] * sizeof(float)));
+      if (WrittenByWgrad(p) || layout_.size[p] == 0 || (Zero3() && IsLayerParam(p))) continue;
+      FP8RT_RETURN_IF_ERROR(ops_->Zero(G(static_cast<Param>(p)), layout_.size[p] * sizeof(float)));
     }
     return Status::Ok();
+  }
+  // ZeRO-3 (runtime/gpt_zero3.h). Gradients: the tensors outside the layers in full (in two
+  // pieces, GradAt), each layer's in a ring of kRing slots (gring_; gring_off_[p]: tensor p's
+  // place in a slot), reduce-scattered after the layer's backward (every micro-batch) through
+  // gtmp_ (one layer's part, FP32 or BF16) and added into gshard_. Weights: this rank's rows of
+  // every layer's FP8 weights (w8shard_, w8shard_layer_ bytes per layer, w8shard_off_ per kind)
+  // and its part of every layer's T working copies (wshard_, param-major like the master shard),
+  // all-gathered into the ring slot of the layer (w8ring_: FP8 weights and their transposed
+  // copies; wring_) one layer ahead of the pass that reads them. ring_layer_[k]: the layer ring
+  // slot k holds (-1: none, or stale after an update), ring_t_[k]: with its transposed copies.
+  static constexpr int kRing = 2;
+  bool Zero3() const { return Zero() && o_.zero == 3; }
+  // Hybrid sharding (ModelOptions::replicas): each gradient part, once reduce-scattered within
+  // o_.dp, is all-reduced across the replicas (AllReduceAcrossReplicas, on `stream`).
+  bool Hybrid() const { return Zero() && o_.replicas != nullptr && o_.replicas->size() > 1; }
+  int64_t DpSize() const { return o_.dp->size() * (Hybrid() ? o_.replicas->size() : 1); }
+  Status AllReduceAcrossReplicas(void* part, int64_t n, comm::DataType dt, void* stream,
+                                 const char* what) {
+    return o_.replicas->AllReduce(part, part, static_cast<size_t>(n), dt, comm::ReduceOp::kSum,
+                                  stream, what);
+  }
+  int64_t gtmp_total_ = 0;  // elements of gtmp_
+  int64_t gap_lo_ = INT64_MAX, gap_hi_ = 0, sgap_lo_ = INT64_MAX, sgap_hi_ = 0;
+  float* grads_hi_ = nullptr;
+  bf16 *g16_hi_ = nullptr, *g16shard_hi_ = nullptr;
+  float* gring_ = nullptr;
+  bf16* g16ring_ = nullptr;  // (parallel.grad_reduce_dtype bf16) the slot rounded for its sum
+  void* gtmp_ = nullptr;
+  int64_t gring_off_[kNumParams] = {}, gtmp_off_[kNumParams] = {}, gring_layer_ = 0;
+  T *wring_ = nullptr, *wshard_ = nullptr;
+  int64_t wring_off_[kNumParams] = {}, wshard_off_[kNumParams] = {}, wring_layer_ = 0;
+  uint8_t *w8ring_ = nullptr, *w8shard_ = nullptr;
+  int64_t w8shard_off_[kNumLinear] = {}, w8shard_layer_ = 0;
+  int ring_layer_[kRing] = {-1, -1};
+  bool ring_t_[kRing] = {};
+  int micro_ = 0;  // the micro-batch the passes run
+  Status SetupZero3();
+  // The comm marks of ring slot k: its gather (the compute stream waits before the layer's
+  // pass), its gradients' reduction (the compute stream waits before writing the slot again).
+  int GatherMark(int k) const { return o_.model.n_layer + 1 + k; }
+  int GradMark(int k) const { return o_.model.n_layer + 1 + kRing + k; }
+  // Layer l's weights gathered into its slot on the communication stream (nothing if the slot
+  // holds them already; with_t: and the FP8 weights transposed for the dgrads).
+  Status GatherLayer(int l, bool with_t);
+  // Before layer l's pass (backward: its backward): its weights gathered, the next layer's
+  // (l + 1 forward, l - 1 backward) launched behind them, the compute stream waiting for l's.
+  Status UseLayer(int l, bool backward);
+  // Before layer l's backward: its gradient slot free again and the accumulated tensors zeroed;
+  // after it: the slot reduce-scattered and added into gshard_.
+  Status PrepareLayerGrads(int l);
+  Status ReduceLayer(int l);
+  // ZeRO-3's first cast after an import: every FP8 weight cast whole from the full master (as
+  // one rank casts it), this rank's rows kept.
+  Status CastWholeWeights();
+  // This rank's part of (p, l)'s T working copy (ZeRO), which AdamW writes.
+  T* WorkShard(int p, int l) const {
+    if (!HasWorking(p)) return nullptr;
+    if (Zero3() && IsLayerParam(p)) return wshard_ + wshard_off_[p] + l * SliceOf(p);
+    return W(static_cast<Param>(p)) + l * PerLayer(p) + o_.dp->rank() * SliceOf(p);
+  }
+  // Where this rank's rows of (l, kind)'s FP8 weight are cast (ZeRO).
+  uint8_t* Fp8Part(int l, int kind) const {
+    int64_t N, K;
+    LinearShape(kind, &N, &K);
+    if (Zero3() && kind != kLmHead) return w8shard_ + l * w8shard_layer_ + w8shard_off_[kind];
+    return fp8_.w8[fp8_.Slot(l, kind)] + o_.dp->rank() * (N / o_.dp->size()) * K;
+  }
+  // Whether a wgrad GEMM of `kind` overwrites its gradient: the step's first micro-batch, and
+  // every micro-batch in ZeRO-3's gradient ring (the sum is taken in the shard).
+  bool OverwritesWgrad(int kind) const {
+    return wgrad_overwrites_ || (Zero3() && kind != kLmHead);
   }
   int64_t weight_casts_ = 0;
   bool gelu_epilogue_ok_ = true;   // false once cuBLASLt refused the fused GELU epilogue
@@ -547,7 +642,7 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
   }
   amax_collectives_ = 0;
   current_amax_collectives_ = 0;
-  grad_scale_ = Dp() ? 1.0f / static_cast<float>(o_.dp->size()) : 1.0f;
+  grad_scale_ = Dp() ? 1.0f / static_cast<float>(DpSize()) : 1.0f;
   const Status s = MicroBatches();
   grad_scale_ = 1.0f;
   FP8RT_RETURN_IF_ERROR(s);
@@ -572,7 +667,10 @@ Status Gpt<Ops, T>::Step(int step, float lr, const int32_t* x, const int32_t* y,
   out->weight_casts = weight_casts_;
   out->amax_collectives = amax_collectives_;
   out->current_amax_collectives = current_amax_collectives_;
-  out->grad_buckets = Dp() ? static_cast<int>(buckets_.size()) : 0;
+  // (ZeRO-3: and each layer's reduce-scatter, every micro-batch)
+  out->grad_buckets =
+      Dp() ? static_cast<int>(buckets_.size()) + (Zero3() ? o_.model.n_layer * o_.grad_accum : 0)
+           : 0;
   out->grad_reduce_ms = Dp() ? ops_->CommTimerMs(kGradTimer) : 0;
   out->amax_reduce_ms = amax_collectives_ > 0 ? ops_->CommTimerMs(kAmaxTimer) : 0;
   // (the previous step's gather: this step's forward waited for it, so reading it does not wait)
@@ -593,6 +691,7 @@ Status Gpt<Ops, T>::MicroBatches() {
     // state calibrates on the first micro-batch; the others use the scales it set.
     fp8_.calibrate_now = fp8_.calibrate && micro == 0;
     wgrad_overwrites_ = micro == 0;
+    micro_ = micro;
     // Under DP the last micro-batch's backward launches the gradient buckets as they complete.
     reduce_grads_now_ = Dp() && micro == o_.grad_accum - 1;
     sparse_now_ = reduce_grads_now_ && emb_plan_.sparse;
@@ -631,11 +730,15 @@ Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
                                      true)
                  : ops_->NormSquared(norm_sq_, G(static_cast<Param>(p)), layout_.size[p], true));
     }
+    // (hybrid sharding: over one shard group's ranks, then TP; the replicas hold the same)
     void* stream = ops_->ForkComm();
-    FP8RT_RETURN_IF_ERROR((Zero() ? World() : o_.tp)
-                              ->AllReduce(norm_sq_, norm_sq_, 1, comm::DataType::kFloat32,
-                                          comm::ReduceOp::kSum, stream,
-                                          "gradient norm all-reduce (TP)"));
+    for (comm::Communicator* g : Hybrid()  ? std::vector<comm::Communicator*>{o_.dp, o_.tp}
+                                 : Zero() ? std::vector<comm::Communicator*>{World()}
+                                          : std::vector<comm::Communicator*>{o_.tp}) {
+      FP8RT_RETURN_IF_ERROR(g->AllReduce(norm_sq_, norm_sq_, 1, comm::DataType::kFloat32,
+                                         comm::ReduceOp::kSum, stream,
+                                         "gradient norm all-reduce (TP)"));
+    }
     FP8RT_RETURN_IF_ERROR(ops_->JoinComm());
   } else if (Zero()) {
     // Each rank holds its part of the reduced gradients: the squared norms add up over ranks.
@@ -653,8 +756,11 @@ Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
     // cast and all-gathered as soon as they are updated. With current scaling a weight's cast
     // first all-reduces its amax over its shards: then every slot is updated and cast before the
     // first gather, so that those all-reduces never run beside a gather.
-    const int64_t r = o_.dp->rank();
+    // ZeRO-3 gathers slot 0 alone here: each layer's parts wait in the shards for the layer's
+    // passes (UseLayer), and what the ring holds is stale from now on.
     const int slots = o_.model.n_layer + 1;
+    std::fill(std::begin(ring_layer_), std::end(ring_layer_), -1);
+    auto gather = [&](int slot) { return Zero3() && slot > 0 ? Status::Ok() : LaunchGather(slot); };
     FP8RT_RETURN_IF_ERROR(BeginGather());
     auto update = [&](int slot) -> Status {
       ops_->Mark("adamw");
@@ -662,21 +768,21 @@ Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
       for (int p = 0; p < kNumParams; ++p) {
         if (layout_.size[p] == 0 || !InSlot(p, slot)) continue;
         const int64_t so = ShardOff(p, l), n = SliceOf(p);
-        T* work = HasWorking(p) ? W(static_cast<Param>(p)) + l * PerLayer(p) + r * n : nullptr;
-        FP8RT_RETURN_IF_ERROR(ops_->AdamW(master_ + so, m_ + so, v_ + so, gshard_ + so, work, n,
-                                          step, cfg, kDecay[p] ? o_.weight_decay : 0.0f,
-                                          norm_sq_, o_.grad_clip));
+        FP8RT_RETURN_IF_ERROR(ops_->AdamW(master_ + so, m_ + so, v_ + so, gshard_ + so,
+                                          WorkShard(p, l), n, step, cfg,
+                                          kDecay[p] ? o_.weight_decay : 0.0f, norm_sq_,
+                                          o_.grad_clip));
       }
       return CastSlot(slot);
     };
     if (fp8_.current) {
       for (int slot = 0; slot < slots; ++slot) FP8RT_RETURN_IF_ERROR(update(slot));
-      for (int slot = 0; slot < slots; ++slot) FP8RT_RETURN_IF_ERROR(LaunchGather(slot));
+      for (int slot = 0; slot < slots; ++slot) FP8RT_RETURN_IF_ERROR(gather(slot));
       return Status::Ok();
     }
     for (int slot = 0; slot < slots; ++slot) {
       FP8RT_RETURN_IF_ERROR(update(slot));
-      FP8RT_RETURN_IF_ERROR(LaunchGather(slot));
+      FP8RT_RETURN_IF_ERROR(gather(slot));
     }
     return Status::Ok();
   }
@@ -770,4 +876,5 @@ Result<std::unique_ptr<GptModel>> MakeGpt(const ModelOptions& o, std::unique_ptr
 #include "runtime/llama_block.h"
 #include "runtime/gpt_setup.h"
 #include "runtime/gpt_parallel.h"
+#include "runtime/gpt_zero3.h"
 #include "runtime/gpt_state.h"

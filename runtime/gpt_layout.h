@@ -66,15 +66,20 @@ enum LinearKind { kQkv, kAttProj, kFc, kFcProj, kNumLinear, kLmHead = kNumLinear
 // What the model's memory holds (fp8train --memory-report), one category per allocation.
 enum MemCategory {
   kMemMaster,        // FP32 master weights (this rank's shard under ZeRO-1)
-  kMemGrads,         // FP32 gradients (+ the ZeRO-1 shard and BF16 reduction buffers)
+  kMemGrads,         // FP32 gradients (+ the ZeRO shard and BF16 reduction buffers; ZeRO-3:
+                     // the tensors outside the layers and a ring of layers)
   kMemOptimizer,     // AdamW moments
-  kMemWorking,       // T (BF16) working copies of the weights that do not run in FP8
+  kMemWorking,       // T (BF16) working copies of the weights that do not run in FP8 (ZeRO-3:
+                     // this rank's part of the layers')
+  kMemGathered,      // ZeRO-3: the ring of layers gathered for their passes (FP8 weights with
+                     // their transposed copies, T working copies)
   kMemActivations,   // activations saved for the backward (T), attention statistics
   kMemLogits,        // the LM head's logits (T), reused in place for their gradient; the same
                      // memory holds the buffers dead while they live (shared activations, most
                      // of the backward's scratch, cuDNN attention's workspaces)
   kMemActGrads,      // the backward's activation gradients (T)
-  kMemFp8Weights,    // FP8 weights, cast once per step, and their transposed copies
+  kMemFp8Weights,    // FP8 weights, cast once per step, and their transposed copies (ZeRO-3:
+                     // this rank's rows of the layers')
   kMemFp8Saved,      // FP8 (transposed) copies of the linear layers' inputs, saved for wgrad
   kMemFp8Scratch,    // the shared FP8 casts of the current input and output gradient
   kMemScaling,       // FP8 scale state: amaxes, histories, scales, saturation counters
@@ -86,7 +91,8 @@ enum MemCategory {
 };
 inline const char* kMemCategoryNames[kNumMemCategories] = {
     "master weights (fp32)", "gradients (fp32)",  "optimizer moments (fp32)",
-    "working weights",       "saved activations", "logits (+ shared scratch)",
+    "working weights",       "gathered layers (ring)", "saved activations",
+    "logits (+ shared scratch)",
     "activation gradients",  "fp8 weights (+T)",  "fp8 saved inputs",
     "fp8 cast scratch",      "fp8 scale state",   "op workspaces",
     "other",                 "checkpoint snapshot"};

@@ -65,7 +65,7 @@ Status Gpt<Ops, T>::LinearForward(int l, int kind, T* y, const T* x, const T* b,
   }
   if (!Fp8On(kind)) {
     ops_->Mark(kFpropNames[kind]);
-    const T* w = W(wp) + l * N * K;
+    const T* w = Wl(wp, l);
     GemmArgs g;
     g.M = M_, g.N = N, g.K = K;
     g.a = {x, kT};
@@ -212,7 +212,8 @@ Status Gpt<Ops, T>::LaunchWeightCasts(int l, bool backward, bool count) {
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::MakeDgradWeight(int l, int kind, void* on) {
   if (!fp8_.CachesWeights()) return CastWeightT(l, kind, on);
-  if (fp8_.KeepsTranspose()) return Status::Ok();
+  // (ZeRO-3: a layer's gather transposed them)
+  if (fp8_.KeepsTranspose() || (Zero3() && kind != kLmHead)) return Status::Ok();
   int64_t N, K;
   LinearShape(kind, &N, &K);
   const int slot = fp8_.Slot(l, kind);
@@ -264,7 +265,7 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
     FP8RT_RETURN_IF_ERROR(ops_->Gemm(g));
   }
   if (!Fp8On(kind)) {
-    const T* w = W(WeightOf(o_.model, kind)) + l * N * K;
+    const T* w = Wl(WeightOf(o_.model, kind), l);
     GemmArgs gd;  // dX (M, K) = dY (M, N) W (N, K)
     gd.M = M_, gd.N = K, gd.K = N;
     gd.a = {dy, kT};
@@ -276,7 +277,7 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
     gw.M = N, gw.N = K, gw.K = M_;
     gw.a = {dy, kT, /*trans=*/true};
     gw.b = {x, kT};
-    gw.d = dw, gw.d_dtype = DType::kFloat32, gw.beta = wgrad_overwrites_ ? 0.0f : 1.0f;
+    gw.d = dw, gw.d_dtype = DType::kFloat32, gw.beta = OverwritesWgrad(kind) ? 0.0f : 1.0f;
     ops_->Mark(kWgradNames[kind]);
     return ops_->Gemm(gw);
   }
@@ -294,7 +295,7 @@ Status Gpt<Ops, T>::LinearBackward(int l, int kind, T* dx, float* dw, float* db,
   FP8RT_ASSIGN_OR_RETURN(GemmArgs gd, Fp8Dgrad(dyq, wq, dx, kT));
   ops_->Mark(kDgradNames[kind]);
   FP8RT_RETURN_IF_ERROR(run_dgrad(gd));
-  FP8RT_ASSIGN_OR_RETURN(GemmArgs gw, Fp8Wgrad(dyq, xq, dw, /*accumulate=*/!wgrad_overwrites_));
+  FP8RT_ASSIGN_OR_RETURN(GemmArgs gw, Fp8Wgrad(dyq, xq, dw, /*accumulate=*/!OverwritesWgrad(kind)));
   if (split.deferred_wgrad != nullptr) {
     *split.deferred_wgrad = gw;
     return Status::Ok();

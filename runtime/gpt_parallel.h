@@ -14,7 +14,7 @@ Status Gpt<Ops, T>::ReduceBucket(int b) {
   if (b16) {  // rounded to BF16 on the compute stream, before the collectives read it
     ops_->Mark("grad pack bf16");
     for (const auto& [off, n] : k.ranges) {
-      FP8RT_RETURN_IF_ERROR(ops_->FloatToBf16(g16_ + off, grads_ + off, n));
+      FP8RT_RETURN_IF_ERROR(ops_->FloatToBf16(G16At(off), GradAt(off), n));
     }
   }
   ops_->Mark("grad reduce (launch)");
@@ -22,10 +22,10 @@ Status Gpt<Ops, T>::ReduceBucket(int b) {
   ops_->CommTimerStart(kGradTimer);
   const comm::DataType dt = b16 ? comm::DataType::kBFloat16 : comm::DataType::kFloat32;
   auto full = [&](int64_t off) -> void* {
-    return b16 ? static_cast<void*>(g16_ + off) : static_cast<void*>(grads_ + off);
+    return b16 ? static_cast<void*>(G16At(off)) : static_cast<void*>(GradAt(off));
   };
   auto part = [&](int64_t off) -> void* {
-    return b16 ? static_cast<void*>(g16shard_ + off) : static_cast<void*>(gshard_ + off);
+    return b16 ? static_cast<void*>(G16ShardAt(off)) : static_cast<void*>(gshard_ + off);
   };
   FP8RT_RETURN_IF_ERROR(o_.dp->GroupStart());
   for (size_t i = 0; i < k.ranges.size(); ++i) {
@@ -47,6 +47,19 @@ Status Gpt<Ops, T>::ReduceBucket(int b) {
     }
   }
   FP8RT_RETURN_IF_ERROR(o_.dp->GroupEnd(bucket_names_[b].c_str()));
+  if (Hybrid()) {  // this rank's parts summed over the replicas too
+    FP8RT_RETURN_IF_ERROR(o_.replicas->GroupStart());
+    for (size_t i = 0; i < k.ranges.size(); ++i) {
+      const int p = k.range_param[i];
+      const int first = k.first_layer < 0 ? 0 : k.first_layer;
+      const int last = k.first_layer < 0 ? 0 : k.last_layer;
+      for (int l = first; l <= last; ++l) {
+        FP8RT_RETURN_IF_ERROR(AllReduceAcrossReplicas(part(ShardOff(p, l)), SliceOf(p), dt, stream,
+                                                      bucket_names_[b].c_str()));
+      }
+    }
+    FP8RT_RETURN_IF_ERROR(o_.replicas->GroupEnd(bucket_names_[b].c_str()));
+  }
   ops_->CommTimerStop(kGradTimer);
   return Status::Ok();
 }
@@ -79,7 +92,13 @@ Status Gpt<Ops, T>::ReduceAcrossRanks() {
   FP8RT_RETURN_IF_ERROR(ops_->JoinComm());
   if (g16_ != nullptr) {  // the BF16 sums back to FP32, where the optimizer reads them
     ops_->Mark("grad unpack bf16");
-    if (Zero()) {
+    if (Zero3()) {  // (the layers' parts were widened as they were added, ReduceLayer)
+      for (int p = 0; p < kNumParams; ++p) {
+        if (IsLayerParam(p) || layout_.size[p] == 0) continue;
+        FP8RT_RETURN_IF_ERROR(
+            ops_->Bf16ToFloat(gshard_ + shard_offset_[p], G16ShardAt(shard_offset_[p]), SliceOf(p)));
+      }
+    } else if (Zero()) {
       FP8RT_RETURN_IF_ERROR(ops_->Bf16ToFloat(gshard_, g16shard_, shard_total_));
     } else {
       for (const GradBucket& k : buckets_) {
@@ -171,6 +190,10 @@ Status Gpt<Ops, T>::PrepareWeightCasts(bool* cast) {
     *cast = false;  // the last step's gather (LaunchGather) made this step's FP8 weights
     return Status::Ok();
   }
+  if (Zero3()) {
+    *cast = false;
+    return CastWholeWeights();
+  }
   // After InitRandom/ImportState: the full master, the same on every rank, in grads_ (free until
   // the backward), cast like a step without ZeRO (with current scaling when calibrating), so that
   // every rank computes the same scales.
@@ -201,13 +224,13 @@ Status Gpt<Ops, T>::BeginGather() {
 
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::CastSlot(int slot) {
-  const int64_t D = o_.dp->size(), r = o_.dp->rank();
+  const int64_t D = o_.dp->size();
   ops_->Mark("fp8 cast w (ZeRO part)");
   return ForSlotLinears(slot, [&](int l, int kind) -> Status {
     int64_t N, K;
     LinearShape(kind, &N, &K);
     const int64_t rows = N / D;
-    uint8_t* mine = fp8_.w8[fp8_.Slot(l, kind)] + r * rows * K;
+    uint8_t* mine = Fp8Part(l, kind);
     const Fp8Tensor t = fp8_.Of(l, kind, kRoleW, mine, nullptr, rows, K);
     ++weight_casts_;
     const float* shard = master_ + ShardOff(WeightOf(o_.model, kind), kind == kLmHead ? 0 : l);
@@ -285,6 +308,23 @@ Status Gpt<Ops, T>::FinishGather() {
 // when checkpoints are taken); every rank gets it.
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::GatherState(const float* shard, std::vector<float>* full) {
+  if (Zero3()) {  // tensor by tensor, through its gradient memory (a layer's: a ring slot)
+    full->assign(static_cast<size_t>(layout_.total), 0.0f);
+    const char* what = "optimizer state all-gather (ZeRO-3 checkpoint)";
+    for (int p = 0; p < kNumParams; ++p) {
+      if (layout_.size[p] == 0) continue;
+      for (int l = 0; l < Layers(p); ++l) {
+        float* through = IsLayerParam(p) ? Gl(static_cast<Param>(p), 0) : G(static_cast<Param>(p));
+        FP8RT_RETURN_IF_ERROR(o_.dp->AllGather(shard + ShardOff(p, l), through,
+                                               static_cast<size_t>(SliceOf(p)),
+                                               comm::DataType::kFloat32, ops_->ForkComm(), what));
+        FP8RT_RETURN_IF_ERROR(ops_->JoinComm());
+        FP8RT_RETURN_IF_ERROR(ops_->Download(full->data() + FullOff(p, l), through,
+                                             static_cast<size_t>(PerLayer(p)) * sizeof(float)));
+      }
+    }
+    return Status::Ok();
+  }
   FP8RT_RETURN_IF_ERROR(ops_->Zero(grads_, static_cast<size_t>(layout_.total) * sizeof(float)));
   void* stream = ops_->ForkComm();
   FP8RT_RETURN_IF_ERROR(o_.dp->GroupStart());

@@ -25,6 +25,7 @@ Status Gpt<Ops, T>::ForwardPass(const int32_t* x_host, const int32_t* y_host, bo
   if (casts_ahead_) FP8RT_RETURN_IF_ERROR(LaunchWeightCasts(0, false, cast_weights));
   for (int l = 0; l < m.n_layer; ++l) {
     FP8RT_RETURN_IF_ERROR(WaitGathered(l + 1));
+    if (Zero3()) FP8RT_RETURN_IF_ERROR(UseLayer(l, /*backward=*/false));
     if (casts_ahead_) {
       ops_->Mark("wait for fp8 weight casts");
       FP8RT_RETURN_IF_ERROR(ops_->WaitCast(l));
@@ -112,7 +113,8 @@ Status Gpt<Ops, T>::BackwardPass() {
   const ModelConfig& m = o_.model;
   const int64_t C = m.n_embd, L = m.n_layer;
   // Transposed copies not kept between the passes: cast (or transposed) a layer ahead.
-  casts_ahead_ = CastsAhead() && !fp8_.KeepsTranspose();
+  // (ZeRO-3: each layer's gather transposes them)
+  casts_ahead_ = CastsAhead() && !fp8_.KeepsTranspose() && !Zero3();
   if (casts_ahead_) FP8RT_RETURN_IF_ERROR(LaunchWeightCasts(static_cast<int>(L - 1), true, false));
   // logits_ holds dlogits now.
   FP8RT_RETURN_IF_ERROR(
@@ -139,9 +141,15 @@ Status Gpt<Ops, T>::BackwardPass() {
       FP8RT_RETURN_IF_ERROR(ops_->WaitCast(static_cast<int>(l)));
       if (l > 0) FP8RT_RETURN_IF_ERROR(LaunchWeightCasts(static_cast<int>(l - 1), true, false));
     }
+    if (Zero3()) {
+      FP8RT_RETURN_IF_ERROR(UseLayer(static_cast<int>(l), /*backward=*/true));
+      FP8RT_RETURN_IF_ERROR(PrepareLayerGrads(static_cast<int>(l)));
+    }
     // dres_ is the gradient of this block's output (res3); after it, of its input.
     FP8RT_RETURN_IF_ERROR(Llama() ? LlamaBlockBackward(static_cast<int>(l), res_in)
                                   : GptBlockBackward(static_cast<int>(l), res_in));
+    // ZeRO-3: this micro-batch's gradients of layer l are made: reduce-scattered now.
+    if (Zero3()) FP8RT_RETURN_IF_ERROR(ReduceLayer(static_cast<int>(l)));
     // Layer l's gradients are final: launch the bucket that ends with it.
     if (reduce_grads_now_ && next_bucket_ < static_cast<int>(buckets_.size()) &&
         buckets_[next_bucket_].first_layer == l) {

@@ -79,7 +79,8 @@ Status Gpt<Ops, T>::Setup() {
                  "its scales in the same pass; use fp8.cache_weights: true"));
   }
   if (Zero()) FP8RT_RETURN_IF_ERROR(SetupZero());
-  emb_plan_.sparse = Dp() && o_.sparse_embedding_grad;
+  // (hybrid sharding: the gathered rows would be one group's only; reduced densely)
+  emb_plan_.sparse = Dp() && o_.sparse_embedding_grad && !Hybrid();
   // (the tied LM head writes the token table's gradient before the embedding backward; earlier
   // micro-batches add their rows to it)
   emb_plan_.wte_dense = WeightOf(m, kLmHead) == kWte || o_.grad_accum > 1;
@@ -90,21 +91,35 @@ Status Gpt<Ops, T>::Setup() {
   mem_category_ = kMemMaster;
   FP8RT_RETURN_IF_ERROR(Alloc(&master_, owned));
   mem_category_ = kMemGrads;
-  FP8RT_RETURN_IF_ERROR(Alloc(&grads_, P));
+  if (Zero3()) {  // the tensors outside the layers: before them and after them in the layout
+    gap_lo_ = layout_.offset[kLn1W], gap_hi_ = layout_.offset[kLnfW];
+    sgap_lo_ = shard_offset_[kLn1W], sgap_hi_ = shard_offset_[kLnfW];
+    FP8RT_RETURN_IF_ERROR(Alloc(&grads_, gap_lo_));
+    FP8RT_RETURN_IF_ERROR(Alloc(&grads_hi_, P - gap_hi_));
+  } else {
+    FP8RT_RETURN_IF_ERROR(Alloc(&grads_, P));
+  }
   mem_category_ = kMemOptimizer;
   FP8RT_RETURN_IF_ERROR(Alloc(&m_, owned));
   FP8RT_RETURN_IF_ERROR(Alloc(&v_, owned));
   mem_category_ = kMemGrads;
   if (Zero()) FP8RT_RETURN_IF_ERROR(Alloc(&gshard_, shard_total_));
-  if (Dp() && o_.grad_reduce_bf16) {
+  if (Dp() && o_.grad_reduce_bf16 && Zero3()) {
+    FP8RT_RETURN_IF_ERROR(Alloc(&g16_, gap_lo_));
+    FP8RT_RETURN_IF_ERROR(Alloc(&g16_hi_, P - gap_hi_));
+    FP8RT_RETURN_IF_ERROR(Alloc(&g16shard_, sgap_lo_));
+    FP8RT_RETURN_IF_ERROR(Alloc(&g16shard_hi_, shard_total_ - sgap_hi_));
+  } else if (Dp() && o_.grad_reduce_bf16) {
     FP8RT_RETURN_IF_ERROR(Alloc(&g16_, P));
     if (Zero()) FP8RT_RETURN_IF_ERROR(Alloc(&g16shard_, shard_total_));
   }
   cast_src_ = master_;
   int64_t work_total = 0;
   for (int p = 0; p < kNumParams; ++p) {
-    work_offset_[p] = HasWorking(p) ? work_total : -1;
-    if (HasWorking(p)) work_total += (layout_.size[p] + 63) / 64 * 64;
+    // (ZeRO-3: the layers' working copies are this rank's parts and a ring, SetupZero3)
+    const bool here = HasWorking(p) && !(Zero3() && IsLayerParam(p));
+    work_offset_[p] = here ? work_total : -1;
+    if (here) work_total += (layout_.size[p] + 63) / 64 * 64;
   }
   mem_category_ = kMemWorking;
   FP8RT_RETURN_IF_ERROR(Alloc(&working_, work_total));
@@ -283,7 +298,7 @@ Status Gpt<Ops, T>::Setup() {
     FP8RT_RETURN_IF_ERROR(ops_->Upload(ones_, ones.data(), ones.size() * sizeof(T)));
   }
 
-  for (comm::Communicator* g : {o_.dp, o_.tp, o_.world}) {
+  for (comm::Communicator* g : {o_.dp, o_.tp, o_.world, o_.replicas}) {
     if (g != nullptr && g->size() > 1 && g->device_buffers() != Ops::kDevice) {
       return Status::InvalidArgument(StrCat("the group of ranks (", g->backend(), ") works on ",
                                             g->device_buffers() ? "GPU" : "host",
@@ -294,6 +309,9 @@ Status Gpt<Ops, T>::Setup() {
   if (Multi()) FP8RT_RETURN_IF_ERROR(Alloc(&gather_, World()->size()));
   if (Dp()) {
     buckets_ = PlanGradBuckets(m, layout_, o_.grad_bucket_bytes, emb_plan_);
+    if (Zero3()) {  // (the layers' gradients are reduced layer by layer, ReduceLayer)
+      std::erase_if(buckets_, [](const GradBucket& k) { return k.first_layer >= 0; });
+    }
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const GradBucket& k = buckets_[b];
       std::string names;
@@ -305,6 +323,7 @@ Status Gpt<Ops, T>::Setup() {
                        ") all-reduce"));
     }
   }
+  fp8_.ring_layers = Zero3();
   FP8RT_RETURN_IF_ERROR(
       fp8_.Setup(M_, [this](void** p, int64_t bytes, MemCategory what, int layer = -1) {
         mem_category_ = what;
@@ -312,6 +331,7 @@ Status Gpt<Ops, T>::Setup() {
         mem_category_ = kMemOther;
         return s;
       }));
+  if (Zero3()) FP8RT_RETURN_IF_ERROR(SetupZero3());
   FP8RT_RETURN_IF_ERROR(PlaceLayerRequests());
   if (!Gqa()) attq_ = qkv_;  // (the placed pointers)
 

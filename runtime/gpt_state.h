@@ -19,6 +19,17 @@ Status Gpt<Ops, T>::RefreshWorkingCopy(const std::vector<float>* full) {
   const std::vector<float>& master = *full;
   for (int p = 0; p < kNumParams; ++p) {
     if (!HasWorking(p)) continue;
+    if (Zero3() && IsLayerParam(p)) {  // this rank's part of each layer's
+      const int64_t n = SliceOf(p), r = o_.dp->rank();
+      std::vector<T> work(static_cast<size_t>(Layers(p) * n));
+      for (int l = 0; l < Layers(p); ++l) {
+        const float* from = master.data() + FullOff(p, l) + r * n;
+        for (int64_t i = 0; i < n; ++i) work[static_cast<size_t>(l * n + i)] = T(from[i]);
+      }
+      FP8RT_RETURN_IF_ERROR(
+          ops_->Upload(wshard_ + wshard_off_[p], work.data(), work.size() * sizeof(T)));
+      continue;
+    }
     std::vector<T> work(static_cast<size_t>(layout_.size[p]));
     for (size_t i = 0; i < work.size(); ++i) work[i] = T(master[layout_.offset[p] + i]);
     FP8RT_RETURN_IF_ERROR(
@@ -147,6 +158,7 @@ Status Gpt<Ops, T>::ImportParts(std::vector<float> whole_master,
                                 const std::vector<float>* whole_m,
                                 const std::vector<float>* whole_v) {
   FP8RT_RETURN_IF_ERROR(FinishGather());  // (nothing may write the weights a gather still writes)
+  std::fill(std::begin(ring_layer_), std::end(ring_layer_), -1);
   const size_t n = static_cast<size_t>(layout_.total);
   // Under TP, this rank's part of each (the whole model otherwise).
   auto part = [&](const std::vector<float>& whole) {

@@ -101,7 +101,7 @@ ModelOptions ModelOptionsFor(const RunConfig& c, Precision p) {
   mo.recompute = c.train.recompute;
   mo.share_grad_memory = c.train.share_gradient_memory;
   mo.grad_bucket_bytes = static_cast<int64_t>(c.parallel.bucket_mb * 1048576.0);
-  mo.zero = c.parallel.zero;
+  mo.zero = c.parallel.zero.stage;
   mo.grad_reduce_bf16 = c.parallel.grad_reduce_dtype == "bf16";
   mo.sparse_embedding_grad = c.parallel.sparse_embedding_grad;
   return mo;
@@ -122,10 +122,19 @@ Result<MemoryPlan> PlanMemory(const RunConfig& c, Precision precision, int ranks
   plan.ranks = ranks, plan.dp = dp, plan.tp = tp, plan.gpu = gpu, plan.precision = precision;
   // Rank 0's groups, as the trainer makes them (SetUpGrid): the world, dp (the world without
   // TP), tp.
-  PlanComm world(0, ranks), dp_group(0, dp), tp_group(0, tp);
+  // (hybrid sharding: dp is one shard group, beside its replicas)
+  const int shard = c.parallel.zero && c.parallel.shard_group > 0 ? c.parallel.shard_group : dp;
+  if (shard != dp && (dp % shard != 0 || shard < 2)) {
+    return Status::InvalidArgument(StrCat("parallel.shard_group = ", shard,
+                                          " must be at least 2 and divide the data-parallel size ",
+                                          dp));
+  }
+  PlanComm world(0, ranks), dp_group(0, dp), tp_group(0, tp), shard_group(0, shard),
+      replicas(0, dp / shard);
   ModelOptions mo = ModelOptionsFor(c, precision);
   mo.world = ranks > 1 ? &world : nullptr;
   mo.dp = dp == 1 ? nullptr : tp > 1 ? &dp_group : &world;
+  if (shard != dp) mo.dp = &shard_group, mo.replicas = &replicas;
   mo.tp = tp > 1 ? &tp_group : nullptr;
   // The activations' type: the GPU runs BF16 and FP8 in BF16, the CPU FP8 in FP32
   // (gpt_cpu.cc, gpt_cuda.cu).
@@ -151,7 +160,11 @@ std::string FormatMemoryPlan(const MemoryPlan& plan, const RunConfig& c) {
       StrCat("memory plan: ", c.name, " (", c.model.num_params(), " parameters), ",
              PrecisionName(plan.precision), " on ", plan.gpu ? "GPUs" : "CPUs", ", ", plan.ranks,
              " rank(s): dp ", plan.dp, " x tp ", plan.tp,
-             c.parallel.zero && plan.dp > 1 ? ", ZeRO-1" : "", "; B ", c.train.batch_size, " x T ",
+             c.parallel.zero && plan.dp > 1 ? StrCat(", ZeRO-", c.parallel.zero.stage) : "",
+             c.parallel.zero && c.parallel.shard_group > 0 && c.parallel.shard_group < plan.dp
+                 ? StrCat(" in groups of ", c.parallel.shard_group)
+                 : "",
+             "; B ", c.train.batch_size, " x T ",
              c.train.seq_len, ", grad_accum ", c.train.grad_accum, "\n");
   char line[160];
   std::snprintf(line, sizeof line, "  %-28s %10s\n", "per rank", "GiB");

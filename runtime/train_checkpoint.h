@@ -21,8 +21,11 @@
 namespace fp8rt {
 
 // Where this rank sits in the job: dp x tp ranks, rank = dp_rank * tp + tp_rank; rank 0 leads.
+// dp, dp_rank: the ranks that hold one copy of the (ZeRO-sharded) state and this rank's place
+// among them; under hybrid sharding (parallel.shard_group) one group of them, replica saying
+// which (group 0 writes the shards; every group reads them).
 struct RankPlace {
-  int dp = 1, tp = 1, dp_rank = 0, tp_rank = 0;
+  int dp = 1, tp = 1, dp_rank = 0, tp_rank = 0, replica = 0;
   bool zero = false;
   bool lead = true;
 };

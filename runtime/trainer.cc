@@ -177,6 +177,8 @@ struct Run {
   double init_s = 0, load_s = 0;
   int64_t load_bytes = 0;  // the checkpoint bytes this rank read
   std::unique_ptr<comm::Communicator> dp_group, tp_group;
+  // Hybrid sharding (parallel.shard_group < dp): this rank's shard group and its replicas.
+  std::unique_ptr<comm::Communicator> shard_group, replica_group;
   std::unique_ptr<TokenDataset> data;
   std::unique_ptr<Tokenizer> tokenizer;  // data.tokenizer (or bytes): decodes the samples
   std::unique_ptr<DataLoader> loader;
@@ -258,13 +260,29 @@ Status SetUpGrid(Run& r) {
   const int dp_rank = rank / tp;
   r.zero = c.parallel.zero && dp > 1;
   r.all_save = r.zero || tp > 1;
-  r.place.dp = dp, r.place.tp = tp, r.place.dp_rank = dp_rank, r.place.tp_rank = rank % tp;
+  // Hybrid sharding: groups of `shard` consecutive data-parallel ranks, each a sharded replica.
+  const int shard = c.parallel.shard_group == 0 ? dp : c.parallel.shard_group;
+  if (r.zero && (dp % shard != 0 || shard < 2)) {
+    return Status::InvalidArgument(StrCat(
+        "parallel.shard_group = ", shard, " must be at least 2 and divide the data-parallel size ",
+        dp, " (", ranks, " rank(s) / tp ", tp, ")"));
+  }
+  const bool hybrid = r.zero && shard < dp;
+  r.place.dp = hybrid ? shard : dp, r.place.tp = tp;
+  r.place.dp_rank = hybrid ? dp_rank % shard : dp_rank, r.place.tp_rank = rank % tp;
+  r.place.replica = hybrid ? dp_rank / shard : 0;
   r.place.zero = r.zero, r.place.lead = r.lead;
   if (tp > 1) {
     FP8RT_ASSIGN_OR_RETURN(r.tp_group, o.world->comm().Split(dp_rank, rank, "tp"));
     if (dp > 1) {
       FP8RT_ASSIGN_OR_RETURN(r.dp_group, o.world->comm().Split(rank % tp, rank, "dp"));
     }
+  }
+  if (hybrid) {  // (colours: one per (group, TP rank) and per (place in the group, TP rank))
+    FP8RT_ASSIGN_OR_RETURN(
+        r.shard_group, o.world->comm().Split(dp_rank / shard * tp + rank % tp, rank, "shard"));
+    FP8RT_ASSIGN_OR_RETURN(
+        r.replica_group, o.world->comm().Split(dp_rank % shard * tp + rank % tp, rank, "replica"));
   }
   r.loader = std::make_unique<DataLoader>(r.data.get(), c.train.batch_size, c.train.seq_len,
                                           c.train.seed, dp_rank, dp);
@@ -274,6 +292,12 @@ Status SetUpGrid(Run& r) {
               << " shard(s), " << r.loader->num_windows() << " windows of " << c.train.seq_len
               << " + 1 tokens\n";
     if (tp > 1) *progress << "tensor parallel: " << tp << " ranks per replica\n";
+    if (hybrid) {
+      *progress << "hybrid sharding: ZeRO-" << c.parallel.zero.stage << " within groups of "
+                << shard << " data-parallel ranks, " << dp / shard
+                << " groups holding replicas (gradients all-reduced across them; the token "
+                   "embedding's gradient reduced densely)\n";
+    }
     *progress << "global batch: " << dp << " (dp) x " << c.train.batch_size << " (batch_size) x "
               << c.train.grad_accum
               << " (grad_accum) = " << int64_t{dp} * c.train.batch_size * c.train.grad_accum
@@ -296,8 +320,8 @@ Status SetUpGrid(Run& r) {
                 << "\n";
     }
     if (c.parallel.zero && dp == 1) {
-      *progress << "parallel.zero: a single rank has no peers to shard the optimizer state with; "
-                   "running without ZeRO-1\n";
+      *progress << "parallel.zero: a single rank has no peers to shard the model's state with; "
+                   "running without ZeRO\n";
     }
   }
   return Status::Ok();
@@ -312,6 +336,7 @@ Result<int64_t> SetUpModel(Run& r, TrainResult* result) {
   mo.attention = o.attention;
   mo.world = o.world != nullptr && r.ranks > 1 ? &o.world->comm() : nullptr;
   mo.dp = r.dp == 1 ? nullptr : r.tp > 1 ? r.dp_group.get() : mo.world;
+  if (r.shard_group) mo.dp = r.shard_group.get(), mo.replicas = r.replica_group.get();
   mo.tp = r.tp_group.get();
   if (r.device.is_cpu) {
     FP8RT_ASSIGN_OR_RETURN(r.model, CreateCpuGpt(mo));

@@ -42,10 +42,10 @@ class ParallelRun : public ::testing::Test {
   }
 
   // A run config: the model (YAML flow map), precision, micro-batch and the parallel settings
-  // (`parallel` adds keys to parallel:, e.g. ", tp: 2").
+  // (`parallel` adds keys to parallel:, e.g. ", tp: 2"); zero: 0, 1 (true) or 3.
   std::string Config(const std::string& name, int batch, const std::string& model,
                      const std::string& precision, int grad_accum = 1,
-                     bool first_step_current = false, bool zero = false,
+                     bool first_step_current = false, int zero = 0,
                      const std::string& reduce_dtype = "fp32", const std::string& parallel = "") {
     const std::string path = dir_.str() + "/" + name + ".yaml";
     std::ofstream(path) << "name: " << name << "\nmodel: " << model
@@ -58,7 +58,8 @@ class ParallelRun : public ::testing::Test {
                         << (first_step_current ? "true" : "false") << fp8_extra_ << "}\n"
                         << "parallel: {scale_check_every: 1, collective_timeout_s: 60, "
                            "bucket_mb: 0.02, zero: "
-                        << (zero ? "true" : "false") << ", grad_reduce_dtype: " << reduce_dtype
+                        << (zero == 3 ? "3" : zero ? "true" : "false")
+                        << ", grad_reduce_dtype: " << reduce_dtype
                         << parallel << "}\n";
     return path;
   }
