@@ -145,6 +145,10 @@ Status RunConfig::Validate() const {
   FP8RT_RETURN_IF_ERROR(Range("parallel.dp", parallel.dp, 0, 1 << 20));
   FP8RT_RETURN_IF_ERROR(Range("parallel.tp", parallel.tp, 1, 1024));
   FP8RT_RETURN_IF_ERROR(Range("parallel.shard_group", parallel.shard_group, 0, 1 << 20));
+  if (parallel.keep_gathered_weights && parallel.zero.stage != 3) {
+    return Status::InvalidArgument(
+        "parallel.keep_gathered_weights keeps ZeRO-3's gathered layers; it needs parallel.zero: 3");
+  }
   if (parallel.shard_group > 0 && !parallel.zero) {
     return Status::InvalidArgument(
         StrCat("parallel.shard_group = ", parallel.shard_group,
@@ -267,6 +271,7 @@ void Schema(RunConfig& c, V& v) {
     v.Field("tp", &par.tp);
     v.Field("zero", &par.zero);
     v.Field("shard_group", &par.shard_group);
+    v.Field("keep_gathered_weights", &par.keep_gathered_weights);
     v.Field("grad_reduce_dtype", &par.grad_reduce_dtype);
     v.Field("sparse_embedding_grad", &par.sparse_embedding_grad);
     v.Field("bucket_mb", &par.bucket_mb);

@@ -220,6 +220,12 @@ struct ParallelConfig {
   // Must divide the data-parallel size and be at least 2. 0: one group of every rank.
   // Default: 0
   int shard_group = 0;
+  // With parallel.zero: 3, keep every layer's gathered weights (FP8 with their transposed copies,
+  // BF16 where a layer is not FP8) from its forward to its backward and over the step's
+  // micro-batches: each layer is all-gathered once per step instead of twice per micro-batch, for
+  // the memory of all layers' gathered weights (ZeRO-1's weights; the gradients stay sharded).
+  // Default: false
+  bool keep_gathered_weights = false;
   // The dtype gradients travel in between ranks: fp32, or bf16 (half the bytes; each bucket is
   // rounded to BF16 before the sum and the sum back to FP32 after it). Default: fp32
   std::string grad_reduce_dtype = "fp32";

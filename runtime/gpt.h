@@ -80,6 +80,10 @@ struct ModelOptions {
   // ranks that hold the same shards in the other groups (null or a group of one: none). The
   // gradients are averaged over both: reduce-scattered in `dp`, then all-reduced in `replicas`.
   comm::Communicator* replicas = nullptr;
+  // ZeRO-3: every layer's gathered weights kept from its forward to its backward (and over the
+  // step's micro-batches): one all-gather per layer and step, the memory of all layers' FP8
+  // weights and transposed copies (parallel.keep_gathered_weights).
+  bool keep_gathered_weights = false;
   // Gradients travel between ranks in BF16 (rounded before the sum, widened after it).
   bool grad_reduce_bf16 = false;
   // The token embedding's gradient reduced as the LM head's part early plus every rank's rows of

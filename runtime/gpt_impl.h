@@ -214,13 +214,14 @@ class Gpt final : public GptModel {
   // slot that holds layer l (gathered weights; gradients until they are reduce-scattered).
   T* Wl(Param p, int64_t l) const {
     if (Zero3() && IsLayerParam(p)) {
-      return wring_off_[p] < 0 ? nullptr : wring_ + l % kRing * wring_layer_ + wring_off_[p];
+      return wring_off_[p] < 0 ? nullptr : wring_ + l % ring_n_ * wring_layer_ + wring_off_[p];
     }
     return W(p) == nullptr ? nullptr : W(p) + l * PerLayer(p);
   }
   float* Gl(Param p, int64_t l) const {
     if (Zero3() && IsLayerParam(p)) {
-      return layout_.size[p] == 0 ? nullptr : gring_ + l % kRing * gring_layer_ + gring_off_[p];
+      return layout_.size[p] == 0 ? nullptr
+                                  : gring_ + l % kGradRing * gring_layer_ + gring_off_[p];
     }
     return G(p) == nullptr ? nullptr : G(p) + l * PerLayer(p);
   }
@@ -545,15 +546,18 @@ class Gpt final : public GptModel {
     return Status::Ok();
   }
   // ZeRO-3 (runtime/gpt_zero3.h). Gradients: the tensors outside the layers in full (in two
-  // pieces, GradAt), each layer's in a ring of kRing slots (gring_; gring_off_[p]: tensor p's
+  // pieces, GradAt), each layer's in a ring of kGradRing slots (gring_; gring_off_[p]: tensor p's
   // place in a slot), reduce-scattered after the layer's backward (every micro-batch) through
   // gtmp_ (one layer's part, FP32 or BF16) and added into gshard_. Weights: this rank's rows of
   // every layer's FP8 weights (w8shard_, w8shard_layer_ bytes per layer, w8shard_off_ per kind)
   // and its part of every layer's T working copies (wshard_, param-major like the master shard),
   // all-gathered into the ring slot of the layer (w8ring_: FP8 weights and their transposed
-  // copies; wring_) one layer ahead of the pass that reads them. ring_layer_[k]: the layer ring
-  // slot k holds (-1: none, or stale after an update), ring_t_[k]: with its transposed copies.
-  static constexpr int kRing = 2;
+  // copies; wring_) one layer ahead of the pass that reads them, in a ring of ring_n_ layers: 2,
+  // or every layer with parallel.keep_gathered_weights (then each is gathered once per step, in
+  // the first forward, and kept to its backward). ring_layer_[k]: the layer ring slot k holds (-1:
+  // none, or stale after an update), ring_t_[k]: with its transposed copies.
+  static constexpr int kGradRing = 2;
+  int ring_n_ = 2;
   bool Zero3() const { return Zero() && o_.zero == 3; }
   // Hybrid sharding (ModelOptions::replicas): each gradient part, once reduce-scattered within
   // o_.dp, is all-reduced across the replicas (AllReduceAcrossReplicas, on `stream`).
@@ -576,14 +580,14 @@ class Gpt final : public GptModel {
   int64_t wring_off_[kNumParams] = {}, wshard_off_[kNumParams] = {}, wring_layer_ = 0;
   uint8_t *w8ring_ = nullptr, *w8shard_ = nullptr;
   int64_t w8shard_off_[kNumLinear] = {}, w8shard_layer_ = 0;
-  int ring_layer_[kRing] = {-1, -1};
-  bool ring_t_[kRing] = {};
+  std::vector<int> ring_layer_;
+  std::vector<bool> ring_t_;
   int micro_ = 0;  // the micro-batch the passes run
   Status SetupZero3();
   // The comm marks of ring slot k: its gather (the compute stream waits before the layer's
   // pass), its gradients' reduction (the compute stream waits before writing the slot again).
   int GatherMark(int k) const { return o_.model.n_layer + 1 + k; }
-  int GradMark(int k) const { return o_.model.n_layer + 1 + kRing + k; }
+  int GradMark(int k) const { return o_.model.n_layer + 1 + ring_n_ + k; }
   // Layer l's weights gathered into its slot on the communication stream (nothing if the slot
   // holds them already; with_t: and the FP8 weights transposed for the dgrads).
   Status GatherLayer(int l, bool with_t);
@@ -759,7 +763,7 @@ Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
     // ZeRO-3 gathers slot 0 alone here: each layer's parts wait in the shards for the layer's
     // passes (UseLayer), and what the ring holds is stale from now on.
     const int slots = o_.model.n_layer + 1;
-    std::fill(std::begin(ring_layer_), std::end(ring_layer_), -1);
+    std::fill(ring_layer_.begin(), ring_layer_.end(), -1);
     auto gather = [&](int slot) { return Zero3() && slot > 0 ? Status::Ok() : LaunchGather(slot); };
     FP8RT_RETURN_IF_ERROR(BeginGather());
     auto update = [&](int slot) -> Status {

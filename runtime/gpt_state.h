@@ -158,7 +158,7 @@ Status Gpt<Ops, T>::ImportParts(std::vector<float> whole_master,
                                 const std::vector<float>* whole_m,
                                 const std::vector<float>* whole_v) {
   FP8RT_RETURN_IF_ERROR(FinishGather());  // (nothing may write the weights a gather still writes)
-  std::fill(std::begin(ring_layer_), std::end(ring_layer_), -1);
+  std::fill(ring_layer_.begin(), ring_layer_.end(), -1);
   const size_t n = static_cast<size_t>(layout_.total);
   // Under TP, this rank's part of each (the whole model otherwise).
   auto part = [&](const std::vector<float>& whole) {

@@ -1,9 +1,10 @@
 // ZeRO-3 (parallel.zero: 3): the layers' weights and gradients sharded over the data-parallel
 // group like the master weights and moments of ZeRO-1 (gpt_parallel.h). Each rank keeps its rows
 // of every layer's FP8 weights (cast by AdamW's slot, CastSlot) and its part of every layer's T
-// working copies; a layer's are all-gathered into a ring of kRing layer slots on the
-// communication stream one layer ahead of the pass that reads them (forward: l + 1 during l;
-// backward: l - 1 during l), with the FP8 weights transposed there for the dgrads. The layers'
+// working copies; a layer's are all-gathered into a ring of two layer slots on the communication
+// stream one layer ahead of the pass that reads them (forward: l + 1 during l; backward: l - 1
+// during l), with the FP8 weights transposed there for the dgrads (with
+// parallel.keep_gathered_weights: a slot per layer, gathered once per step and kept). The layers'
 // gradients are written into a ring of gradient slots and reduce-scattered, as soon as the
 // layer's backward has made them, into this rank's FP32 shard (added over micro-batches). The
 // tensors outside the layers (embeddings, final norm, LM head) stay as under ZeRO-1. Member
@@ -28,16 +29,19 @@ Status Gpt<Ops, T>::SetupZero3() {
     wshard_off_[p] = wshard_total, wshard_total += up64(Layers(p) * SliceOf(p));
   }
   const bool b16 = o_.grad_reduce_bf16;
+  ring_n_ = o_.keep_gathered_weights ? std::max(o_.model.n_layer, 2) : 2;
+  ring_layer_.assign(static_cast<size_t>(ring_n_), -1);
+  ring_t_.assign(static_cast<size_t>(ring_n_), false);
   mem_category_ = kMemGrads;
-  FP8RT_RETURN_IF_ERROR(Alloc(&gring_, kRing * gring_layer_));
-  if (b16) FP8RT_RETURN_IF_ERROR(Alloc(&g16ring_, kRing * gring_layer_));
+  FP8RT_RETURN_IF_ERROR(Alloc(&gring_, kGradRing * gring_layer_));
+  if (b16) FP8RT_RETURN_IF_ERROR(Alloc(&g16ring_, kGradRing * gring_layer_));
   uint8_t* t = nullptr;
   FP8RT_RETURN_IF_ERROR(Alloc(&t, tmp * (b16 ? 2 : 4)));
   gtmp_ = t, gtmp_total_ = tmp;
   mem_category_ = kMemWorking;
   FP8RT_RETURN_IF_ERROR(Alloc(&wshard_, wshard_total));
   mem_category_ = kMemGathered;
-  FP8RT_RETURN_IF_ERROR(Alloc(&wring_, kRing * wring_layer_));
+  FP8RT_RETURN_IF_ERROR(Alloc(&wring_, ring_n_ * wring_layer_));
   // The FP8 weights: a layer's rows per rank, kind by kind; a ring slot holds the whole weights
   // then their transposed copies.
   int64_t at[kNumLinear] = {}, layer_bytes = 0;
@@ -52,9 +56,9 @@ Status Gpt<Ops, T>::SetupZero3() {
     mem_category_ = kMemFp8Weights;
     FP8RT_RETURN_IF_ERROR(Alloc(&w8shard_, o_.model.n_layer * w8shard_layer_));
     mem_category_ = kMemGathered;
-    FP8RT_RETURN_IF_ERROR(Alloc(&w8ring_, kRing * 2 * layer_bytes));
+    FP8RT_RETURN_IF_ERROR(Alloc(&w8ring_, ring_n_ * 2 * layer_bytes));
     for (int l = 0; l < o_.model.n_layer; ++l) {
-      uint8_t* slot = w8ring_ + l % kRing * 2 * layer_bytes;
+      uint8_t* slot = w8ring_ + l % ring_n_ * 2 * layer_bytes;
       for (int kind = 0; kind < kNumLinear; ++kind) {
         if (!Fp8On(kind)) continue;
         fp8_.w8[fp8_.Slot(l, kind)] = slot + at[kind];
@@ -68,7 +72,7 @@ Status Gpt<Ops, T>::SetupZero3() {
 
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::GatherLayer(int l, bool with_t) {
-  const int k = l % kRing;
+  const int k = l % ring_n_;
   if (ring_layer_[k] == l && (ring_t_[k] || !with_t)) return Status::Ok();
   const int64_t D = o_.dp->size();
   const comm::DataType tt =
@@ -108,23 +112,24 @@ Status Gpt<Ops, T>::GatherLayer(int l, bool with_t) {
   return Status::Ok();
 }
 
-// The backward reads the forward's last kRing layers where they are (gathered with their
-// transposed copies); every other gather of the backward is its own.
+// The backward reads the forward's last ring_n_ layers where they are (gathered with their
+// transposed copies: all of them with parallel.keep_gathered_weights); every other gather of the
+// backward is its own.
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::UseLayer(int l, bool backward) {
   const int L = o_.model.n_layer;
-  auto with_t = [&](int j) { return backward || j >= L - kRing; };
+  auto with_t = [&](int j) { return backward || j >= L - ring_n_; };
   FP8RT_RETURN_IF_ERROR(GatherLayer(l, with_t(l)));
   const int next = backward ? l - 1 : l + 1;
   if (next >= 0 && next < L) FP8RT_RETURN_IF_ERROR(GatherLayer(next, with_t(next)));
   ops_->Mark("wait for gathered weights");
-  return ops_->WaitComm(GatherMark(l % kRing));
+  return ops_->WaitComm(GatherMark(l % ring_n_));
 }
 
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::PrepareLayerGrads(int l) {
   ops_->Mark("wait for the gradient slot");
-  FP8RT_RETURN_IF_ERROR(ops_->WaitComm(GradMark(l % kRing)));
+  FP8RT_RETURN_IF_ERROR(ops_->WaitComm(GradMark(l % kGradRing)));
   for (int p = kLn1W; p <= kFcProjB; ++p) {
     if (layout_.size[p] == 0 || WrittenByWgrad(p)) continue;
     FP8RT_RETURN_IF_ERROR(ops_->Zero(Gl(static_cast<Param>(p), l),
@@ -135,7 +140,7 @@ Status Gpt<Ops, T>::PrepareLayerGrads(int l) {
 
 template <typename Ops, typename T>
 Status Gpt<Ops, T>::ReduceLayer(int l) {
-  const int k = l % kRing;
+  const int k = l % kGradRing;
   const bool b16 = g16ring_ != nullptr;
   bf16* const ring16 = b16 ? g16ring_ + k * gring_layer_ : nullptr;
   if (b16) {  // rounded on the compute stream, before the collectives read it
@@ -217,7 +222,7 @@ Status Gpt<Ops, T>::CastWholeWeights() {
   fp8_.calibrate_now = was;
   pending_master_.clear();
   pending_master_.shrink_to_fit();
-  std::fill(std::begin(ring_layer_), std::end(ring_layer_), -1);
+  std::fill(ring_layer_.begin(), ring_layer_.end(), -1);
   return s;
 }
 

@@ -102,6 +102,7 @@ ModelOptions ModelOptionsFor(const RunConfig& c, Precision p) {
   mo.share_grad_memory = c.train.share_gradient_memory;
   mo.grad_bucket_bytes = static_cast<int64_t>(c.parallel.bucket_mb * 1048576.0);
   mo.zero = c.parallel.zero.stage;
+  mo.keep_gathered_weights = c.parallel.keep_gathered_weights;
   mo.grad_reduce_bf16 = c.parallel.grad_reduce_dtype == "bf16";
   mo.sparse_embedding_grad = c.parallel.sparse_embedding_grad;
   return mo;

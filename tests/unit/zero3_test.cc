@@ -78,6 +78,26 @@ TEST_F(ZeroThree, EqualsPlainDataParallelismGpt2AndLlamaOneAndFourMicroBatches) 
 
 // TP 2 x dp 2: every TP rank's part sharded over its data-parallel group, against ZeRO-1 on the
 // same grid (which CurrentScaling and TensorParallel tests hold to plain DP and one rank).
+// parallel.keep_gathered_weights: each layer gathered once per step (the first micro-batch's
+// forward) and kept to the last backward: the same training, the same amax collective count.
+TEST_F(ZeroThree, KeepingTheGatheredWeightsChangesNoNumber) {
+  for (const std::string& model : {small_, llama_}) {
+    const std::string a_tag = model == small_ ? "kg0" : "kl0", b_tag = model == small_ ? "kg1"
+                                                                                          : "kl1";
+    const TrainRun a = Mpirun(2, Config(a_tag, 2, model, "fp8", 3, false, 3), a_tag, 4);
+    ASSERT_EQ(a.ranks[0].code, 0) << a.output;
+    const TrainRun b = Mpirun(
+        2, Config(b_tag, 2, model, "fp8", 3, false, 3, "fp32", ", keep_gathered_weights: true"),
+        b_tag, 4);
+    ASSERT_EQ(b.ranks[0].code, 0) << b.output;
+    ExpectIdentical(a, a_tag, b, b_tag);
+    for (const auto& j : b.metrics) EXPECT_EQ(j["amax_collectives"], 1);
+  }
+  auto c = ParseRunConfig("data: {train: x}\nparallel: {zero: true, keep_gathered_weights: true}\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(Has(c.status().message(), "needs parallel.zero: 3")) << c.status().message();
+}
+
 TEST_F(ZeroThree, WithTensorParallelismEqualsZeroOne) {
   for (const std::string& model : {small_, llama_}) {
     const std::string one = model == small_ ? "tz1g" : "tz1l", three = model == small_ ? "tz3g"
