@@ -3,11 +3,12 @@
 # carried: collectives, data-parallel equivalence, ZeRO-1, a killed rank, and scaling, with every
 # log under $OUT. NVLink multicast stays off (NCCL_NVLS_ENABLE=0, as the device's KINDS.md asks).
 # Usage: scripts/multigpu-session.sh [devices] [comm] [equiv] [equivx] [equivs] [determinism] [fault] [scaling] [profile] [overlap]
-#        [tpequiv] [twonode] [tpscale] [largest] [product] (fp8d --standalone + fp8ctl on this node:
+#        [tpequiv] [twonode] [tpscale] [largest] [zero3] [product] (fp8d --standalone + fp8ctl on this node:
 #        scripts/multigpu-product.sh; determinism: scripts/dp-determinism.sh)
 #        (default: all but overlap, which compares gradient-reduction settings at dp 2, and profile,
 #        rank 0's ops at dp 1 and the largest of SIZES with ZeRO-1)
 # Environment: NGPU (default: nvidia-smi's count), SIZES (the dp/tp sizes, default "2 4" with 4 GPUs), STEPS (scaling steps, default 12),
+# EQUIV_ZERO (equiv's parallel.zero settings, default "false true 3"),
 # FP8TRAIN (the fp8train of scaling and profile), SCALING_ZERO (default "false true"), GPT13_FP8 and
 # GPT13_PARALLEL (more fields for the gpt-1.3b configs' fp8 and parallel maps, e.g.
 # "keep_weight_transpose: false", "grad_reduce_dtype: bf16"), SCALING_CONFIG (scaling's model
@@ -127,7 +128,7 @@ if want equiv; then
     run10 "eq1_$p" 1 --checkpoint-dir "$OUT/ck_eq1_$p"
     echo "dp 1 $p exit $?"
     for n in "${sizes[@]}"; do
-      for z in false true; do
+      for z in ${EQUIV_ZERO:-false true 3}; do
         tag=eq${n}_${z}_$p
         small_config "$tag" "$n" $z $p
         run10 "$tag" "$n" --checkpoint-dir "$OUT/ck_$tag"
@@ -146,7 +147,7 @@ if want equiv; then
     done
   done
   # Resume: 5 steps, then --resume to 10, against the uninterrupted eq${sizes[0]}_*_fp8 runs above.
-  for z in false true; do
+  for z in ${EQUIV_ZERO:-false true 3}; do
     tag=rs_$z
     small_config "$tag" "${sizes[0]}" $z fp8
     for args in "--steps 5" "--steps 10 --resume"; do
@@ -170,8 +171,9 @@ for f in sorted(glob.glob(f"{out}/eq[24]_*.jsonl")):
     tag = os.path.basename(f)[:-6]
     n, z, p = tag[2:].split("_")
     amax = sorted({r.get("amax_collectives", -1) for r in rows(f)})
-    against = [f"eq1_{p}"] + ([f"eq{n}_false_{p}"] if z == "true" else [])
+    against = [f"eq1_{p}"] + ([f"eq{n}_false_{p}"] if z != "false" else [])
     for g in against:
+        if not os.path.exists(f"{out}/{g}.jsonl"): continue  # (EQUIV_ZERO left it out)
         d = diff(rows(f"{out}/{g}.jsonl"), rows(f))
         ok = d <= 1e-3 and (p != "fp8" or amax == [1])
         bad += [] if ok else [tag]
@@ -179,13 +181,15 @@ for f in sorted(glob.glob(f"{out}/eq[24]_*.jsonl")):
 # Against the control with the same per-rank GEMM shapes (reported; 1e-3 as above).
 for f in sorted(glob.glob(f"{out}/eqc*.jsonl")):
     n, p = os.path.basename(f)[3:-6].split("_")
-    for z in ("false", "true"):
+    for z in ("false", "true", "3"):
+        if not os.path.exists(f"{out}/eq{n}_{z}_{p}.jsonl"): continue
         d = diff(rows(f), rows(f"{out}/eq{n}_{z}_{p}.jsonl"))
         if d == float("inf"): continue
         ok = d <= 1e-3
         bad += [] if ok else [f"eq{n}_{z}_{p} vs control"]
         print(f"| eq{n}_{z}_{p} | eqc{n}_{p} (dp 1, {n} x {8 // int(n)}) | {d:.2e} | 1e-3 | |" + ("" if ok else " FAIL"))
-for z in ("false", "true"):
+for z in ("false", "true", "3"):
+    if not os.path.exists(f"{out}/rs_{z}.jsonl"): continue
     a, b = rows(f"{out}/eq{rs_dp}_{z}_fp8.jsonl"), rows(f"{out}/rs_{z}.jsonl")
     same = len(a) == len(b) == 10 and all(x["loss"] == y["loss"] for x, y in zip(a, b))
     bad += [] if same else [f"rs_{z}"]
@@ -544,6 +548,54 @@ if want largest; then
     per=$(python3 -c "import sys; print(f'{float(sys.argv[1]) / $NGPU:.0f}')" "$all")
     echo "| $(basename "$BIG" .yaml) $p | $NGPU GPUs, $(grep '^parallel' "$BIG") | $per tok/s per GPU | step $(median_tps "$OUT/big_$p.jsonl" step_ms) ms | MFU $(median_tps "$OUT/big_$p.jsonl" mfu) | $(median_tps "$OUT/big_$p.jsonl" device_used_gib) GiB per GPU | model $(median_tps "$OUT/big_$p.jsonl" model_gib) GiB |" | tee -a "$OUT/largest.md"
   done
+fi
+
+if want zero3; then
+  # ZeRO-3 (docs/SCALING.md), medians of steps 4..$STEPS on every GPU: gpt-1.3b (B 4 x T 2048
+  # per GPU) at dp 1 and with each of ZERO3_VARIANTS (';'-separated parallel fields; default
+  # ZeRO-1, ZeRO-3, ZeRO-3 keeping the gathered weights, hybrid ZeRO-3 in groups of 2); with
+  # ZERO3_LLAMA=1 also
+  # llama3-8b (configs/llama3-8b-zero3.yaml) in fp8, with train.recompute, with the
+  # nondeterministic cuDNN backward, in bf16 (plain and recompute), and configs/llama3-8b.yaml
+  # (tp 2 x ZeRO-1) beside it.
+  z3run() {  # tag ranks config precision [fp8train arguments]
+    local tag=$1 n=$2 cfg=$3 p=$4; shift 4
+    local cmd=(timeout 300); [ "$n" -gt 1 ] && cmd=(timeout 300 "${MPI[@]}" -np "$n")
+    "${cmd[@]}" $B/fp8train --config "$cfg" --precision $p --steps "$STEPS" \
+      --metrics "$OUT/$tag.jsonl" "$@" > "$OUT/$tag.log" 2>&1
+    local c=$?; [ $c -eq 0 ] || { rc=1; tail -3 "$OUT/$tag.log"; }
+    python3 - "$OUT/$tag.jsonl" "$n" "$tag" "$c" <<'PY' | tee -a "$OUT/zero3.md"
+import json, statistics, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l][3:]
+m = lambda k: statistics.median([x[k] for x in r if k in x] or [float("nan")])
+n = int(sys.argv[2])
+print(f"| {sys.argv[3]} | exit {sys.argv[4]} | {m('tokens_per_s') / n:.0f} tok/s per GPU | "
+      f"{m('step_ms'):.1f} ms | MFU {m('mfu'):.3f} | {m('device_used_gib'):.2f} GiB (model "
+      f"{m('model_gib'):.2f}) | grad span {m('grad_reduce_ms'):.0f} ms | gathers {m('weight_gather_ms'):.0f} ms |")
+PY
+  }
+  for p in ${ZERO3_PRECISIONS:-fp8 bf16}; do
+    gpt13_yaml "$OUT/z1g.yaml" "zero: false"
+    [ "${ZERO3_DP1:-1}" = 1 ] && z3run "g13_dp1_$p" 1 "$OUT/z1g.yaml" $p
+    IFS=';' read -r -a zvariants <<< "${ZERO3_VARIANTS:-zero: true;zero: 3;zero: 3, keep_gathered_weights: true;zero: 3, shard_group: 2}"
+    for z in "${zvariants[@]}"; do
+      gpt13_yaml "$OUT/zg.yaml" "$z"
+      tag="g13_dp${NGPU}_$(echo "$z" | tr -d ' ,:' | sed 's/keep_gathered_weightstrue/keep/')_$p"
+      z3run "$tag" "$NGPU" "$OUT/zg.yaml" $p
+    done
+  done
+  if [ "${ZERO3_LLAMA:-0}" = 1 ]; then
+    sed "s|\.\./data/|$(pwd)/data/|" configs/llama3-8b-zero3.yaml > "$OUT/l8z3.yaml"
+    sed "s/train: {batch_size: 1,/train: {recompute: true, batch_size: 1,/" "$OUT/l8z3.yaml" \
+      > "$OUT/l8z3r.yaml"
+    sed "s|\.\./data/|$(pwd)/data/|" configs/llama3-8b.yaml > "$OUT/l8z1.yaml"
+    z3run l8_z3_fp8 "$NGPU" "$OUT/l8z3.yaml" fp8 --memory-report
+    z3run l8_z3_fp8_recompute "$NGPU" "$OUT/l8z3r.yaml" fp8
+    z3run l8_z3_fp8_nondet "$NGPU" "$OUT/l8z3.yaml" fp8 --attention cudnn-nondeterministic
+    z3run l8_z3_bf16 "$NGPU" "$OUT/l8z3.yaml" bf16
+    z3run l8_z3_bf16_recompute "$NGPU" "$OUT/l8z3r.yaml" bf16
+    z3run l8_tp2_zero1_fp8 "$NGPU" "$OUT/l8z1.yaml" fp8
+  fi
 fi
 
 if want product; then
