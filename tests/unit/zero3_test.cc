@@ -98,6 +98,35 @@ TEST_F(ZeroThree, KeepingTheGatheredWeightsChangesNoNumber) {
   EXPECT_TRUE(Has(c.status().message(), "needs parallel.zero: 3")) << c.status().message();
 }
 
+// The whole-model export under ZeRO-3 (every rank gathers the shards, tensor by tensor through
+// its gradient memory): train.sample_every's samples are ZeRO-1's, letter for letter (FP32, the
+// same weights bit for bit); and train.recompute (the norms recomputed from the gathered layer's
+// weights in the backward) changes nothing against plain DP.
+TEST_F(ZeroThree, SamplesFromTheGatheredWeightsAndRecomputeMatch) {
+  train_extra_ = ", sample_every: 2, sample_tokens: 16";
+  const TrainRun one = Mpirun(2, Config("sz1", 2, small_, "fp32", 1, false, 1), "sz1", 4);
+  const TrainRun three = Mpirun(2, Config("sz3", 2, small_, "fp32", 1, false, 3), "sz3", 4);
+  ASSERT_EQ(one.ranks[0].code, 0) << one.output;
+  ASSERT_EQ(three.ranks[0].code, 0) << three.output;
+  auto samples = [](const std::string& out) {
+    std::string s;
+    for (size_t at = out.find("sample: "); at != std::string::npos;
+         at = out.find("sample: ", at + 1)) {
+      s += out.substr(at, out.find('\n', at) - at) + "\n";
+    }
+    return s;
+  };
+  EXPECT_FALSE(samples(one.output).empty()) << one.output;
+  EXPECT_EQ(samples(one.output), samples(three.output));
+  train_extra_ = ", recompute: true";
+  const TrainRun a = Mpirun(2, Config("rp", 2, llama_, "fp8", 2, false, 0), "rp", 4);
+  const TrainRun b = Mpirun(2, Config("rz", 2, llama_, "fp8", 2, false, 3), "rz", 4);
+  ASSERT_EQ(a.ranks[0].code, 0) << a.output;
+  ASSERT_EQ(b.ranks[0].code, 0) << b.output;
+  ExpectSame(a, "rp", b, "rz", 1e-5, 1e-5);
+  train_extra_.clear();
+}
+
 TEST_F(ZeroThree, WithTensorParallelismEqualsZeroOne) {
   for (const std::string& model : {small_, llama_}) {
     const std::string one = model == small_ ? "tz1g" : "tz1l", three = model == small_ ? "tz3g"
