@@ -218,10 +218,17 @@ class Fp8State {
     if (calibrate_now) return ops_->QuantizeCurrentScaling(in, out, cfg.margin, sat, on);
     return ops_->Quantize(in, out, sat, on);
   }
-  // Zeroes the amaxes (after an evaluation pass, which must not feed the next step's scales).
-  Status ClearAmax() {
+  // Zeroes the amaxes (after an evaluation pass, which must not feed the next step's scales); with
+  // keep_weights, the weights' (kRoleW) stay.
+  Status ClearAmax(bool keep_weights = false) {
     if (num_tensors == 0) return Status::Ok();
-    return ops_->Zero(scaling.amax, num_tensors * sizeof(float));
+    if (!keep_weights) return ops_->Zero(scaling.amax, num_tensors * sizeof(float));
+    std::vector<float> a(static_cast<size_t>(num_tensors));
+    FP8RT_RETURN_IF_ERROR(ops_->Download(a.data(), scaling.amax, a.size() * sizeof(float)));
+    for (int i = 0; i < num_tensors; ++i) {
+      if (i % kNumRoles != kRoleW) a[static_cast<size_t>(i)] = 0.0f;
+    }
+    return ops_->Upload(scaling.amax, a.data(), a.size() * sizeof(float));
   }
 
   Result<std::vector<uint8_t>> CachedWeight(const std::string& name) const;

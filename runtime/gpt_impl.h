@@ -228,7 +228,9 @@ class Gpt final : public GptModel {
   // Element `off` of the full gradient layout (and of its BF16 copy, and of the BF16 shard):
   // under ZeRO-3 only the tensors outside the layers are allocated, in two pieces around the
   // layers' range ([gap_lo_, gap_hi_) of the layout, [sgap_lo_, sgap_hi_) of the shard).
-  float* GradAt(int64_t off) const { return off < gap_lo_ ? grads_ + off : grads_hi_ + (off - gap_hi_); }
+  float* GradAt(int64_t off) const {
+    return off < gap_lo_ ? grads_ + off : grads_hi_ + (off - gap_hi_);
+  }
   bf16* G16At(int64_t off) const { return off < gap_lo_ ? g16_ + off : g16_hi_ + (off - gap_hi_); }
   bf16* G16ShardAt(int64_t off) const {
     return off < sgap_lo_ ? g16shard_ + off : g16shard_hi_ + (off - sgap_hi_);
@@ -560,7 +562,8 @@ class Gpt final : public GptModel {
   int ring_n_ = 2;
   bool Zero3() const { return Zero() && o_.zero == 3; }
   // Hybrid sharding (ModelOptions::replicas): each gradient part, once reduce-scattered within
-  // o_.dp, is all-reduced across the replicas (AllReduceAcrossReplicas, on `stream`).
+  // o_.dp, is all-reduced across the replicas (AllReduceAcrossReplicas, on `stream`): the buckets'
+  // on the last micro-batch, ZeRO-3's layers' once their shard holds the step's sum.
   bool Hybrid() const { return Zero() && o_.replicas != nullptr && o_.replicas->size() > 1; }
   int64_t DpSize() const { return o_.dp->size() * (Hybrid() ? o_.replicas->size() : 1); }
   Status AllReduceAcrossReplicas(void* part, int64_t n, comm::DataType dt, void* stream,
@@ -568,7 +571,6 @@ class Gpt final : public GptModel {
     return o_.replicas->AllReduce(part, part, static_cast<size_t>(n), dt, comm::ReduceOp::kSum,
                                   stream, what);
   }
-  int64_t gtmp_total_ = 0;  // elements of gtmp_
   int64_t gap_lo_ = INT64_MAX, gap_hi_ = 0, sgap_lo_ = INT64_MAX, sgap_hi_ = 0;
   float* grads_hi_ = nullptr;
   bf16 *g16_hi_ = nullptr, *g16shard_hi_ = nullptr;
@@ -741,7 +743,8 @@ Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
                                           : std::vector<comm::Communicator*>{o_.tp}) {
       FP8RT_RETURN_IF_ERROR(g->AllReduce(norm_sq_, norm_sq_, 1, comm::DataType::kFloat32,
                                          comm::ReduceOp::kSum, stream,
-                                         "gradient norm all-reduce (TP)"));
+                                         Hybrid() ? "gradient norm all-reduce (shard group, TP)"
+                                                  : "gradient norm all-reduce (TP)"));
     }
     FP8RT_RETURN_IF_ERROR(ops_->JoinComm());
   } else if (Zero()) {
@@ -832,8 +835,10 @@ Status Gpt<Ops, T>::Forward(const int32_t* x, const int32_t* y, float* loss,
     logits->resize(raw.size());
     for (size_t i = 0; i < raw.size(); ++i) (*logits)[i] = ToFloat(raw[i]);
   }
-  // Evaluation must not feed the next training step's amax.
-  FP8RT_RETURN_IF_ERROR(fp8_.ClearAmax());
+  // Evaluation must not feed the next training step's amax; the weights' amaxes stay (under ZeRO
+  // the last step's update cast them, for the next step's history; otherwise the next step casts
+  // the same weights again).
+  FP8RT_RETURN_IF_ERROR(fp8_.ClearAmax(/*keep_weights=*/true));
   return Status::Ok();
 }
 

@@ -162,8 +162,9 @@ Status Gpt<Ops, T>::SetupZero() {
     if (PerLayer(p) % D != 0) {
       return Status::InvalidArgument(StrCat(
           "parallel.zero: tensor ", kParamNames[p], " has ", PerLayer(p),
-          " elements per layer, which do not split into ", D,
-          " equal parts (ZeRO-1 needs model.n_embd to be a multiple of the data-parallel size)"));
+          " elements per layer, which do not split into ", D, " equal parts (ZeRO-", o_.zero,
+          " needs model.n_embd to be a multiple of the ",
+          Hybrid() ? "shard group's size, parallel.shard_group" : "data-parallel size", ")"));
     }
   }
   const ZeroShards shards(o_.model, layout_, static_cast<int>(D));

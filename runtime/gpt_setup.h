@@ -60,7 +60,8 @@ Status Gpt<Ops, T>::Setup() {
   }
   if (fp8 && o_.fp8.mode == ScalingMode::kBlock && Zero()) {
     return Status::InvalidArgument(
-        "fp8.scaling: block does not run with parallel.zero (ZeRO-1) yet: each rank would cast "
+        "fp8.scaling: block does not run with parallel.zero (ZeRO-1 or ZeRO-3) yet: each rank "
+        "would cast "
         "its rows of a weight and the 128x128 blocks' scales would need all-gathering with the "
         "bytes; use plain data parallelism (parallel.zero: false) or fp8.scaling: delayed");
   }
@@ -72,7 +73,7 @@ Status Gpt<Ops, T>::Setup() {
   if (fp8 && !o_.fp8.cache_weights && (Zero() || o_.fp8.mode == ScalingMode::kBlock)) {
     return Status::InvalidArgument(StrCat(
         "fp8.cache_weights: false does not run with ",
-        Zero() ? "parallel.zero (ZeRO-1): each rank holds a shard of the FP32 master weights, "
+        Zero() ? "parallel.zero (ZeRO-1 or 3): each rank holds a shard of the FP32 master weights, "
                  "so the cast FP8 weights are what it all-gathers and keeps; use "
                  "parallel.zero: false or fp8.cache_weights: true"
                : "fp8.scaling: block: its 128x128 weight cast writes the transposed copy and "

@@ -37,7 +37,7 @@ Status Gpt<Ops, T>::SetupZero3() {
   if (b16) FP8RT_RETURN_IF_ERROR(Alloc(&g16ring_, kGradRing * gring_layer_));
   uint8_t* t = nullptr;
   FP8RT_RETURN_IF_ERROR(Alloc(&t, tmp * (b16 ? 2 : 4)));
-  gtmp_ = t, gtmp_total_ = tmp;
+  gtmp_ = t;
   mem_category_ = kMemWorking;
   FP8RT_RETURN_IF_ERROR(Alloc(&wshard_, wshard_total));
   mem_category_ = kMemGathered;
@@ -161,20 +161,15 @@ Status Gpt<Ops, T>::ReduceLayer(int l) {
   for (int p = kLn1W; p <= kFcProjB; ++p) {
     if (layout_.size[p] == 0) continue;
     const size_t n = static_cast<size_t>(SliceOf(p));
-    FP8RT_RETURN_IF_ERROR(
-        b16 ? o_.dp->ReduceScatter(ring16 + gring_off_[p], tmp16 + gtmp_off_[p], n,
-                                   comm::DataType::kBFloat16, comm::ReduceOp::kSum, stream,
-                                   what.c_str())
-            : o_.dp->ReduceScatter(Gl(static_cast<Param>(p), l), tmp32 + gtmp_off_[p], n,
-                                   comm::DataType::kFloat32, comm::ReduceOp::kSum, stream,
-                                   what.c_str()));
+    FP8RT_RETURN_IF_ERROR(b16 ? o_.dp->ReduceScatter(ring16 + gring_off_[p], tmp16 + gtmp_off_[p],
+                                                     n, comm::DataType::kBFloat16,
+                                                     comm::ReduceOp::kSum, stream, what.c_str())
+                              : o_.dp->ReduceScatter(Gl(static_cast<Param>(p), l),
+                                                     tmp32 + gtmp_off_[p], n,
+                                                     comm::DataType::kFloat32, comm::ReduceOp::kSum,
+                                                     stream, what.c_str()));
   }
   FP8RT_RETURN_IF_ERROR(o_.dp->GroupEnd(what.c_str()));
-  if (Hybrid()) {  // summed over the replicas too (one collective: the layer's part is contiguous)
-    FP8RT_RETURN_IF_ERROR(AllReduceAcrossReplicas(
-        gtmp_, gtmp_total_, b16 ? comm::DataType::kBFloat16 : comm::DataType::kFloat32, stream,
-        what.c_str()));
-  }
   // This micro-batch's part into the shard (the first one's replaces what the last step left).
   for (int p = kLn1W; p <= kFcProjB; ++p) {
     if (layout_.size[p] == 0) continue;
@@ -182,6 +177,17 @@ Status Gpt<Ops, T>::ReduceLayer(int l) {
     FP8RT_RETURN_IF_ERROR(
         b16 ? ops_->AccumulateShard(dst, tmp16 + gtmp_off_[p], SliceOf(p), micro_ > 0, stream)
             : ops_->AccumulateShard(dst, tmp32 + gtmp_off_[p], SliceOf(p), micro_ > 0, stream));
+  }
+  // Hybrid sharding: the step's sum of this layer's parts over the replicas too, once, after the
+  // last micro-batch has added its part (in FP32: the shard's own precision).
+  if (Hybrid() && reduce_grads_now_) {
+    FP8RT_RETURN_IF_ERROR(o_.replicas->GroupStart());
+    for (int p = kLn1W; p <= kFcProjB; ++p) {
+      if (layout_.size[p] == 0) continue;
+      FP8RT_RETURN_IF_ERROR(AllReduceAcrossReplicas(
+          gshard_ + ShardOff(p, l), SliceOf(p), comm::DataType::kFloat32, stream, what.c_str()));
+    }
+    FP8RT_RETURN_IF_ERROR(o_.replicas->GroupEnd(what.c_str()));
   }
   FP8RT_RETURN_IF_ERROR(ops_->MarkComm(GradMark(k), stream));
   ops_->CommTimerStop(kGradTimer);

@@ -124,7 +124,8 @@ Result<MemoryPlan> PlanMemory(const RunConfig& c, Precision precision, int ranks
   // Rank 0's groups, as the trainer makes them (SetUpGrid): the world, dp (the world without
   // TP), tp.
   // (hybrid sharding: dp is one shard group, beside its replicas)
-  const int shard = c.parallel.zero && c.parallel.shard_group > 0 ? c.parallel.shard_group : dp;
+  const int shard =
+      c.parallel.zero && dp > 1 && c.parallel.shard_group > 0 ? c.parallel.shard_group : dp;
   if (shard != dp && (dp % shard != 0 || shard < 2)) {
     return Status::InvalidArgument(StrCat("parallel.shard_group = ", shard,
                                           " must be at least 2 and divide the data-parallel size ",

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -93,7 +95,8 @@ TEST_F(ZeroThree, KeepingTheGatheredWeightsChangesNoNumber) {
     ExpectIdentical(a, a_tag, b, b_tag);
     for (const auto& j : b.metrics) EXPECT_EQ(j["amax_collectives"], 1);
   }
-  auto c = ParseRunConfig("data: {train: x}\nparallel: {zero: true, keep_gathered_weights: true}\n");
+  auto c =
+      ParseRunConfig("data: {train: x}\nparallel: {zero: true, keep_gathered_weights: true}\n");
   ASSERT_FALSE(c.ok());
   EXPECT_TRUE(Has(c.status().message(), "needs parallel.zero: 3")) << c.status().message();
 }
@@ -124,6 +127,34 @@ TEST_F(ZeroThree, SamplesFromTheGatheredWeightsAndRecomputeMatch) {
   ASSERT_EQ(a.ranks[0].code, 0) << a.output;
   ASSERT_EQ(b.ranks[0].code, 0) << b.output;
   ExpectSame(a, "rp", b, "rz", 1e-5, 1e-5);
+  train_extra_.clear();
+}
+
+// An evaluation pass under ZeRO (whose weights were cast by the last step's update, for the next
+// step) keeps the weights' amaxes: with the most recent amax deciding the scales, training with
+// an evaluation after every step is training without one, bit for bit, under ZeRO-1 and ZeRO-3.
+TEST_F(ZeroThree, AnEvaluationAfterEveryStepChangesNoStep) {
+  fp8_extra_ = ", amax_algo: most_recent";
+  for (const int zero : {1, 3}) {
+    const std::string quiet = StrCat("nq", zero), eval = StrCat("ne", zero);
+    train_extra_.clear();
+    const TrainRun a = Mpirun(2, Config(quiet, 2, small_, "fp8", 1, false, zero), quiet, 4);
+    train_extra_ = ", eval_every: 1, eval_tokens: 256";
+    const std::string path = Config(eval, 2, small_, "fp8", 1, false, zero);
+    {
+      std::ifstream in(path);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const std::string from = "data: {train: corpus.txt}";
+      text.replace(text.find(from), from.size(), "data: {train: corpus.txt, val: corpus.txt}");
+      std::ofstream(path) << text;
+    }
+    const TrainRun b = Mpirun(2, path, eval, 4);
+    ASSERT_EQ(a.ranks[0].code, 0) << a.output;
+    ASSERT_EQ(b.ranks[0].code, 0) << b.output;
+    EXPECT_TRUE(Has(b.output, "val_loss") || Has(b.output, "validation")) << b.output;
+    ExpectIdentical(a, quiet, b, eval);
+  }
+  fp8_extra_.clear();
   train_extra_.clear();
 }
 
@@ -235,7 +266,8 @@ TEST_F(ZeroThree, HybridShardGroupsEqualPlainDataParallelism) {
 // checkpoint at dp 2), and resumes without hybrid sharding at dp 2 and back.
 TEST_F(ZeroThree, HybridCheckpointsHoldOneGroupsShardsAndResumeElsewhere) {
   namespace fs = std::filesystem;
-  const std::string hybrid = Config("hh", 1, llama_, "fp8", 1, false, 3, "fp32", ", shard_group: 2");
+  const std::string hybrid =
+      Config("hh", 1, llama_, "fp8", 1, false, 3, "fp32", ", shard_group: 2");
   const std::string plain = Config("hq", 1, llama_, "fp8", 1, false, 0);
   const std::string z2 = Config("h2", 1, llama_, "fp8", 1, false, 3);
   ASSERT_EQ(Mpirun(4, hybrid, "hchain", 2).ranks[0].code, 0);
@@ -255,11 +287,12 @@ TEST_F(ZeroThree, HybridCheckpointsHoldOneGroupsShardsAndResumeElsewhere) {
 }
 
 TEST_F(ZeroThree, ShardGroupsThatDoNotDivideOrLackZeroAreRefused) {
-  const TrainRun a = Mpirun(4, Config("hb1", 1, small_, "fp32", 1, false, 3, "fp32", ", shard_group: 3"),
-                            "hb1", 2);
+  const TrainRun a = Mpirun(
+      4, Config("hb1", 1, small_, "fp32", 1, false, 3, "fp32", ", shard_group: 3"), "hb1", 2);
   EXPECT_NE(a.ranks[0].code, 0);
-  EXPECT_TRUE(Has(a.output, "parallel.shard_group = 3 must be at least 2 and divide the "
-                            "data-parallel size 4"))
+  EXPECT_TRUE(Has(a.output,
+                  "parallel.shard_group = 3 must be at least 2 and divide the "
+                  "data-parallel size 4"))
       << a.output;
   auto c = ParseRunConfig("data: {train: x}\nparallel: {shard_group: 2}\n");
   ASSERT_FALSE(c.ok());
