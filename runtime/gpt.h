@@ -115,6 +115,7 @@ struct StepStats {
   // ZeRO-1: the FP8 (and T) weight all-gather of the previous step's update (it overlapped the
   // rest of that update and this step's forward): the communication stream's time in it, summed
   // over the layers' gathers (with their transposes). 0 on the first step, which casts itself.
+  // ZeRO-3: the previous step's gathers (every layer's for its passes, and slot 0's after AdamW).
   double weight_gather_ms = 0;
 };
 
