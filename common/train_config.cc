@@ -128,6 +128,7 @@ Status RunConfig::Validate() const {
   FP8RT_RETURN_IF_ERROR(Range("train.beta1", train.beta1, 0, 0.999999));
   FP8RT_RETURN_IF_ERROR(Range("train.beta2", train.beta2, 0, 0.999999));
   FP8RT_RETURN_IF_ERROR(Range("train.eps", train.eps, 0, 1));
+  FP8RT_RETURN_IF_ERROR(OneOf("train.moments_dtype", train.moments_dtype, {"fp32", "bf16"}));
   FP8RT_RETURN_IF_ERROR(Range("train.checkpoint_every", train.checkpoint_every, 0, 1e9));
   FP8RT_RETURN_IF_ERROR(
       OneOf("train.on_checkpoint_error", train.on_checkpoint_error, {"stop", "continue"}));
@@ -231,6 +232,7 @@ void Schema(RunConfig& c, V& v) {
     v.Field("beta1", &t.beta1);
     v.Field("beta2", &t.beta2);
     v.Field("eps", &t.eps);
+    v.Field("moments_dtype", &t.moments_dtype);
     v.Field("grad_clip", &t.grad_clip);
     v.Field("seed", &t.seed);
     v.Field("checkpoint_every", &t.checkpoint_every);

@@ -140,6 +140,11 @@ struct TrainConfig {
   float beta1 = 0.9f;         // Default: 0.9
   float beta2 = 0.95f;        // Default: 0.95
   float eps = 1e-8f;          // Default: 1e-8
+  // How AdamW stores its two moments: "fp32", or "bf16" (half the optimizer-state memory and
+  // less traffic; each moment is rounded to nearest even when stored, the update itself runs in
+  // FP32). Checkpoints hold them as FP32 either way, so a run can resume with the other choice.
+  // Default: fp32
+  std::string moments_dtype = "fp32";
   float grad_clip = 1.0f;     // global-norm clipping; <= 0 disables. Default: 1.0
   uint64_t seed = 1337;       // init and data sampling. Default: 1337
   int checkpoint_every = 0;   // steps between checkpoints; 0: only at exit. Default: 0

@@ -33,6 +33,8 @@ struct AdamWConfig {
 //   m_hat = m / (1 - beta1^t);     v_hat = v / (1 - beta2^t)
 //   p = p - lr (m_hat / (sqrt(v_hat) + eps) + weight_decay p)        (p: the fp32 master)
 //   working[i] = T(p)                                                  (when working != null)
+// The moments are stored as M: FP32, or BF16 (train.moments_dtype: bf16), rounded to nearest even
+// when stored; the update of p uses the unrounded m and v of this step.
 // grad_norm_sq (the output of GlobalNormSquared) is read inside the kernel, so clipping needs no
 // host sync; it is only read when max_grad_norm > 0 and must then be non-null (host pointer for
 // the CPU reference, device pointer for CUDA). The CPU reference computes in fp64.
@@ -48,25 +50,29 @@ Status ValidateAdamWArgs(const char* op, int64_t n, int step, const AdamWConfig&
                          float weight_decay, const float* grad_norm_sq, float max_grad_norm);
 
 namespace cpu {
-// Instantiated for T in {float, bf16, double}. working may be null.
-template <typename T>
-Status AdamW(float* master, float* m, float* v, const float* grad, T* working, int64_t n, int step,
+// Instantiated for T in {float, bf16, double} and M in {float, bf16}. working may be null.
+template <typename T, typename M>
+Status AdamW(float* master, M* m, M* v, const float* grad, T* working, int64_t n, int step,
              const AdamWConfig& cfg, float weight_decay, const float* grad_norm_sq,
              float max_grad_norm);
-Status AdamWFp8(float* master, float* m, float* v, const float* grad, const Fp8Tensor& working,
-                int step, const AdamWConfig& cfg, float weight_decay, const float* grad_norm_sq,
+// M in {float, bf16}.
+template <typename M>
+Status AdamWFp8(float* master, M* m, M* v, const float* grad, const Fp8Tensor& working, int step,
+                const AdamWConfig& cfg, float weight_decay, const float* grad_norm_sq,
                 float max_grad_norm);
 }  // namespace cpu
 
 #if FP8RT_WITH_CUDA
 namespace cuda {
-// Instantiated for T in {float, bf16}. Device pointers; working may be null.
-template <typename T>
-Status AdamW(float* master, float* m, float* v, const float* grad, T* working, int64_t n, int step,
+// Instantiated for T in {float, bf16} and M in {float, bf16}. Device pointers; working may be
+// null. The update runs in fp32 (the CPU reference in fp64).
+template <typename T, typename M>
+Status AdamW(float* master, M* m, M* v, const float* grad, T* working, int64_t n, int step,
              const AdamWConfig& cfg, float weight_decay, const float* grad_norm_sq,
              float max_grad_norm, cudaStream_t stream);
-Status AdamWFp8(float* master, float* m, float* v, const float* grad, const Fp8Tensor& working,
-                int step, const AdamWConfig& cfg, float weight_decay, const float* grad_norm_sq,
+template <typename M>
+Status AdamWFp8(float* master, M* m, M* v, const float* grad, const Fp8Tensor& working, int step,
+                const AdamWConfig& cfg, float weight_decay, const float* grad_norm_sq,
                 float max_grad_norm, cudaStream_t stream);
 }  // namespace cuda
 #endif

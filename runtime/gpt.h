@@ -45,6 +45,9 @@ struct ModelOptions {
   int grad_accum = 1;  // micro-batches per step
   float grad_clip = 1.0f;
   float weight_decay = 0.1f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  // train.moments_dtype: bf16. AdamW's moments stored as BF16 (rounded to nearest even); the
+  // state's exports and checkpoints stay FP32.
+  bool bf16_moments = false;
   // CUDA only: the attention kernels, "auto" (cuDNN's fused flash attention where it loads and
   // takes the shape, else fp8rt's flash kernels, else GEMMs), "cudnn", "cudnn-nondeterministic"
   // (cuDNN with its faster backward, not bit-reproducible), "flash" or "gemm".

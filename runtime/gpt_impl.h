@@ -60,8 +60,10 @@ class Gpt final : public GptModel {
     const size_t n = static_cast<size_t>(Zero() ? shard_total_ : layout_.total);
     master->resize(n), m->resize(n), v->resize(n);
     FP8RT_RETURN_IF_ERROR(ops_->Download(master->data(), master_, n * sizeof(float)));
-    FP8RT_RETURN_IF_ERROR(ops_->Download(m->data(), m_, n * sizeof(float)));
-    return ops_->Download(v->data(), v_, n * sizeof(float));
+    FP8RT_ASSIGN_OR_RETURN(const float* mf, MomentsAsFloat(m_));
+    FP8RT_RETURN_IF_ERROR(ops_->Download(m->data(), mf, n * sizeof(float)));
+    FP8RT_ASSIGN_OR_RETURN(const float* vf, MomentsAsFloat(v_));
+    return ops_->Download(v->data(), vf, n * sizeof(float));
   }
   Result<std::unique_ptr<StateSnapshot>> SnapshotOwnedState() override;
   Result<std::vector<TensorScaleRecord>> ExportScales() override { return fp8_.ExportScales(); }
@@ -87,7 +89,10 @@ class Gpt final : public GptModel {
   std::vector<std::pair<std::string, size_t>> MemoryReport() const override {
     std::vector<std::pair<std::string, size_t>> out;
     for (int c = 0; c < kNumMemCategories; ++c) {
-      if (category_bytes_[c] > 0) out.emplace_back(kMemCategoryNames[c], category_bytes_[c]);
+      if (category_bytes_[c] == 0) continue;
+      out.emplace_back(c == kMemOptimizer && o_.bf16_moments ? "optimizer moments (bf16)"
+                                                              : kMemCategoryNames[c],
+                       category_bytes_[c]);
     }
     return out;
   }
@@ -412,7 +417,22 @@ class Gpt final : public GptModel {
   std::shared_ptr<std::atomic<bool>> snapshot_alive_ = std::make_shared<std::atomic<bool>>(false);
 
   // Parameters: FP32 master, FP32 gradients and moments, T working copy.
-  float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
+  float *master_ = nullptr, *grads_ = nullptr;
+  // AdamW's moments, FP32 or (o_.bf16_moments) BF16: MomentsAt gives them typed.
+  void *m_ = nullptr, *v_ = nullptr;
+  size_t MomentBytes() const { return o_.bf16_moments ? sizeof(bf16) : sizeof(float); }
+  // f(m + off, v + off) with the moments' stored type.
+  template <typename F>
+  Status MomentsAt(int64_t off, F&& f) {
+    if (o_.bf16_moments) return f(static_cast<bf16*>(m_) + off, static_cast<bf16*>(v_) + off);
+    return f(static_cast<float*>(m_) + off, static_cast<float*>(v_) + off);
+  }
+  // One moment array (m_ or v_) as FP32 on the device: itself, or (BF16 moments) widened into
+  // the gradient memory this rank owns (gshard_ under ZeRO, grads_ otherwise), which is dead
+  // between steps (GatherState reuses it too). Every owned element.
+  Result<const float*> MomentsAsFloat(const void* dev);
+  // The reverse: FP32 `host` (this rank's owned elements) into the moment array `dev`.
+  Status UploadMoments(void* dev, const float* host);
   T* working_ = nullptr;
   int64_t work_offset_[kNumParams] = {};  // into working_, -1 where HasWorking is false
 
@@ -508,6 +528,7 @@ class Gpt final : public GptModel {
   std::vector<bool> gather_pending_;
   Status GatherState(const float* shard, std::vector<float>* full);
   Status ScatterState(const std::vector<float>& full, float* shard);
+  std::vector<float> ShardOf(const std::vector<float>& full) const;
   // The step's FP8 weight casts: true (every step, from master_) without ZeRO; under ZeRO only
   // when the full master is pending (after InitRandom/ImportState), from it in grads_.
   Status PrepareWeightCasts(bool* cast);

@@ -343,9 +343,9 @@ Status Gpt<Ops, T>::GatherState(const float* shard, std::vector<float>* full) {
   return ops_->Download(full->data(), grads_, full->size() * sizeof(float));
 }
 
-// This rank's parts of a full (layout-order) tensor, into the shard.
+// This rank's parts of a full (layout-order) tensor, in shard order.
 template <typename Ops, typename T>
-Status Gpt<Ops, T>::ScatterState(const std::vector<float>& full, float* shard) {
+std::vector<float> Gpt<Ops, T>::ShardOf(const std::vector<float>& full) const {
   const int64_t r = o_.dp->rank();
   std::vector<float> mine(static_cast<size_t>(shard_total_), 0.0f);
   for (int p = 0; p < kNumParams; ++p) {
@@ -354,6 +354,13 @@ Status Gpt<Ops, T>::ScatterState(const std::vector<float>& full, float* shard) {
                   mine.data() + ShardOff(p, l));
     }
   }
+  return mine;
+}
+
+// ... into the shard.
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::ScatterState(const std::vector<float>& full, float* shard) {
+  const std::vector<float> mine = ShardOf(full);
   return ops_->Upload(shard, mine.data(), mine.size() * sizeof(float));
 }
 

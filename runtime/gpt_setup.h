@@ -101,8 +101,17 @@ Status Gpt<Ops, T>::Setup() {
     FP8RT_RETURN_IF_ERROR(Alloc(&grads_, P));
   }
   mem_category_ = kMemOptimizer;
-  FP8RT_RETURN_IF_ERROR(Alloc(&m_, owned));
-  FP8RT_RETURN_IF_ERROR(Alloc(&v_, owned));
+  if (o_.bf16_moments) {
+    bf16 *m = nullptr, *v = nullptr;
+    FP8RT_RETURN_IF_ERROR(Alloc(&m, owned));
+    FP8RT_RETURN_IF_ERROR(Alloc(&v, owned));
+    m_ = m, v_ = v;
+  } else {
+    float *m = nullptr, *v = nullptr;
+    FP8RT_RETURN_IF_ERROR(Alloc(&m, owned));
+    FP8RT_RETURN_IF_ERROR(Alloc(&v, owned));
+    m_ = m, v_ = v;
+  }
   mem_category_ = kMemGrads;
   if (Zero()) FP8RT_RETURN_IF_ERROR(Alloc(&gshard_, shard_total_));
   if (Dp() && o_.grad_reduce_bf16 && Zero3()) {

@@ -122,8 +122,28 @@ template <typename Ops, typename T>
 Status Gpt<Ops, T>::ExportState(std::vector<float>* master, std::vector<float>* m,
                                 std::vector<float>* v) {
   FP8RT_RETURN_IF_ERROR(ExportArray(master_, master));
-  FP8RT_RETURN_IF_ERROR(ExportArray(m_, m));
-  return ExportArray(v_, v);
+  FP8RT_ASSIGN_OR_RETURN(const float* mf, MomentsAsFloat(m_));
+  FP8RT_RETURN_IF_ERROR(ExportArray(mf, m));
+  FP8RT_ASSIGN_OR_RETURN(const float* vf, MomentsAsFloat(v_));
+  return ExportArray(vf, v);
+}
+
+template <typename Ops, typename T>
+Result<const float*> Gpt<Ops, T>::MomentsAsFloat(const void* dev) {
+  if (!o_.bf16_moments) return static_cast<const float*>(dev);
+  float* wide = Zero() ? gshard_ : grads_;
+  const int64_t owned = Zero() ? shard_total_ : layout_.total;
+  FP8RT_RETURN_IF_ERROR(ops_->Bf16ToFloat(wide, static_cast<const bf16*>(dev), owned));
+  return static_cast<const float*>(wide);
+}
+
+template <typename Ops, typename T>
+Status Gpt<Ops, T>::UploadMoments(void* dev, const float* host) {
+  const int64_t owned = Zero() ? shard_total_ : layout_.total;
+  if (!o_.bf16_moments) return ops_->Upload(dev, host, static_cast<size_t>(owned) * sizeof(float));
+  float* wide = Zero() ? gshard_ : grads_;
+  FP8RT_RETURN_IF_ERROR(ops_->Upload(wide, host, static_cast<size_t>(owned) * sizeof(float)));
+  return ops_->FloatToBf16(static_cast<bf16*>(dev), wide, owned);
 }
 
 template <typename Ops, typename T>
@@ -174,10 +194,10 @@ Status Gpt<Ops, T>::ImportParts(std::vector<float> whole_master,
   if (Tp() && v != nullptr) v_part = part(*v), v = &v_part;
   const size_t owned = static_cast<size_t>(Zero() ? shard_total_ : layout_.total);
   // One moment array: from `src`, or zero when null.
-  auto moments = [&](const std::vector<float>* src, float* dst) -> Status {
-    if (src == nullptr) return ops_->Zero(dst, owned * sizeof(float));
-    if (Zero()) return ScatterState(*src, dst);
-    return ops_->Upload(dst, src->data(), n * sizeof(float));
+  auto moments = [&](const std::vector<float>* src, void* dst) -> Status {
+    if (src == nullptr) return ops_->Zero(dst, owned * MomentBytes());
+    if (Zero()) return UploadMoments(dst, ShardOf(*src).data());
+    return UploadMoments(dst, src->data());
   };
   if (Zero()) {
     FP8RT_RETURN_IF_ERROR(ScatterState(master, master_));
@@ -210,15 +230,15 @@ Result<std::vector<std::pair<std::string, uint64_t>>> Gpt<Ops, T>::StateHashes()
   const size_t owned = static_cast<size_t>(Zero() ? shard_total_ : layout_.total);
   std::vector<float> host(owned);
   std::vector<std::pair<std::string, uint64_t>> out;
-  auto hash = [&](const char* name, const float* dev) -> Status {
-    FP8RT_RETURN_IF_ERROR(ops_->Download(host.data(), dev, owned * sizeof(float)));
-    out.emplace_back(name, HashWords(host.data(), owned * sizeof(float)));
+  auto hash = [&](const char* name, const void* dev, size_t bytes = sizeof(float)) -> Status {
+    FP8RT_RETURN_IF_ERROR(ops_->Download(host.data(), dev, owned * bytes));
+    out.emplace_back(name, HashWords(host.data(), owned * bytes));
     return Status::Ok();
   };
   FP8RT_RETURN_IF_ERROR(hash("grads", Zero() ? gshard_ : grads_));
   FP8RT_RETURN_IF_ERROR(hash("master", master_));
-  FP8RT_RETURN_IF_ERROR(hash("adam_m", m_));
-  FP8RT_RETURN_IF_ERROR(hash("adam_v", v_));
+  FP8RT_RETURN_IF_ERROR(hash("adam_m", m_, MomentBytes()));
+  FP8RT_RETURN_IF_ERROR(hash("adam_v", v_, MomentBytes()));
   FP8RT_ASSIGN_OR_RETURN(auto recs, fp8_.ExportScales());
   uint64_t h = 1469598103934665603ull;
   for (const auto& r : recs) {
@@ -307,11 +327,25 @@ Result<std::unique_ptr<StateSnapshot>> Gpt<Ops, T>::SnapshotOwnedState() {
       }
     }
   }
-  const float* arrays[3] = {master_, m_, v_};
+  const void* arrays[3] = {master_, m_, v_};
   for (int k = 0; k < 3; ++k) {
     const size_t b = static_cast<size_t>(n) * sizeof(float);
-    const Status s = snapshot_ != nullptr ? ops_->CopyOnDevice(snapshot_ + k * n, arrays[k], b)
-                                          : ops_->Download(snapshot_host_ + k * n, arrays[k], b);
+    Status s;
+    if (k == 0 || !o_.bf16_moments) {
+      s = snapshot_ != nullptr ? ops_->CopyOnDevice(snapshot_ + k * n, arrays[k], b)
+                               : ops_->Download(snapshot_host_ + k * n, arrays[k], b);
+    } else if (snapshot_ != nullptr) {  // BF16 moments: the snapshot (a checkpoint) holds FP32
+      s = ops_->Bf16ToFloat(snapshot_ + k * n, static_cast<const bf16*>(arrays[k]), n);
+    } else {
+      // Downloaded into the upper half of their FP32 place, then widened in place from the
+      // front: element i's FP32 bytes end before BF16 element i's (2n + 2i >= 4i + 4 for i < n).
+      float* out = snapshot_host_ + k * n;
+      auto* half = reinterpret_cast<bf16*>(reinterpret_cast<char*>(out) + 2 * n);
+      s = ops_->Download(half, arrays[k], static_cast<size_t>(n) * sizeof(bf16));
+      if (s.ok()) {
+        for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(half[i]);
+      }
+    }
     if (!s.ok()) return give_back(s);
   }
   if (const Status s = ops_->Sync(); !s.ok()) return give_back(s);

@@ -151,10 +151,10 @@ Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
       for (int p = 0; p < kNumParams; ++p) {
         if (layout_.size[p] == 0 || !InSlot(p, slot)) continue;
         const int64_t so = ShardOff(p, l), n = SliceOf(p);
-        FP8RT_RETURN_IF_ERROR(ops_->AdamW(master_ + so, m_ + so, v_ + so, gshard_ + so,
-                                          WorkShard(p, l), n, step, cfg,
-                                          kDecay[p] ? o_.weight_decay : 0.0f, norm_sq_,
-                                          o_.grad_clip));
+        FP8RT_RETURN_IF_ERROR(MomentsAt(so, [&](auto* m, auto* v) {
+          return ops_->AdamW(master_ + so, m, v, gshard_ + so, WorkShard(p, l), n, step, cfg,
+                             kDecay[p] ? o_.weight_decay : 0.0f, norm_sq_, o_.grad_clip);
+        }));
       }
       return CastSlot(slot);
     };
@@ -173,9 +173,11 @@ Status Gpt<Ops, T>::ClipAndOptimize(int step, float lr) {
   for (int p = 0; p < kNumParams; ++p) {
     if (layout_.size[p] == 0) continue;
     const int64_t off = layout_.offset[p];
-    FP8RT_RETURN_IF_ERROR(ops_->AdamW(master_ + off, m_ + off, v_ + off, grads_ + off,
-                                      W(static_cast<Param>(p)), layout_.size[p], step, cfg,
-                                      kDecay[p] ? o_.weight_decay : 0.0f, norm_sq_, o_.grad_clip));
+    FP8RT_RETURN_IF_ERROR(MomentsAt(off, [&](auto* m, auto* v) {
+      return ops_->AdamW(master_ + off, m, v, grads_ + off, W(static_cast<Param>(p)),
+                         layout_.size[p], step, cfg, kDecay[p] ? o_.weight_decay : 0.0f, norm_sq_,
+                         o_.grad_clip);
+    }));
   }
   return Status::Ok();
 }

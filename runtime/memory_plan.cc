@@ -98,6 +98,7 @@ ModelOptions ModelOptionsFor(const RunConfig& c, Precision p) {
   mo.B = c.train.batch_size, mo.T = c.train.seq_len, mo.grad_accum = c.train.grad_accum;
   mo.grad_clip = c.train.grad_clip, mo.weight_decay = c.train.weight_decay;
   mo.beta1 = c.train.beta1, mo.beta2 = c.train.beta2, mo.eps = c.train.eps;
+  mo.bf16_moments = c.train.moments_dtype == "bf16";
   mo.recompute = c.train.recompute;
   mo.share_grad_memory = c.train.share_gradient_memory;
   mo.grad_bucket_bytes = static_cast<int64_t>(c.parallel.bucket_mb * 1048576.0);

@@ -319,8 +319,8 @@ class CpuOps {
     timer_ms_[k] = 0;
     return ms;
   }
-  template <typename T>
-  Status AdamW(float* master, float* m, float* v, const float* g, T* working, int64_t n, int step,
+  template <typename T, typename M>
+  Status AdamW(float* master, M* m, M* v, const float* g, T* working, int64_t n, int step,
                const AdamWConfig& cfg, float wd, const float* norm_sq, float max_norm) {
     return cpu::AdamW(master, m, v, g, working, n, step, cfg, wd, norm_sq, max_norm);
   }

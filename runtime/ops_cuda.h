@@ -640,8 +640,8 @@ class CudaOps {
   Status NormSquared(float* out, const float* g, int64_t n, bool accumulate = false) {
     return cuda::GlobalNormSquared(out, g, n, scratch_, scratch_bytes_, stream_, accumulate);
   }
-  template <typename T>
-  Status AdamW(float* master, float* m, float* v, const float* g, T* working, int64_t n, int step,
+  template <typename T, typename M>
+  Status AdamW(float* master, M* m, M* v, const float* g, T* working, int64_t n, int step,
                const AdamWConfig& cfg, float wd, const float* norm_sq, float max_norm) {
     return cuda::AdamW(master, m, v, g, working, n, step, cfg, wd, norm_sq, max_norm, stream_);
   }

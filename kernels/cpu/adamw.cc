@@ -33,24 +33,36 @@ Status Prepare(const char* op, int64_t n, int step, const AdamWConfig& cfg, floa
   return Status::Ok();
 }
 
+double Widen(float x) { return x; }
+double Widen(bf16 x) { return static_cast<float>(x); }
+// A moment stored as M: fp32, or bf16 rounded to nearest even from the fp32 value.
+template <typename M>
+M Store(double x) {
+  if constexpr (std::is_same_v<M, float>) {
+    return static_cast<float>(x);
+  } else {
+    return bf16(static_cast<float>(x));
+  }
+}
+
 // Updates element i in place and returns the new fp32 master value.
-float UpdateOne(float* master, float* m, float* v, const float* grad, int64_t i,
-                const StepConsts& k) {
+template <typename M>
+float UpdateOne(float* master, M* m, M* v, const float* grad, int64_t i, const StepConsts& k) {
   const double g = grad[i] * k.clip;
-  const double mi = k.beta1 * m[i] + (1.0 - k.beta1) * g;
-  const double vi = k.beta2 * v[i] + (1.0 - k.beta2) * g * g;
+  const double mi = k.beta1 * Widen(m[i]) + (1.0 - k.beta1) * g;
+  const double vi = k.beta2 * Widen(v[i]) + (1.0 - k.beta2) * g * g;
   const double m_hat = mi / k.bias1, v_hat = vi / k.bias2;
   const double p = master[i];
-  m[i] = static_cast<float>(mi);
-  v[i] = static_cast<float>(vi);
+  m[i] = Store<M>(mi);
+  v[i] = Store<M>(vi);
   master[i] = static_cast<float>(p - k.lr * (m_hat / (std::sqrt(v_hat) + k.eps) + k.wd * p));
   return master[i];
 }
 
 }  // namespace
 
-template <typename T>
-Status AdamW(float* master, float* m, float* v, const float* grad, T* working, int64_t n, int step,
+template <typename T, typename M>
+Status AdamW(float* master, M* m, M* v, const float* grad, T* working, int64_t n, int step,
              const AdamWConfig& cfg, float weight_decay, const float* grad_norm_sq,
              float max_grad_norm) {
   StepConsts k;
@@ -72,8 +84,9 @@ Status AdamW(float* master, float* m, float* v, const float* grad, T* working, i
   return Status::Ok();
 }
 
-Status AdamWFp8(float* master, float* m, float* v, const float* grad, const Fp8Tensor& working,
-                int step, const AdamWConfig& cfg, float weight_decay, const float* grad_norm_sq,
+template <typename M>
+Status AdamWFp8(float* master, M* m, M* v, const float* grad, const Fp8Tensor& working, int step,
+                const AdamWConfig& cfg, float weight_decay, const float* grad_norm_sq,
                 float max_grad_norm) {
   if (working.rows < 0 || working.cols < 0) {
     return Status::InvalidArgument(StrCat("AdamWFp8: working shape (", working.rows, ", ",
@@ -115,12 +128,20 @@ Status AdamWFp8(float* master, float* m, float* v, const float* grad, const Fp8T
   return Status::Ok();
 }
 
-template Status AdamW<float>(float*, float*, float*, const float*, float*, int64_t, int,
-                             const AdamWConfig&, float, const float*, float);
-template Status AdamW<bf16>(float*, float*, float*, const float*, bf16*, int64_t, int,
-                            const AdamWConfig&, float, const float*, float);
-template Status AdamW<double>(float*, float*, float*, const float*, double*, int64_t, int,
-                              const AdamWConfig&, float, const float*, float);
+#define FP8RT_ADAMW_INSTANTIATE(T, M)                                                        \
+  template Status AdamW<T, M>(float*, M*, M*, const float*, T*, int64_t, int, const AdamWConfig&, \
+                              float, const float*, float);
+FP8RT_ADAMW_INSTANTIATE(float, float)
+FP8RT_ADAMW_INSTANTIATE(bf16, float)
+FP8RT_ADAMW_INSTANTIATE(double, float)
+FP8RT_ADAMW_INSTANTIATE(float, bf16)
+FP8RT_ADAMW_INSTANTIATE(bf16, bf16)
+FP8RT_ADAMW_INSTANTIATE(double, bf16)
+#undef FP8RT_ADAMW_INSTANTIATE
+template Status AdamWFp8<float>(float*, float*, float*, const float*, const Fp8Tensor&, int,
+                                const AdamWConfig&, float, const float*, float);
+template Status AdamWFp8<bf16>(float*, bf16*, bf16*, const float*, const Fp8Tensor&, int,
+                               const AdamWConfig&, float, const float*, float);
 
 }  // namespace fp8rt::cpu
 

@@ -28,27 +28,38 @@ __device__ __forceinline__ float ClipFactor(const Consts& k, const float* grad_n
   return fminf(1.0f, k.max_norm / (sqrtf(*grad_norm_sq) + 1e-6f));
 }
 
-// One element; returns the new master value.
-__device__ __forceinline__ float Update(float& p, float& m, float& v, float g, const Consts& k) {
-  m = k.beta1 * m + (1.0f - k.beta1) * g;
-  v = k.beta2 * v + (1.0f - k.beta2) * g * g;
+// A stored moment as fp32 (BF16 moments widen exactly).
+__device__ __forceinline__ float Widen(float x) { return x; }
+__device__ __forceinline__ float Widen(bf16 x) {
+  return __uint_as_float(static_cast<uint32_t>(x.bits) << 16);
+}
+
+// One element; returns the new master value. m and v come in as stored and go out rounded to
+// their storage type M (round to nearest even for BF16); the update itself uses them unrounded.
+template <typename M>
+__device__ __forceinline__ float Update(float& p, M& m_io, M& v_io, float g, const Consts& k) {
+  const float m = k.beta1 * Widen(m_io) + (1.0f - k.beta1) * g;
+  const float v = k.beta2 * Widen(v_io) + (1.0f - k.beta2) * g * g;
   const float m_hat = m / k.bias1, v_hat = v / k.bias2;
   p -= k.lr * (m_hat / (sqrtf(v_hat) + k.eps) + k.wd * p);
+  m_io = Round<M>(m);
+  v_io = Round<M>(v);
   return p;
 }
 
-template <typename T, int kPack>
-__global__ void AdamWKernel(float* __restrict__ master, float* __restrict__ m_buf,
-                            float* __restrict__ v_buf, const float* __restrict__ grad,
+template <typename T, typename M, int kPack>
+__global__ void AdamWKernel(float* __restrict__ master, M* __restrict__ m_buf,
+                            M* __restrict__ v_buf, const float* __restrict__ grad,
                             T* __restrict__ working, int64_t npack, Consts k,
                             const float* __restrict__ grad_norm_sq) {
   using F = Pack<float, kPack>;
+  using MP = Pack<M, kPack>;
   using W = Pack<T, kPack>;
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= npack) return;
   const float clip = ClipFactor(k, grad_norm_sq);
-  F p = reinterpret_cast<F*>(master)[i], m = reinterpret_cast<F*>(m_buf)[i],
-    v = reinterpret_cast<F*>(v_buf)[i];
+  F p = reinterpret_cast<F*>(master)[i];
+  MP m = reinterpret_cast<MP*>(m_buf)[i], v = reinterpret_cast<MP*>(v_buf)[i];
   const F g = reinterpret_cast<const F*>(grad)[i];
   W w;
 #pragma unroll
@@ -56,17 +67,17 @@ __global__ void AdamWKernel(float* __restrict__ master, float* __restrict__ m_bu
     w.v[j] = Round<T>(Update(p.v[j], m.v[j], v.v[j], g.v[j] * clip, k));
   }
   reinterpret_cast<F*>(master)[i] = p;
-  reinterpret_cast<F*>(m_buf)[i] = m;
-  reinterpret_cast<F*>(v_buf)[i] = v;
+  reinterpret_cast<MP*>(m_buf)[i] = m;
+  reinterpret_cast<MP*>(v_buf)[i] = v;
   if (working != nullptr) reinterpret_cast<W*>(working)[i] = w;
 }
 
 // FP8 working copy, over 32x32 tiles of the (rows, cols) weight so that the transposed copy is
 // written through shared memory in 32-byte rows. Block (32, 8), four rows per thread.
 constexpr int kTile = 32;
-template <Fp8Format F>
+template <Fp8Format F, typename M>
 __global__ void __launch_bounds__(256)
-    AdamWFp8Kernel(float* __restrict__ master, float* __restrict__ m_buf, float* __restrict__ v_buf,
+    AdamWFp8Kernel(float* __restrict__ master, M* __restrict__ m_buf, M* __restrict__ v_buf,
                    const float* __restrict__ grad, uint8_t* __restrict__ data,
                    uint8_t* __restrict__ data_t, float* __restrict__ amax,
                    const float* __restrict__ scale_ptr, float* __restrict__ scale_inv, int64_t rows,
@@ -84,7 +95,8 @@ __global__ void __launch_bounds__(256)
     const int64_t r = r0 + ty + 8 * q, c = c0 + tx;
     if (r < rows && c < cols) {
       const int64_t i = r * cols + c;
-      float p = master[i], m = m_buf[i], v = v_buf[i];
+      float p = master[i];
+      M m = m_buf[i], v = v_buf[i];
       Update(p, m, v, grad[i] * clip, k);
       master[i] = p;
       m_buf[i] = m;
@@ -139,8 +151,8 @@ bool Aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % 
 
 namespace cuda {
 
-template <typename T>
-Status AdamW(float* master, float* m, float* v, const float* grad, T* working, int64_t n, int step,
+template <typename T, typename M>
+Status AdamW(float* master, M* m, M* v, const float* grad, T* working, int64_t n, int step,
              const AdamWConfig& cfg, float weight_decay, const float* grad_norm_sq,
              float max_grad_norm, cudaStream_t stream) {
   Consts k;
@@ -151,18 +163,19 @@ Status AdamW(float* master, float* m, float* v, const float* grad, T* working, i
     return Status::InvalidArgument("AdamW: master, m, v and grad must be non-null");
   }
   constexpr int kPack = 4;  // 16 bytes of each fp32 array
-  const bool vec = Aligned(master, 16) && Aligned(m, 16) && Aligned(v, 16) && Aligned(grad, 16) &&
+  const bool vec = Aligned(master, 16) && Aligned(m, kPack * sizeof(M)) &&
+                   Aligned(v, kPack * sizeof(M)) && Aligned(grad, 16) &&
                    Aligned(working, kPack * sizeof(T));
   int64_t done = 0;
   if (vec && n >= kPack) {
     const int64_t npack = n / kPack;
-    AdamWKernel<T, kPack><<<static_cast<unsigned>((npack + 255) / 256), 256, 0, stream>>>(
+    AdamWKernel<T, M, kPack><<<static_cast<unsigned>((npack + 255) / 256), 256, 0, stream>>>(
         master, m, v, grad, working, npack, k, grad_norm_sq);
     done = npack * kPack;
   }
   if (done < n) {
     const int64_t rest = n - done;
-    AdamWKernel<T, 1><<<static_cast<unsigned>((rest + 255) / 256), 256, 0, stream>>>(
+    AdamWKernel<T, M, 1><<<static_cast<unsigned>((rest + 255) / 256), 256, 0, stream>>>(
         master + done, m + done, v + done, grad + done, working ? working + done : nullptr, rest, k,
         grad_norm_sq);
   }
@@ -170,8 +183,9 @@ Status AdamW(float* master, float* m, float* v, const float* grad, T* working, i
   return Status::Ok();
 }
 
-Status AdamWFp8(float* master, float* m, float* v, const float* grad, const Fp8Tensor& working,
-                int step, const AdamWConfig& cfg, float weight_decay, const float* grad_norm_sq,
+template <typename M>
+Status AdamWFp8(float* master, M* m, M* v, const float* grad, const Fp8Tensor& working, int step,
+                const AdamWConfig& cfg, float weight_decay, const float* grad_norm_sq,
                 float max_grad_norm, cudaStream_t stream) {
   if (working.rows < 0 || working.cols < 0) {
     return Status::InvalidArgument(StrCat("AdamWFp8: working shape (", working.rows, ", ",
@@ -200,7 +214,7 @@ Status AdamWFp8(float* master, float* m, float* v, const float* grad, const Fp8T
                                           ") has more than 2^31 32x32 tiles"));
   }
   cuda_detail::DispatchFp8(working.format, [&]<Fp8Format F>() {
-    AdamWFp8Kernel<F><<<static_cast<unsigned>(tiles), dim3(kTile, 8), 0, stream>>>(
+    AdamWFp8Kernel<F, M><<<static_cast<unsigned>(tiles), dim3(kTile, 8), 0, stream>>>(
         master, m, v, grad, working.data, working.data_t, working.amax, working.scale,
         working.scale_inv, working.rows, working.cols, col_tiles, k, grad_norm_sq);
   });
@@ -208,10 +222,18 @@ Status AdamWFp8(float* master, float* m, float* v, const float* grad, const Fp8T
   return Status::Ok();
 }
 
-template Status AdamW<float>(float*, float*, float*, const float*, float*, int64_t, int,
-                             const AdamWConfig&, float, const float*, float, cudaStream_t);
-template Status AdamW<bf16>(float*, float*, float*, const float*, bf16*, int64_t, int,
-                            const AdamWConfig&, float, const float*, float, cudaStream_t);
+#define FP8RT_ADAMW_INSTANTIATE(T, M)                                                        \
+  template Status AdamW<T, M>(float*, M*, M*, const float*, T*, int64_t, int, const AdamWConfig&, \
+                              float, const float*, float, cudaStream_t);
+FP8RT_ADAMW_INSTANTIATE(float, float)
+FP8RT_ADAMW_INSTANTIATE(bf16, float)
+FP8RT_ADAMW_INSTANTIATE(float, bf16)
+FP8RT_ADAMW_INSTANTIATE(bf16, bf16)
+#undef FP8RT_ADAMW_INSTANTIATE
+template Status AdamWFp8<float>(float*, float*, float*, const float*, const Fp8Tensor&, int,
+                                const AdamWConfig&, float, const float*, float, cudaStream_t);
+template Status AdamWFp8<bf16>(float*, bf16*, bf16*, const float*, const Fp8Tensor&, int,
+                               const AdamWConfig&, float, const float*, float, cudaStream_t);
 
 }  // namespace cuda
 }  // namespace fp8rt

@@ -142,6 +142,50 @@ void CheckAdamWFp8(int64_t rows, int64_t cols, Fp8Format format) {
   EXPECT_EQ(d_scale_inv.Download()[0], ScaleInv(scale));
 }
 
+// BF16 moments (train.moments_dtype: bf16): three steps, the moments rounded to BF16 when stored,
+// against the reference (fp64 update, the same rounding); and the FP8 working copy beside them.
+void CheckAdamWBf16Moments(int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  const auto tol32 = ToleranceFor(OpKind::kOptimizer, DType::kFloat32);
+  const auto tol16 = ToleranceFor(OpKind::kOptimizer, DType::kBFloat16);
+  AdamWConfig cfg;
+  cfg.lr = 1e-3f;
+  const OptState s0 = RandomState(n, 541);
+  std::vector<float> master_ref = s0.master;
+  std::vector<bf16> m_ref(n), v_ref(n), working_ref(n);
+  for (int64_t i = 0; i < n; ++i) m_ref[i] = bf16(s0.m[i]), v_ref[i] = bf16(s0.v[i]);
+  DeviceBuffer<float> d_master(s0.master), d_grad(s0.grad);
+  DeviceBuffer<bf16> d_m(m_ref), d_v(v_ref), d_working(n);
+  for (int step = 1; step <= 3; ++step) {
+    ASSERT_TRUE(cpu::AdamW(master_ref.data(), m_ref.data(), v_ref.data(), s0.grad.data(),
+                           working_ref.data(), n, step, cfg, 0.1f, nullptr, 0.f)
+                    .ok());
+    FP8RT_CHECK_OK(cuda::AdamW(d_master.get(), d_m.get(), d_v.get(), d_grad.get(),
+                               d_working.get(), n, step, cfg, 0.1f, nullptr, 0.f, nullptr));
+  }
+  EXPECT_TRUE(test::AllClose(d_master.Download(), master_ref, tol32, "master"));
+  EXPECT_TRUE(test::AllClose(test::ToFloatVector(d_m.Download()), test::ToFloatVector(m_ref),
+                             tol16, "m (bf16)"));
+  EXPECT_TRUE(test::AllClose(test::ToFloatVector(d_v.Download()), test::ToFloatVector(v_ref),
+                             tol16, "v (bf16)"));
+  // The FP8 working copy with BF16 moments: the codes are the GPU master's.
+  DeviceBuffer<uint8_t> d_data(n);
+  DeviceBuffer<float> d_scale(std::vector<float>{8.0f}), d_scale_inv(1),
+      d_amax(std::vector<float>{0.0f});
+  Fp8Tensor t;
+  t.data = d_data.get();
+  t.rows = rows;
+  t.cols = cols;
+  t.scale = d_scale.get();
+  t.scale_inv = d_scale_inv.get();
+  t.amax = d_amax.get();
+  FP8RT_CHECK_OK(cuda::AdamWFp8(d_master.get(), d_m.get(), d_v.get(), d_grad.get(), t, 4, cfg,
+                                0.1f, nullptr, 0.f, nullptr));
+  const std::vector<float> master = d_master.Download();
+  const std::vector<uint8_t> data = d_data.Download();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(data[i], Fp8Encode(master[i] * 8.0f, t.format)) << i;
+}
+
 class OptimizerGpu : public test::GpuTest,
                      public ::testing::WithParamInterface<std::tuple<DType, test::Shape2D>> {};
 
@@ -155,6 +199,12 @@ TEST_P(OptimizerGpu, AdamWMatchesReference) {
     CheckAdamW<bf16>(n);
     CheckAdamWUnaligned<bf16>(n);
   }
+}
+
+TEST_P(OptimizerGpu, AdamWWithBf16MomentsMatchesReference) {
+  const auto& [dtype, shape] = GetParam();
+  if (dtype != DType::kFloat32) GTEST_SKIP() << "one dtype axis value covers it";
+  CheckAdamWBf16Moments(shape.rows, shape.cols);
 }
 
 TEST_P(OptimizerGpu, AdamWFp8MatchesReference) {

@@ -126,6 +126,37 @@ TEST(AdamWReference, Fp8WorkingCopyEncodesTheNewMasterWeights) {
   EXPECT_GT(want_amax, 4.48f);
 }
 
+// train.moments_dtype: bf16. The moments are stored rounded to nearest even; the update of the
+// master uses this step's unrounded moments, so one step from the same state moves the master
+// exactly as with FP32 moments, and only the stored moments differ (by their BF16 rounding).
+TEST(AdamWReference, Bf16MomentsRoundWhenStoredOnly) {
+  const int64_t n = 257;
+  std::vector<float> master = test::RandomNormal(n, 61), m32(n), v32(n);
+  const std::vector<float> grad = test::RandomNormal(n, 62, 0.f, 0.1f);
+  std::vector<bf16> m16(n), v16(n);
+  const std::vector<float> m0 = test::RandomNormal(n, 63, 0.f, 0.01f);
+  for (int64_t i = 0; i < n; ++i) {
+    m16[i] = bf16(m0[i]), v16[i] = bf16(std::fabs(m0[i]) * 0.01f);
+    m32[i] = static_cast<float>(m16[i]), v32[i] = static_cast<float>(v16[i]);
+  }
+  std::vector<float> master32 = master;
+  AdamWConfig cfg;
+  ASSERT_TRUE(cpu::AdamW<float>(master32.data(), m32.data(), v32.data(), grad.data(), nullptr, n,
+                                5, cfg, 0.1f, nullptr, 0.f)
+                  .ok());
+  ASSERT_TRUE(cpu::AdamW<float>(master.data(), m16.data(), v16.data(), grad.data(), nullptr, n, 5,
+                                cfg, 0.1f, nullptr, 0.f)
+                  .ok());
+  EXPECT_EQ(master, master32);
+  int rounded = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(m16[i].bits, bf16(m32[i]).bits) << i;
+    ASSERT_EQ(v16[i].bits, bf16(v32[i]).bits) << i;
+    rounded += static_cast<float>(m16[i]) != m32[i];
+  }
+  EXPECT_GT(rounded, n / 2);  // (the rounding happened: most FP32 moments are not BF16 values)
+}
+
 TEST(GradNormReference, SumOfSquares) {
   const std::vector<float> g = {3, -4};
   float out = -1;

@@ -307,6 +307,46 @@ TEST_F(ZeroThree, RefusesShapesThatDoNotSplitNamingThem) {
   EXPECT_TRUE(Has(r.output, "do not split into 4 equal parts")) << r.output;
 }
 
+// train.moments_dtype: bf16. One rank: resume is exact (the checkpoint holds the BF16 moments
+// widened to FP32, which round back to themselves), and the run stays close to FP32 moments
+// without being the same. ZeRO-1 and ZeRO-3 at dp 2 with BF16 moments: the same training as
+// plain DP with them (the moments round the same element-wise values), and ZeRO-3 resumes
+// exactly. The memory plan halves the moments.
+TEST_F(ZeroThree, Bf16MomentsResumeExactlyAndShardLikeFp32Ones) {
+  const std::string fp32 = Config("m32", 4, llama_, "fp8");
+  train_extra_ = ", moments_dtype: bf16";
+  const std::string one = Config("m16", 4, llama_, "fp8");
+  const TrainRun whole = Single(one, "m16whole", 6);
+  ASSERT_EQ(whole.ranks[0].code, 0) << whole.output;
+  ASSERT_EQ(Single(one, "m16parts", 3).ranks[0].code, 0);
+  const TrainRun second = Single(one, "m16parts", 6, "--resume");
+  ASSERT_EQ(second.ranks[0].code, 0) << second.output;
+  ExpectIdentical(whole, "m16whole", second, "m16parts");
+  train_extra_ = "";
+  const TrainRun wide = Single(fp32, "m32", 6);
+  ASSERT_EQ(wide.ranks[0].code, 0) << wide.output;
+  ExpectSame(wide, "m32", whole, "m16whole", 0.01, 1e-2);
+  EXPECT_NE(Master("m32"), Master("m16whole")) << "BF16 moments changed nothing";
+  train_extra_ = ", moments_dtype: bf16";
+  const std::string plain = Config("m16p", 2, llama_, "fp8", 1, false, 0);
+  const TrainRun p = Mpirun(2, plain, "m16p", 5);
+  ASSERT_EQ(p.ranks[0].code, 0) << p.output;
+  for (int zero : {1, 3}) {
+    SCOPED_TRACE(StrCat("ZeRO-", zero));
+    const std::string tag = StrCat("m16z", zero);
+    const std::string z = Config(tag, 2, llama_, "fp8", 1, false, zero);
+    const TrainRun a = Mpirun(2, z, tag, 5);
+    ASSERT_EQ(a.ranks[0].code, 0) << a.output;
+    ExpectSame(p, "m16p", a, tag, 1e-4, 1e-4);
+  }
+  const std::string z3 = Config("m16r", 2, llama_, "fp8", 1, false, 3);
+  ASSERT_EQ(Mpirun(2, z3, "m16r", 3).ranks[0].code, 0);
+  const TrainRun resumed = Mpirun(2, z3, "m16r", 5, "--resume");
+  ASSERT_EQ(resumed.ranks[0].code, 0) << resumed.output;
+  ExpectIdentical(Mpirun(2, z3, "m16rw", 5), "m16rw", resumed, "m16r");
+  train_extra_ = "";
+}
+
 TEST(ZeroStage, ReadsFalseTrueOneAndThreeAndRefusesTheRest) {
   for (const auto& [text, stage] : std::vector<std::pair<std::string, int>>{
            {"false", 0}, {"true", 1}, {"0", 0}, {"1", 1}, {"3", 3}}) {
@@ -358,6 +398,13 @@ TEST(ZeroThreePlan, KeepsOneDpthOfTheLayersGradientsAndWeights) {
               64 * 1024);
   EXPECT_LT(bytes(*three, "fp8 weights (+T)"), bytes(*one, "fp8 weights (+T)") / 3);
   EXPECT_LT(three->total, one->total);
+  // train.moments_dtype: bf16 halves the optimizer state (the master stays FP32).
+  c->train.moments_dtype = "bf16";
+  auto half = PlanMemory(*c, Precision::kFp8, 4, true);
+  ASSERT_TRUE(half.ok()) << half.status().ToString();
+  EXPECT_GT(bytes(*three, "optimizer moments (fp32)"), 0.0);
+  EXPECT_EQ(bytes(*half, "optimizer moments (bf16)"), bytes(*three, "optimizer moments (fp32)") / 2);
+  EXPECT_EQ(bytes(*half, "optimizer moments (fp32)"), 0.0);
 }
 
 }  // namespace
