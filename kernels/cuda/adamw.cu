@@ -38,8 +38,10 @@ __device__ __forceinline__ float Widen(bf16 x) {
 // their storage type M (round to nearest even for BF16); the update itself uses them unrounded.
 template <typename M>
 __device__ __forceinline__ float Update(float& p, M& m_io, M& v_io, float g, const Consts& k) {
-  const float m = k.beta1 * Widen(m_io) + (1.0f - k.beta1) * g;
-  const float v = k.beta2 * Widen(v_io) + (1.0f - k.beta2) * g * g;
+  // (The fused multiply-adds spelled out: the contraction nvcc chose for FP32 moments before the
+  // moments' type became a parameter, so that their results stay bit for bit what they were.)
+  const float m = __fmaf_rn(k.beta1, Widen(m_io), (1.0f - k.beta1) * g);
+  const float v = __fmaf_rn(g, (1.0f - k.beta2) * g, k.beta2 * Widen(v_io));
   const float m_hat = m / k.bias1, v_hat = v / k.bias2;
   p -= k.lr * (m_hat / (sqrtf(v_hat) + k.eps) + k.wd * p);
   m_io = Round<M>(m);

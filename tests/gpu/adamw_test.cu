@@ -163,11 +163,16 @@ void CheckAdamWBf16Moments(int64_t rows, int64_t cols) {
     FP8RT_CHECK_OK(cuda::AdamW(d_master.get(), d_m.get(), d_v.get(), d_grad.get(),
                                d_working.get(), n, step, cfg, 0.1f, nullptr, 0.f, nullptr));
   }
-  EXPECT_TRUE(test::AllClose(d_master.Download(), master_ref, tol32, "master"));
+  // The GPU's FP32 update and the reference's FP64 one round a few moments to neighbouring BF16
+  // values (measured: 1 in 3.1M after three steps), which then move those masters by up to 1e-4
+  // relative (16 in 3.1M): bounds of two BF16 steps and 1e-3.
+  test::Tolerance tol_master = tol32, tol_moment = tol16;
+  tol_master.rtol = 1e-3, tol_moment.rtol = 2 * tol16.rtol;
+  EXPECT_TRUE(test::AllClose(d_master.Download(), master_ref, tol_master, "master"));
   EXPECT_TRUE(test::AllClose(test::ToFloatVector(d_m.Download()), test::ToFloatVector(m_ref),
-                             tol16, "m (bf16)"));
+                             tol_moment, "m (bf16)"));
   EXPECT_TRUE(test::AllClose(test::ToFloatVector(d_v.Download()), test::ToFloatVector(v_ref),
-                             tol16, "v (bf16)"));
+                             tol_moment, "v (bf16)"));
   // The FP8 working copy with BF16 moments: the codes are the GPU master's.
   DeviceBuffer<uint8_t> d_data(n);
   DeviceBuffer<float> d_scale(std::vector<float>{8.0f}), d_scale_inv(1),
