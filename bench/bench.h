@@ -54,6 +54,7 @@ void BenchGemm(Context& ctx);          // sets raw_*_tflops, then the wrapper ro
 void BenchQuantize(Context& ctx);      // quantize+amax(+transpose), dequantize, scaling update
 void BenchElementwise(Context& ctx);   // layernorm, gelu, softmax-xent, adamw, ...
 void BenchAttention(Context& ctx);
+void BenchFp8Attention(Context& ctx);  // family "fp8-attention" (cuDNN FP8 beside cuDNN BF16)
 
 void PrintTable(const Context& ctx);
 

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   if (ctx.Wants("quantize")) fp8rt::bench::BenchQuantize(ctx);
   if (ctx.Wants("elementwise")) fp8rt::bench::BenchElementwise(ctx);
   if (ctx.Wants("attention")) fp8rt::bench::BenchAttention(ctx);
+  if (ctx.Wants("fp8-attention")) fp8rt::bench::BenchFp8Attention(ctx);
   fp8rt::bench::PrintTable(ctx);
   FP8RT_CUDA_CHECK(cudaStreamDestroy(ctx.stream));
   return 0;

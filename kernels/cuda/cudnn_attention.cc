@@ -91,6 +91,39 @@ std::string CudnnWhy(const CudnnApi& api, cudnnStatus_t st) {
   return why;
 }
 
+Status Execute(const CudnnApi& api, cudnnHandle_t handle, cudaStream_t* bound,
+               cudnnBackendDescriptor_t plan, const std::vector<int64_t>& uids,
+               const std::vector<void*>& ptrs, void* ws, cudaStream_t st) {
+  if (st != *bound) {
+    const cudnnStatus_t rc = api.SetStream(handle, st);
+    if (rc != CUDNN_STATUS_SUCCESS) {
+      return Status::Internal(StrCat("cuDNN: cudnnSetStream: ", CudnnWhy(api, rc)));
+    }
+    *bound = st;
+  }
+  FP8RT_ASSIGN_OR_RETURN(Desc pack, MakeDesc(api, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR));
+  const int64_t n = static_cast<int64_t>(uids.size());
+  cudnnStatus_t rc = api.SetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
+                                      CUDNN_TYPE_INT64, n, uids.data());
+  if (rc == CUDNN_STATUS_SUCCESS) {
+    rc = api.SetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
+                          n, ptrs.data());
+  }
+  if (rc == CUDNN_STATUS_SUCCESS) {
+    rc = api.SetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
+                          &ws);
+  }
+  if (rc == CUDNN_STATUS_SUCCESS) rc = api.Finalize(pack.get());
+  if (rc != CUDNN_STATUS_SUCCESS) {
+    return Status::Internal(StrCat("cuDNN: variant pack: ", CudnnWhy(api, rc)));
+  }
+  rc = api.Execute(handle, plan, pack.get());
+  if (rc != CUDNN_STATUS_SUCCESS) {
+    return Status::Internal(StrCat("cuDNN: cudnnBackendExecute: ", CudnnWhy(api, rc)));
+  }
+  return Status::Ok();
+}
+
 ShapeKey KeyOf(const AttentionShape& s) { return {s.B, s.T, s.NH, s.HS}; }
 std::string ShapeName(const AttentionShape& s) {
   return StrCat("B=", s.B, " T=", s.T, " NH=", s.NH, " HS=", s.HS);
@@ -126,34 +159,7 @@ Result<const ShapePlans*> CudnnAttention::Impl::Find(const AttentionShape& s,
 
 Status CudnnAttention::Impl::Run(cudnnBackendDescriptor_t plan, const std::vector<int64_t>& uids,
                                  const std::vector<void*>& ptrs, void* ws, cudaStream_t st) {
-  if (st != stream) {
-    const cudnnStatus_t rc = api->SetStream(handle.get(), st);
-    if (rc != CUDNN_STATUS_SUCCESS) {
-      return Status::Internal(StrCat("cuDNN: cudnnSetStream: ", CudnnWhy(*api, rc)));
-    }
-    stream = st;
-  }
-  FP8RT_ASSIGN_OR_RETURN(Desc pack, MakeDesc(*api, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR));
-  const int64_t n = static_cast<int64_t>(uids.size());
-  cudnnStatus_t rc = api->SetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
-                                       CUDNN_TYPE_INT64, n, uids.data());
-  if (rc == CUDNN_STATUS_SUCCESS) {
-    rc = api->SetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
-                           n, ptrs.data());
-  }
-  if (rc == CUDNN_STATUS_SUCCESS) {
-    rc = api->SetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
-                           &ws);
-  }
-  if (rc == CUDNN_STATUS_SUCCESS) rc = api->Finalize(pack.get());
-  if (rc != CUDNN_STATUS_SUCCESS) {
-    return Status::Internal(StrCat("cuDNN: variant pack: ", CudnnWhy(*api, rc)));
-  }
-  rc = api->Execute(handle.get(), plan, pack.get());
-  if (rc != CUDNN_STATUS_SUCCESS) {
-    return Status::Internal(StrCat("cuDNN: cudnnBackendExecute: ", CudnnWhy(*api, rc)));
-  }
-  return Status::Ok();
+  return cudnn_detail::Execute(*api, handle.get(), &stream, plan, uids, ptrs, ws, st);
 }
 
 CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

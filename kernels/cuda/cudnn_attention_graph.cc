@@ -39,9 +39,8 @@ Result<Desc> MakeDesc(const CudnnApi& api, cudnnBackendDescriptorType_t type) {
 }
 
 T Graph::Tensor(int64_t uid, const Dims& dims, const Dims& strides, cudnnDataType_t type,
-                bool is_virtual) {
+                bool is_virtual, int64_t alignment) {
   Desc* d = Make(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor");
-  const int64_t alignment = 16;
   Set(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, "TENSOR_UNIQUE_ID");
   Set(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type, "TENSOR_DATA_TYPE");
   Set(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data(), "TENSOR_DIMENSIONS");

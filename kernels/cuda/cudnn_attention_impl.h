@@ -97,7 +97,7 @@ class Graph {
   const Status& status() const { return status_; }
 
   T Tensor(int64_t uid, const Dims& dims, const Dims& strides, cudnnDataType_t type,
-           bool is_virtual = false);
+           bool is_virtual = false, int64_t alignment = 16);
   // A one-element tensor passed by value (a host pointer in the variant pack).
   T Scalar(int64_t uid, cudnnDataType_t type);
   // An intermediate the engine keeps on chip (uids from 1000 up).
@@ -194,6 +194,12 @@ struct HandleDeleter {
   const CudnnApi* api;
   void operator()(cudnnContext* h) const { api->Destroy(h); }
 };
+
+// Runs `plan` on `st` with the variant pack (uids[i] -> ptrs[i]) and workspace `ws`; *bound is the
+// stream the handle is set to, updated when it changes.
+Status Execute(const CudnnApi& api, cudnnHandle_t handle, cudaStream_t* bound,
+               cudnnBackendDescriptor_t plan, const std::vector<int64_t>& uids,
+               const std::vector<void*>& ptrs, void* ws, cudaStream_t st);
 
 }  // namespace cudnn_detail
 
