@@ -55,6 +55,10 @@ class CudnnFp8Attention {
                   const float* stats, const Fp8AttentionShape& s, const Fp8AttentionScales& sc,
                   void* ws, size_t ws_bytes, cudaStream_t stream);
 
+  // Whether two runs of each prepared pass on the same inputs gave the same bits, as Prepare
+  // measured them (with options.deterministic; false before Prepare). cuDNN 9.14's FP8 forward
+  // on Hopper does not, at the model shapes measured (see docs/PERFORMANCE.md).
+  bool Repeats(const Fp8AttentionShape& s) const;
   std::string Version() const;
   // "fwd engine 5 (ws 0 B), bwd engine 7 (ws 1048576 B)" for `s`, or "" before Prepare(s).
   std::string PlanSummary(const Fp8AttentionShape& s) const;
@@ -62,6 +66,7 @@ class CudnnFp8Attention {
  private:
   struct Impl;
   explicit CudnnFp8Attention(std::unique_ptr<Impl> impl);
+  Status ProbeRepeats(const Fp8AttentionShape& s);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -14,9 +14,11 @@
 //  [O]      our BF16 graphs, cudnn_attention_graph.cc
 #include "kernels/cudnn_fp8_attention.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <memory>
@@ -386,6 +388,9 @@ struct Fp8Plans {
   float attn_scale = 0, neg_inf = -std::numeric_limits<float>::infinity(),
         pad_fill = -1024.0f * 1024.0f * 1024.0f;
   bool fwd_padded = false, bwd_padded = false;
+  // The runs of each pass repeat bit for bit: measured at Prepare (two runs of each on the same
+  // inputs), whatever cuDNN's engine notes say.
+  bool fwd_repeats = true, bwd_repeats = true;
   std::unique_ptr<void, CudaFree> seq_lens;  // (2, B) int32: T, T; only when padded
 };
 
@@ -394,6 +399,7 @@ struct Fp8Plans {
 
 using cudnn_detail::BuildFp8Backward;
 using cudnn_detail::BuildFp8Forward;
+using cudnn_detail::CudaFree;
 using cudnn_detail::CudnnApi;
 using cudnn_detail::CudnnType;
 using cudnn_detail::Fp8KeyOf;
@@ -514,7 +520,9 @@ Status CudnnFp8Attention::Prepare(const Fp8AttentionShape& s, bool forward_only)
     }
   };
   std::string why;
-  build(false, false, &plans->fwd, &plans->fwd_padded, &why);
+  // (a forward engine without the NONDETERMINISTIC note first, where determinism is asked for)
+  if (impl_->options.deterministic) build(false, true, &plans->fwd, &plans->fwd_padded, &why);
+  if (plans->fwd == nullptr) build(false, false, &plans->fwd, &plans->fwd_padded, &why);
   if (plans->fwd == nullptr) {
     return Status::Unimplemented(StrCat("cuDNN FP8 attention (", VersionString(version),
                                         ") refuses the forward for ", Fp8ShapeName(s), ":", why));
@@ -540,7 +548,79 @@ Status CudnnFp8Attention::Prepare(const Fp8AttentionShape& s, bool forward_only)
     FP8RT_CUDA_TRY(cudaDeviceSynchronize());
   }
   impl_->plans[Fp8KeyOf(s)] = std::move(plans);
+  if (impl_->options.deterministic) FP8RT_RETURN_IF_ERROR(ProbeRepeats(s));
   return Status::Ok();
+}
+
+// Two runs of each prepared pass on the same random codes, compared byte for byte (the output and
+// log-sum-exp, dQ/dK/dV): cuDNN's engine notes do not say it all (9.14's FP8 forward on Hopper
+// varies in O's last bits at B4 T2048 NH16 HS128, measured, with no NONDETERMINISTIC note).
+Status CudnnFp8Attention::ProbeRepeats(const Fp8AttentionShape& s) {
+  Fp8Plans& p = *impl_->plans.at(Fp8KeyOf(s));
+  const size_t n_qkv = static_cast<size_t>(s.B * s.T * s.QkvWidth());
+  const size_t n_out = static_cast<size_t>(s.B * s.T * s.C());
+  const size_t n_stats = static_cast<size_t>(s.B * s.NH * s.T) * sizeof(float);
+  const size_t ws_bytes = std::max<size_t>(
+      {ForwardWorkspaceBytes(s), BackwardWorkspaceBytes(s), size_t{256}});
+  // Device: qkv, dout, out x2, dqkv x2, stats x2, the scalars (16-byte slots), workspace.
+  const size_t at_dout = n_qkv, at_out = at_dout + n_out, at_dqkv = at_out + 2 * n_out,
+               at_stats = (at_dqkv + 2 * n_qkv + 255) / 256 * 256, at_scal = at_stats + 2 * n_stats,
+               at_ws = (at_scal + 16 * 16 + 255) / 256 * 256;
+  void* raw = nullptr;
+  FP8RT_CUDA_TRY(cudaMalloc(&raw, at_ws + ws_bytes));
+  std::unique_ptr<void, CudaFree> keep(raw);
+  uint8_t* b = static_cast<uint8_t*>(raw);
+  std::vector<uint8_t> host(n_qkv + n_out);
+  uint32_t x = 12345;
+  for (uint8_t& c : host) {  // finite codes of either sign, magnitude below 2 (no NaN or Inf)
+    x = x * 1664525u + 1013904223u;
+    c = static_cast<uint8_t>((x >> 24) & 0xBF);
+  }
+  FP8RT_CUDA_TRY(cudaMemcpy(b, host.data(), host.size(), cudaMemcpyHostToDevice));
+  std::vector<float> scal(16 * 4, 1.0f);
+  scal[1 * 4] = 448.0f, scal[2 * 4] = 1.0f / 448.0f, scal[3 * 4] = 0.125f;
+  FP8RT_CUDA_TRY(
+      cudaMemcpy(b + at_scal, scal.data(), scal.size() * sizeof(float), cudaMemcpyHostToDevice));
+  float* f = reinterpret_cast<float*>(b + at_scal);
+  auto slot = [&](int i) { return f + 4 * i; };
+  Fp8AttentionScales sc;
+  sc.descale_q = sc.descale_k = sc.descale_v = sc.descale_o = sc.descale_do = slot(3);
+  sc.scale_s = slot(1), sc.descale_s = slot(2);
+  sc.scale_o = sc.scale_dp = sc.descale_dp = sc.scale_dq = sc.scale_dk = sc.scale_dv = slot(0);
+  sc.amax_s = slot(4), sc.amax_o = slot(5), sc.amax_dp = slot(6), sc.amax_dq = slot(7);
+  sc.amax_dk = slot(8), sc.amax_dv = slot(9);
+  float* stats = reinterpret_cast<float*>(b + at_stats);
+  float* stats2 = reinterpret_cast<float*>(b + at_stats + n_stats);
+  void* ws = b + at_ws;
+  auto same = [&](const void* a, const void* c, size_t bytes, bool* eq) -> Status {
+    std::vector<uint8_t> ha(bytes), hc(bytes);
+    FP8RT_CUDA_TRY(cudaMemcpy(ha.data(), a, bytes, cudaMemcpyDeviceToHost));
+    FP8RT_CUDA_TRY(cudaMemcpy(hc.data(), c, bytes, cudaMemcpyDeviceToHost));
+    *eq = ha == hc;
+    return Status::Ok();
+  };
+  FP8RT_RETURN_IF_ERROR(Forward(b + at_out, stats, b, s, sc, ws, ws_bytes, nullptr));
+  FP8RT_RETURN_IF_ERROR(Forward(b + at_out + n_out, stats2, b, s, sc, ws, ws_bytes, nullptr));
+  bool out_eq = false, stats_eq = false;
+  FP8RT_RETURN_IF_ERROR(same(b + at_out, b + at_out + n_out, n_out, &out_eq));
+  FP8RT_RETURN_IF_ERROR(same(stats, stats2, n_stats, &stats_eq));
+  p.fwd_repeats = out_eq && stats_eq;
+  if (p.bwd != nullptr) {
+    for (int k = 0; k < 2; ++k) {
+      FP8RT_RETURN_IF_ERROR(Backward(b + at_dqkv + k * n_qkv, b + at_dout, b, b + at_out, stats, s,
+                                     sc, ws, ws_bytes, nullptr));
+    }
+    bool eq = false;
+    FP8RT_RETURN_IF_ERROR(same(b + at_dqkv, b + at_dqkv + n_qkv, n_qkv, &eq));
+    p.bwd_repeats = eq;
+  }
+  FP8RT_CUDA_TRY(cudaDeviceSynchronize());
+  return Status::Ok();
+}
+
+bool CudnnFp8Attention::Repeats(const Fp8AttentionShape& s) const {
+  auto it = impl_->plans.find(Fp8KeyOf(s));
+  return it != impl_->plans.end() && it->second->fwd_repeats && it->second->bwd_repeats;
 }
 
 size_t CudnnFp8Attention::ForwardWorkspaceBytes(const Fp8AttentionShape& s) const {
@@ -703,10 +783,11 @@ std::string CudnnFp8Attention::PlanSummary(const Fp8AttentionShape& s) const {
   if (it == impl_->plans.end()) return "";
   const Fp8Plans& p = *it->second;
   std::string out = StrCat("fwd engine ", p.fwd->engine_id(), " (ws ", p.fwd->workspace_bytes(),
-                           " B", p.fwd_padded ? ", padded" : "", ")");
+                           " B", p.fwd_padded ? ", padded" : "",
+                           p.fwd_repeats ? "" : ", runs differ", ")");
   if (p.bwd != nullptr) {
     out = StrCat(out, ", bwd engine ", p.bwd->engine_id(), " (ws ", p.bwd->workspace_bytes(), " B",
-                 p.bwd_padded ? ", padded" : "", ")");
+                 p.bwd_padded ? ", padded" : "", p.bwd_repeats ? "" : ", runs differ", ")");
   }
   return out;
 }
@@ -734,6 +815,10 @@ Status CudnnFp8Attention::Backward(uint8_t*, const uint8_t*, const uint8_t*, con
   return Status::Unavailable("cuDNN FP8 attention: built without the cuDNN headers");
 }
 std::string CudnnFp8Attention::Version() const { return "cuDNN (not built)"; }
+Status CudnnFp8Attention::ProbeRepeats(const Fp8AttentionShape&) {
+  return Status::Unavailable("cuDNN FP8 attention: built without the cuDNN headers");
+}
+bool CudnnFp8Attention::Repeats(const Fp8AttentionShape&) const { return false; }
 std::string CudnnFp8Attention::PlanSummary(const Fp8AttentionShape&) const { return ""; }
 
 #endif
