@@ -143,6 +143,11 @@ Status RunConfig::Validate() const {
   FP8RT_RETURN_IF_ERROR(Range("fp8.history_len", fp8.scaling.history_len, 1, 1024));
   FP8RT_RETURN_IF_ERROR(Range("fp8.margin", fp8.scaling.margin, 0, 32));
   FP8RT_RETURN_IF_ERROR(Range("fp8.telemetry_every", fp8.telemetry_every, 0, 1e9));
+  if (fp8.attention && fp8.mode != ScalingMode::kDelayed) {
+    return Status::InvalidArgument(
+        StrCat("fp8.attention needs fp8.scaling: delayed (cuDNN's FP8 attention takes the scales "
+               "of its outputs before it runs), not ", ScalingModeName(fp8.mode)));
+  }
   FP8RT_RETURN_IF_ERROR(Range("parallel.dp", parallel.dp, 0, 1 << 20));
   FP8RT_RETURN_IF_ERROR(Range("parallel.tp", parallel.tp, 1, 1024));
   FP8RT_RETURN_IF_ERROR(Range("parallel.shard_group", parallel.shard_group, 0, 1 << 20));
@@ -260,6 +265,7 @@ void Schema(RunConfig& c, V& v) {
     v.Field("keep_weight_transpose", &f.keep_weight_transpose);
     v.Field("cache_weights", &f.cache_weights);
     v.Field("gelu_input_fp8", &f.gelu_input_fp8);
+    v.Field("attention", &f.attention);
     v.Section("layers", [&] {
       v.Field("qkv", &f.qkv);
       v.Field("attn_proj", &f.attn_proj);

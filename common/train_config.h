@@ -119,6 +119,14 @@ struct Fp8Config {
   // current and block scaling, BF16 FC2) they are dequantized first. Not with llama (SwiGLU).
   // Default: false
   bool gelu_input_fp8 = false;
+  // Causal attention in FP8 too (cuDNN's fused FP8 attention on the GPU, its emulation on the
+  // CPU): Q, K, V and the output in E4M3, the probabilities quantized before the second matmul,
+  // the output gradient, the score gradient and dQ/dK/dV in the gradients' format; each of those
+  // six tensors per layer has its own delayed scale in the scale state (named
+  // h<l>.attention.<tensor>), and their amaxes join the step's one amax reduction. Delayed scaling
+  // only (cuDNN takes the output scales before it runs). On Hopper cuDNN's FP8 backward takes
+  // head size 128 only: other head sizes are refused at start. Default: false
+  bool attention = false;
   // Per layer kind: true runs its GEMMs in FP8. Defaults: linears in FP8, LM head in BF16.
   bool qkv = true;        // Default: true
   bool attn_proj = true;  // Default: true

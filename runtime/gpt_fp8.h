@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "kernels/block_quantize.h"
 #include "kernels/fp8.h"
+#include "kernels/fp8_attention.h"
 #include "kernels/scaling.h"
 #include "runtime/gpt.h"
 #include "runtime/gpt_layout.h"
@@ -20,6 +21,14 @@ namespace fp8rt::gpt_detail {
 
 enum Fp8Role { kRoleX, kRoleW, kRoleDy, kNumRoles };
 inline const char* kRoleNames[kNumRoles] = {"input", "weight", "grad_output"};
+// fp8.attention: each layer's FP8 attention tensors, after every linear's in the scale state:
+// Q/K/V codes, the quantized probabilities, the output, its gradient, the quantized score
+// gradient and the Q/K/V gradient. The first three in the forward format, the rest in the
+// gradients'.
+enum Fp8AttRole { kAttQkv, kAttProbs, kAttOut, kAttDout, kAttDscores, kAttDqkv, kNumAttRoles };
+inline const char* kAttRoleNames[kNumAttRoles] = {"qkv",         "probs",       "output",
+                                                  "grad_output", "grad_scores", "grad_qkv"};
+inline bool AttRoleIsGradient(int role) { return role >= kAttDout; }
 
 template <typename Ops>
 class Fp8State {
@@ -41,17 +50,17 @@ class Fp8State {
     cfg = o_.fp8.scaling;
     FP8RT_RETURN_IF_ERROR(cfg.Validate());
     const int slots = static_cast<int>(o_.model.n_layer) * kNumLinear + 1;
-    num_tensors = slots * kNumRoles;
+    att_base = slots * kNumRoles;
+    num_tensors =
+        att_base + (o_.fp8.attention ? static_cast<int>(o_.model.n_layer) * kNumAttRoles : 0);
     const ScalingStateLayout sl = ScalingStateLayout::For(num_tensors, cfg.history_len, kScaleSlot);
     FP8RT_RETURN_IF_ERROR(
         alloc(reinterpret_cast<void**>(&base_), static_cast<int64_t>(sl.total_bytes), kMemScaling));
     scaling = sl.Bind(base_);
     std::vector<uint8_t> formats(num_tensors);
-    for (int i = 0; i < num_tensors; ++i) {
-      formats[i] = static_cast<uint8_t>(FormatFor(cfg.recipe, i % kNumRoles == kRoleDy));
-    }
+    for (int i = 0; i < num_tensors; ++i) formats[i] = static_cast<uint8_t>(FormatOf(i));
     FP8RT_RETURN_IF_ERROR(ops_->Upload(base_ + sl.formats, formats.data(), formats.size()));
-    FP8RT_RETURN_IF_ERROR(ops_->InitScaling(scaling));
+    FP8RT_RETURN_IF_ERROR(InitScales());
     current = o_.fp8.mode == ScalingMode::kCurrent;
     block = o_.fp8.mode == ScalingMode::kBlock;
     if (block && !o_.fp8.keep_weight_transpose) {
@@ -181,6 +190,53 @@ class Fp8State {
                            : StrCat("h", l, ".", kLinearNames[kind], ".", kRoleNames[role]);
   }
   Counter* SaturatedOf(int l, int kind, int role) const { return saturated + Index(l, kind, role); }
+  // fp8.attention's tensors of layer l.
+  int AttIndex(int l, int role) const { return att_base + l * kNumAttRoles + role; }
+  std::string AttName(int l, int role) const {
+    return StrCat("h", l, ".attention.", kAttRoleNames[role]);
+  }
+  Counter* AttSaturatedOf(int l, int role) const { return saturated + AttIndex(l, role); }
+  // Every tensor's format: a linear's role's, or an attention tensor's.
+  Fp8Format FormatOf(int i) const {
+    if (i >= att_base) {
+      return FormatFor(cfg.recipe, AttRoleIsGradient((i - att_base) % kNumAttRoles));
+    }
+    return FormatFor(cfg.recipe, i % kNumRoles == kRoleDy);
+  }
+  Fp8Tensor AttOf(int l, int role, uint8_t* data, int64_t rows, int64_t cols) const {
+    const int i = AttIndex(l, role);
+    Fp8Tensor t;
+    t.data = data;
+    t.rows = rows;
+    t.cols = cols;
+    t.format = FormatOf(i);
+    t.scale = scaling.scale + i;
+    t.scale_inv = scaling.scale_inv + kScaleSlot * i;
+    t.amax = scaling.amax + i;
+    return t;
+  }
+  // Layer l's attention scales as FP8 attention reads them: scales and amaxes in the scale state
+  // (4-byte aligned), descales in the 64-byte scale_inv slots. Q, K and V share the qkv codes'
+  // scale; dQ, dK and dV the grad_qkv one (and its amax, which the Ops max into).
+  Fp8AttentionScales AttScales(int l) const {
+    auto scale = [&](int r) { return scaling.scale + AttIndex(l, r); };
+    auto descale = [&](int r) { return scaling.scale_inv + kScaleSlot * AttIndex(l, r); };
+    auto amax = [&](int r) { return scaling.amax + AttIndex(l, r); };
+    Fp8AttentionScales sc;
+    sc.descale_q = sc.descale_k = sc.descale_v = descale(kAttQkv);
+    sc.scale_s = scale(kAttProbs), sc.descale_s = descale(kAttProbs);
+    sc.scale_o = scale(kAttOut), sc.descale_o = descale(kAttOut);
+    sc.descale_do = descale(kAttDout);
+    sc.scale_dp = scale(kAttDscores), sc.descale_dp = descale(kAttDscores);
+    sc.scale_dq = sc.scale_dk = sc.scale_dv = scale(kAttDqkv);
+    sc.amax_s = amax(kAttProbs), sc.amax_o = amax(kAttOut), sc.amax_dp = amax(kAttDscores);
+    sc.amax_dq = sc.amax_dk = sc.amax_dv = amax(kAttDqkv);
+    return sc;
+  }
+  // (from the options: valid before Setup)
+  Fp8AttentionFormats AttFormats() const {
+    return {FormatFor(o_.fp8.scaling.recipe, false), FormatFor(o_.fp8.scaling.recipe, true)};
+  }
   Fp8Tensor Of(int l, int kind, int role, uint8_t* data, uint8_t* data_t, int64_t rows,
                int64_t cols) const {
     const int i = Index(l, kind, role);
@@ -211,6 +267,25 @@ class Fp8State {
     }
     return Status::Ok();
   }
+  // Calls fn(index, name, attention) for every FP8 tensor, in the order of ExportScales,
+  // ImportScales and Telemetry: the linears' (ForEachLinear, by role), then the attention
+  // tensors' (fp8.attention), layer by layer.
+  template <typename Fn>
+  Status ForEachTensor(Fn&& fn) const {
+    FP8RT_RETURN_IF_ERROR(ForEachLinear([&](int l, int kind) -> Status {
+      for (int role = 0; role < kNumRoles; ++role) {
+        FP8RT_RETURN_IF_ERROR(fn(Index(l, kind, role), Name(l, kind, role), false));
+      }
+      return Status::Ok();
+    }));
+    if (!o_.fp8.attention) return Status::Ok();
+    for (int l = 0; l < o_.model.n_layer; ++l) {
+      for (int role = 0; role < kNumAttRoles; ++role) {
+        FP8RT_RETURN_IF_ERROR(fn(AttIndex(l, role), AttName(l, role), true));
+      }
+    }
+    return Status::Ok();
+  }
   // Casts in to out: with current scaling while calibrating, else with the delayed scale.
   // on: a stream Ops::ForkCast returned, else the compute stream.
   template <typename U>
@@ -226,7 +301,7 @@ class Fp8State {
     std::vector<float> a(static_cast<size_t>(num_tensors));
     FP8RT_RETURN_IF_ERROR(ops_->Download(a.data(), scaling.amax, a.size() * sizeof(float)));
     for (int i = 0; i < num_tensors; ++i) {
-      if (i % kNumRoles != kRoleW) a[static_cast<size_t>(i)] = 0.0f;
+      if (i >= att_base || i % kNumRoles != kRoleW) a[static_cast<size_t>(i)] = 0.0f;
     }
     return ops_->Upload(scaling.amax, a.data(), a.size() * sizeof(float));
   }
@@ -237,13 +312,30 @@ class Fp8State {
   Status ResetHistory() {
     if (num_tensors == 0) return Status::Ok();
     calibrate = CalibratesFresh();
-    return ops_->InitScaling(scaling);
+    return InitScales();
   }
   // Fresh scales (InitRandom).
   Status Init() {
     if (num_tensors == 0) return Status::Ok();
-    FP8RT_RETURN_IF_ERROR(ops_->InitScaling(scaling));
+    FP8RT_RETURN_IF_ERROR(InitScales());
     calibrate = CalibratesFresh();
+    return Status::Ok();
+  }
+  // The initial state (scale 1, empty histories), but the attention probabilities' scale starts
+  // where their history puts it: P <= 1, so the format's largest value.
+  Status InitScales() {
+    FP8RT_RETURN_IF_ERROR(ops_->InitScaling(scaling));
+    return FreshProbScales(std::vector<bool>(static_cast<size_t>(o_.model.n_layer), true));
+  }
+  Status FreshProbScales(const std::vector<bool>& layers) {
+    if (!o_.fp8.attention) return Status::Ok();
+    for (int l = 0; l < o_.model.n_layer; ++l) {
+      if (!layers[static_cast<size_t>(l)]) continue;
+      const int i = AttIndex(l, kAttProbs);
+      const float scale = Fp8MaxFinite(FormatOf(i)), inv = 1.0f / scale;
+      FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling.scale + i, &scale, sizeof scale));
+      FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling.scale_inv + kScaleSlot * i, &inv, sizeof inv));
+    }
     return Status::Ok();
   }
   Result<std::vector<Fp8TelemetryRow>> Telemetry();
@@ -271,6 +363,7 @@ class Fp8State {
   float *xs = nullptr, *dys = nullptr, *dyst = nullptr;
   ScalingState scaling;
   int num_tensors = 0, num_weights = 0;
+  int att_base = 0;  // the first attention tensor's index (fp8.attention): after the linears' 
   // The scale state is fresh (initial scale 1, empty history): the next step's first micro-batch
   // casts with current scaling when fp8.first_step_current asks for it (calibrate_now while it
   // runs). Cleared by that step's scaling update and by ImportScales.
@@ -337,69 +430,75 @@ Result<std::vector<TensorScaleRecord>> Fp8State<Ops>::ExportScales() const {
   FP8RT_RETURN_IF_ERROR(ops_->Download(scale_inv.data(), scaling.scale_inv, N * kScaleSlot * 4));
   FP8RT_RETURN_IF_ERROR(ops_->Download(amax.data(), scaling.amax, N * 4));
   FP8RT_RETURN_IF_ERROR(ops_->Download(&pos, scaling.pos, sizeof(int)));
-  FP8RT_RETURN_IF_ERROR(ForEachLinear([&](int l, int kind) -> Status {
-    for (int role = 0; role < kNumRoles; ++role) {
-      const int i = Index(l, kind, role);
-      TensorScaleRecord r;
-      r.name = Name(l, kind, role);
-      r.format = FormatFor(cfg.recipe, role == kRoleDy);
-      r.pos = pos, r.amax = amax[i], r.scale = scale[i], r.scale_inv = scale_inv[i * kScaleSlot];
-      r.amax_history.resize(H);
-      for (int h = 0; h < H; ++h) r.amax_history[h] = hist[static_cast<size_t>(h) * N + i];
-      out.push_back(std::move(r));
-    }
+  FP8RT_RETURN_IF_ERROR(ForEachTensor([&](int i, const std::string& name, bool) -> Status {
+    TensorScaleRecord r;
+    r.name = name;
+    r.format = FormatOf(i);
+    r.pos = pos, r.amax = amax[i], r.scale = scale[i], r.scale_inv = scale_inv[i * kScaleSlot];
+    r.amax_history.resize(H);
+    for (int h = 0; h < H; ++h) r.amax_history[h] = hist[static_cast<size_t>(h) * N + i];
+    out.push_back(std::move(r));
     return Status::Ok();
   }));
   return out;
 }
 
+// A state saved before fp8.attention was on has no attention tensors: theirs start fresh (the
+// probabilities' scale at the format's largest value, the others at 1, empty histories); every
+// other tensor must be there, and no record may name a tensor this model lacks.
 template <typename Ops>
 Status Fp8State<Ops>::ImportScales(const std::vector<TensorScaleRecord>& records) {
-  auto mine = ExportScales();
-  if (!mine.ok()) return mine.status();
-  if (mine->size() != records.size()) {
-    return Status::FailedPrecondition(StrCat("FP8 scale state has ", records.size(),
-                                             " tensors, this model has ", mine->size(),
-                                             " (use --reset-fp8-history to recalibrate)"));
-  }
+  if (num_tensors == 0 && records.empty()) return Status::Ok();
   const int N = num_tensors, H = scaling.history_len;
   std::vector<float> hist(static_cast<size_t>(N) * H), scale(N, 1.f),
       scale_inv(N * kScaleSlot, 1.f), amax(N);
   int pos = records.empty() ? 0 : records[0].pos;
   std::map<std::string, const TensorScaleRecord*> by_name;
   for (const auto& r : records) by_name[r.name] = &r;
-  FP8RT_RETURN_IF_ERROR(ForEachLinear([&](int l, int kind) -> Status {
-    for (int role = 0; role < kNumRoles; ++role) {
-      const int i = Index(l, kind, role);
-      const std::string name = Name(l, kind, role);
-      auto it = by_name.find(name);
-      if (it == by_name.end()) {
-        return Status::FailedPrecondition(StrCat("FP8 scale state has no tensor '", name, "'"));
+  size_t matched = 0;
+  std::vector<bool> fresh_probs(static_cast<size_t>(o_.model.n_layer), false);
+  FP8RT_RETURN_IF_ERROR(ForEachTensor([&](int i, const std::string& name, bool att) -> Status {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      if (att) {
+        const int role = (i - att_base) % kNumAttRoles;
+        if (role == kAttProbs) fresh_probs[static_cast<size_t>((i - att_base) / kNumAttRoles)] = true;
+        return Status::Ok();
       }
-      const TensorScaleRecord& r = *it->second;
-      if (static_cast<int>(r.amax_history.size()) != H) {
-        return Status::FailedPrecondition(
-            StrCat("FP8 scale state of '", name, "' has history length ", r.amax_history.size(),
-                   ", fp8.history_len is ", H, " (use --reset-fp8-history to recalibrate)"));
-      }
-      if (r.format != FormatFor(cfg.recipe, role == kRoleDy)) {
-        return Status::FailedPrecondition(
-            StrCat("FP8 scale state of '", name, "' is ", Fp8FormatName(r.format),
-                   ", fp8.recipe needs ", Fp8FormatName(FormatFor(cfg.recipe, role == kRoleDy))));
-      }
-      if (r.pos != pos || r.pos < 0 || r.pos >= H) {
-        return Status::Corruption(StrCat("FP8 scale state of '", name, "' has ring position ",
-                                         r.pos, " (expected ", pos, " in [0, ", H, "))"));
-      }
-      scale[i] = r.scale, scale_inv[i * kScaleSlot] = r.scale_inv, amax[i] = r.amax;
-      for (int h = 0; h < H; ++h) hist[static_cast<size_t>(h) * N + i] = r.amax_history[h];
+      return Status::FailedPrecondition(StrCat("FP8 scale state has no tensor '", name,
+                                               "' (use --reset-fp8-history to recalibrate)"));
     }
+    ++matched;
+    const TensorScaleRecord& r = *it->second;
+    if (static_cast<int>(r.amax_history.size()) != H) {
+      return Status::FailedPrecondition(
+          StrCat("FP8 scale state of '", name, "' has history length ", r.amax_history.size(),
+                 ", fp8.history_len is ", H, " (use --reset-fp8-history to recalibrate)"));
+    }
+    if (r.format != FormatOf(i)) {
+      return Status::FailedPrecondition(StrCat("FP8 scale state of '", name, "' is ",
+                                               Fp8FormatName(r.format), ", fp8.recipe needs ",
+                                               Fp8FormatName(FormatOf(i))));
+    }
+    if (r.pos != pos || r.pos < 0 || r.pos >= H) {
+      return Status::Corruption(StrCat("FP8 scale state of '", name, "' has ring position ",
+                                       r.pos, " (expected ", pos, " in [0, ", H, "))"));
+    }
+    scale[i] = r.scale, scale_inv[i * kScaleSlot] = r.scale_inv, amax[i] = r.amax;
+    for (int h = 0; h < H; ++h) hist[static_cast<size_t>(h) * N + i] = r.amax_history[h];
     return Status::Ok();
   }));
+  if (matched != records.size()) {
+    return Status::FailedPrecondition(
+        StrCat("FP8 scale state has ", records.size(), " tensors, ", records.size() - matched,
+               " of them not in this model (", N, " FP8 tensors; use --reset-fp8-history to "
+               "recalibrate)"));
+  }
   FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling.amax_history, hist.data(), hist.size() * 4));
   FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling.scale, scale.data(), N * 4));
   FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling.scale_inv, scale_inv.data(), N * kScaleSlot * 4));
   FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling.amax, amax.data(), N * 4));
+  FP8RT_RETURN_IF_ERROR(FreshProbScales(fresh_probs));
   calibrate = false;  // the imported history carries on
   return ops_->Upload(scaling.pos, &pos, sizeof(int));
 }
@@ -421,10 +520,8 @@ Result<std::vector<Fp8TelemetryRow>> Fp8State<Ops>::Telemetry() {
   }
   // Same order as ExportScales: walk the indices again for the counters.
   size_t k = 0;
-  FP8RT_RETURN_IF_ERROR(ForEachLinear([&](int l, int kind) -> Status {
-    for (int role = 0; role < kNumRoles; ++role) {
-      rows[k++].saturated = static_cast<uint64_t>(sat[Index(l, kind, role)]);
-    }
+  FP8RT_RETURN_IF_ERROR(ForEachTensor([&](int i, const std::string&, bool) -> Status {
+    rows[k++].saturated = static_cast<uint64_t>(sat[i]);
     return Status::Ok();
   }));
   return rows;

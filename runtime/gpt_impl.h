@@ -96,7 +96,9 @@ class Gpt final : public GptModel {
     }
     return out;
   }
-  std::string attention_kernel() const override { return ops_->AttentionKernel(Att(), kT); }
+  std::string attention_kernel() const override {
+    return Fp8Attention() ? ops_->Fp8AttentionKernel() : ops_->AttentionKernel(Att(), kT);
+  }
   void EnableOpProfile(bool on) override { ops_->EnableProfile(on); }
   std::vector<OpTime> OpProfile() const override { return ops_->ProfileReport(); }
   Result<std::vector<uint64_t>> GatherAcrossReplicas(uint64_t value) override {
@@ -376,6 +378,11 @@ class Gpt final : public GptModel {
   Status GptBlockBackward(int l, const T* res);
   Status LlamaBlockForward(int l, const T* res, bool cast_weights);
   Status LlamaBlockBackward(int l, const T* res);
+  // A block's attention (gpt_attention.h): from qkv_[l] to atty_[l], and from dc2_ (the
+  // output's gradient) to the gradient of qkv_[l] in *dq (dqkv_, or dqkvg_ under grouped-query
+  // attention): BF16 (T) attention, or fp8.attention's.
+  Status RunAttention(int l);
+  Status RunAttentionBackward(int l, T** dq);
   // The phases of Step.
   Status MicroBatches();
   Status ReduceAcrossRanks();
@@ -460,6 +467,16 @@ class Gpt final : public GptModel {
   // key/value heads expanded (M, 3 * NH/tp * HS); qkv_ is then one buffer for every layer.
   std::vector<T*> attq_;
   std::vector<uint8_t*> att_;  // what attention saves for its backward (Ops decides)
+  // fp8.attention: FP8 attention (on this placement's FP8 precision); each layer's Q/K/V codes
+  // (M, (NH + 2 KV) HS) and output codes (M, NH HS), its saved log-sum-exp in att_, and the
+  // backward's output-gradient and Q/K/V-gradient codes (one buffer each for every layer).
+  bool Fp8Attention() const { return o_.precision == Precision::kFp8 && o_.fp8.attention; }
+  Fp8AttentionShape Att8() const {
+    const ModelConfig& m = o_.model;
+    return {o_.B, o_.T, m.n_head / o_.tp_size(), m.kv_heads() / o_.tp_size(), m.head_size()};
+  }
+  std::vector<uint8_t*> qkv8_, o8_;
+  uint8_t *do8_ = nullptr, *dqkv8_ = nullptr;
   std::vector<float*> ln1_mean_, ln1_rstd_, ln2_mean_, ln2_rstd_;
   T* lnf_ = nullptr;                                 // (B, T, C)
   float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;  // (B, T)
@@ -661,6 +678,7 @@ Result<std::unique_ptr<GptModel>> MakeGpt(const ModelOptions& o, std::unique_ptr
 #include "runtime/gpt_block_scaling.h"
 #include "runtime/gpt_passes.h"
 #include "runtime/llama_block.h"
+#include "runtime/gpt_attention.h"
 #include "runtime/gpt_setup.h"
 #include "runtime/gpt_parallel.h"
 #include "runtime/gpt_zero3.h"

@@ -66,8 +66,7 @@ Status Gpt<Ops, T>::GptBlockForward(int l, const T* res, bool cast_weights) {
                                     Wl(kLn1W, l), Wl(kLn1B, l), &x8_ready));
   FP8RT_RETURN_IF_ERROR(LinearForward(l, kQkv, qkv_[l], ln1_[l], Wl(kQkvB, l), cast_weights,
                                       nullptr, nullptr, nullptr, nullptr, x8_ready));
-  ops_->Mark("attention fwd");
-  FP8RT_RETURN_IF_ERROR(ops_->Attention(atty_[l], att_[l], qkv_[l], Att()));
+  FP8RT_RETURN_IF_ERROR(RunAttention(l));
   FP8RT_RETURN_IF_ERROR(LinearForward(l, kAttProj, res2_[l], atty_[l],
                                       lead ? Wl(kAttProjB, l) : nullptr, cast_weights, nullptr,
                                       nullptr, /*residual=*/lead ? res : nullptr));
@@ -233,8 +232,8 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
   if (RecastsInput(kAttProj)) FP8RT_RETURN_IF_ERROR(RecastInput(l, kAttProj, atty_[l]));
   FP8RT_RETURN_IF_ERROR(LinearBackward(l, kAttProj, dc2_, Gl(kAttProjW, l), Gl(kAttProjB, l),
                                        dres_, atty_[l]));
-  ops_->Mark("attention bwd");
-  FP8RT_RETURN_IF_ERROR(ops_->AttentionBackward(dqkv_, dc2_, qkv_[l], atty_[l], att_[l], Att()));
+  T* dqkv = nullptr;
+  FP8RT_RETURN_IF_ERROR(RunAttentionBackward(l, &dqkv));
   if (Recomputes(kQkv)) {
     ops_->Mark("layernorm recompute");
     FP8RT_RETURN_IF_ERROR(ops_->LayerNormForward(ln1_[l], ln1_mean_[l], ln1_rstd_[l], res_in,
@@ -244,7 +243,7 @@ Status Gpt<Ops, T>::GptBlockBackward(int l, const T* res_in) {
     FP8RT_RETURN_IF_ERROR(RecastNormOutput(l, kQkv, res_in, ln1_mean_[l], ln1_rstd_[l],
                                            Wl(kLn1W, l), Wl(kLn1B, l), ln1_[l]));
   }
-  FP8RT_RETURN_IF_ERROR(LinearBackward(l, kQkv, dc1_, Gl(kQkvW, l), Gl(kQkvB, l), dqkv_, ln1_[l]));
+  FP8RT_RETURN_IF_ERROR(LinearBackward(l, kQkv, dc1_, Gl(kQkvW, l), Gl(kQkvB, l), dqkv, ln1_[l]));
   FP8RT_RETURN_IF_ERROR(TpAllReduce(dc1_, "QKV input-gradient all-reduce (TP)"));
   ops_->Mark("layernorm bwd");
   return ops_->LayerNormBackward(dres_, Gl(kLn1W, l), Gl(kLn1B, l), dc1_, res_in, Wl(kLn1W, l),

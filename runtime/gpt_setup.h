@@ -182,7 +182,7 @@ Status Gpt<Ops, T>::Setup() {
   } activations[] = {
       {&ln1_, C, Fp8On(kQkv) || Recomputes(kQkv)},
       // Grouped-query attention saves the expanded copy (attq_); the backward needs no qkv_.
-      {&qkv_, Nqkv, Gqa()},
+      {&qkv_, Nqkv, Gqa() || Fp8Attention()},
       // The attention output is the projection's input, and the flash backward reads it too.
       {&atty_, Ct, Fp8On(kAttProj) && !ops_->AttentionReadsOutput(as, kT)},
       {&res2_, C, false},
@@ -203,15 +203,33 @@ Status Gpt<Ops, T>::Setup() {
     FP8RT_RETURN_IF_ERROR(ops_->Upload(pre_scale_, one, sizeof one));
     mem_category_ = kMemActivations;
   }
-  if (Gqa()) {
+  if (Gqa() && !Fp8Attention()) {
     FP8RT_RETURN_IF_ERROR(per_layer(&attq_, M_ * 3 * Ct, false));
   } else {
     attq_ = qkv_;
   }
+  // (FP8 attention saves each query's log-sum-exp, and the Q/K/V and output codes)
+  const int64_t saved_bytes = Fp8Attention()
+                                  ? o_.B * as.NH * o_.T * static_cast<int64_t>(sizeof(float))
+                                  : static_cast<int64_t>(ops_->AttentionSavedBytes(as, kT));
   att_.assign(L, nullptr);
-  for (int64_t l = 0; l < L; ++l) {
-    FP8RT_RETURN_IF_ERROR(
-        AllocLayer(&att_[l], static_cast<int64_t>(ops_->AttentionSavedBytes(as, kT)), l));
+  for (int64_t l = 0; l < L; ++l) FP8RT_RETURN_IF_ERROR(AllocLayer(&att_[l], saved_bytes, l));
+  if (Fp8Attention()) {
+    mem_category_ = kMemFp8Saved;
+    qkv8_.assign(L, nullptr), o8_.assign(L, nullptr);
+    for (int64_t l = 0; l < L; ++l) {
+      FP8RT_RETURN_IF_ERROR(AllocLayer(&qkv8_[l], M_ * Nqkv, l));
+      FP8RT_RETURN_IF_ERROR(AllocLayer(&o8_[l], M_ * Ct, l));
+    }
+    mem_category_ = kMemFp8Scratch;
+    FP8RT_RETURN_IF_ERROR(Alloc(&do8_, M_ * Ct));
+    FP8RT_RETURN_IF_ERROR(Alloc(&dqkv8_, M_ * Nqkv));
+    mem_category_ = kMemActivations;
+    size_t ws = 0;
+    const Status prepared = ops_->PrepareFp8Attention(Att8(), fp8_.AttFormats(), &ws);
+    if (!prepared.ok()) {
+      return Status(prepared.code(), StrCat("fp8.attention: ", prepared.message()));
+    }
   }
   // (RMSNorm keeps no mean.)
   if (!Llama()) FP8RT_RETURN_IF_ERROR(stats(&ln1_mean_));
@@ -267,7 +285,7 @@ Status Gpt<Ops, T>::Setup() {
     }
     b += recast_bytes + held_bytes;
     size_t fwd_ws = 0, bwd_ws = 0;
-    ops_->AttentionWorkspaceBytes(Att(), kT, &fwd_ws, &bwd_ws);
+    if (!Fp8Attention()) ops_->AttentionWorkspaceBytes(Att(), kT, &fwd_ws, &bwd_ws);
     const int64_t bwd_at = a;
     const int64_t fwd_at = static_cast<int64_t>(fwd_ws) <= a ? 0 : a + b;
     // The sparse embedding gradient's gathered rows and tokens (every DP rank's): read after the

@@ -20,12 +20,7 @@ Status Gpt<Ops, T>::LlamaBlockForward(int l, const T* res, bool cast_weights) {
                                       nullptr, nullptr, nullptr, x8_ready));
   ops_->Mark("rope fwd");  // the query heads and the key heads after them: one call
   FP8RT_RETURN_IF_ERROR(ops_->Rope(qkv_[l], o_.B, o_.T, NH + KV, HS, ld, m.rope_theta));
-  if (Gqa()) {
-    ops_->Mark("gqa expand");
-    FP8RT_RETURN_IF_ERROR(ops_->GqaExpand(attq_[l], qkv_[l], M_, NH, KV, HS));
-  }
-  ops_->Mark("attention fwd");
-  FP8RT_RETURN_IF_ERROR(ops_->Attention(atty_[l], att_[l], attq_[l], Att()));
+  FP8RT_RETURN_IF_ERROR(RunAttention(l));
   FP8RT_RETURN_IF_ERROR(LinearForward(l, kAttProj, res2_[l], atty_[l], nullptr, cast_weights,
                                       nullptr, nullptr, /*residual=*/lead ? res : nullptr));
   FP8RT_RETURN_IF_ERROR(TpAllReduce(res2_[l], "attention projection all-reduce (TP)"));
@@ -73,14 +68,8 @@ Status Gpt<Ops, T>::LlamaBlockBackward(int l, const T* res_in) {
   if (RecastsInput(kAttProj)) FP8RT_RETURN_IF_ERROR(RecastInput(l, kAttProj, atty_[l]));
   FP8RT_RETURN_IF_ERROR(
       LinearBackward(l, kAttProj, dc2_, Gl(kAttProjW, l), nullptr, dres_, atty_[l]));
-  ops_->Mark("attention bwd");
-  FP8RT_RETURN_IF_ERROR(ops_->AttentionBackward(dqkv_, dc2_, attq_[l], atty_[l], att_[l], Att()));
-  T* dq = dqkv_;
-  if (Gqa()) {
-    ops_->Mark("gqa reduce");
-    FP8RT_RETURN_IF_ERROR(ops_->GqaReduce(dqkvg_, dqkv_, M_, NH, KV, HS));
-    dq = dqkvg_;
-  }
+  T* dq = nullptr;
+  FP8RT_RETURN_IF_ERROR(RunAttentionBackward(l, &dq));
   ops_->Mark("rope bwd");
   FP8RT_RETURN_IF_ERROR(ops_->RopeBackward(dq, o_.B, o_.T, NH + KV, HS, ld, m.rope_theta));
   if (Recomputes(kQkv)) {

@@ -13,6 +13,7 @@
 #include "kernels/convert.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
+#include "kernels/fp8_attention.h"
 #include "kernels/gelu.h"
 #include "kernels/gemm.h"
 #include "kernels/gqa.h"
@@ -178,6 +179,37 @@ class CpuOps {
                            const void* saved, const AttentionShape& s) {
     return cpu::AttentionBackward(dqkv, dout, qkv, static_cast<const T*>(saved), s);
   }
+  // fp8.attention: the emulation of cuDNN's FP8 attention (kernels/fp8_attention.h). Prepare
+  // once per shape at setup (the workspace the passes need in the op scratch: none here).
+  // Forward and Backward max their amaxes into the scale state's (sc's amax pointers; dQ, dK
+  // and dV may share one), NaN sticking, as the casts do across micro-batches.
+  std::string Fp8AttentionKernel() const { return "CPU emulation of cuDNN's FP8 attention"; }
+  Status PrepareFp8Attention(const Fp8AttentionShape& s, Fp8AttentionFormats f, size_t* ws) {
+    fp8_att_formats_ = f;
+    *ws = 0;
+    return ValidateFp8Attention(s);
+  }
+  Status Fp8AttentionForward(uint8_t* out, float* stats, const uint8_t* qkv,
+                             const Fp8AttentionShape& s, const Fp8AttentionScales& sc) {
+    float a[2] = {};
+    Fp8AttentionScales mine = sc;
+    mine.amax_s = &a[0], mine.amax_o = &a[1];
+    FP8RT_RETURN_IF_ERROR(cpu::Fp8AttentionForward(out, stats, qkv, s, mine, fp8_att_formats_));
+    FP8RT_RETURN_IF_ERROR(cpu::ComputeAmax(&a[0], 1, sc.amax_s));
+    return cpu::ComputeAmax(&a[1], 1, sc.amax_o);
+  }
+  Status Fp8AttentionBackward(uint8_t* dqkv, const uint8_t* dout, const uint8_t* qkv,
+                              const uint8_t* out, const float* stats, const Fp8AttentionShape& s,
+                              const Fp8AttentionScales& sc) {
+    float a[4] = {};
+    Fp8AttentionScales mine = sc;
+    mine.amax_dp = &a[0], mine.amax_dq = &a[1], mine.amax_dk = &a[2], mine.amax_dv = &a[3];
+    FP8RT_RETURN_IF_ERROR(
+        cpu::Fp8AttentionBackward(dqkv, dout, qkv, out, stats, s, mine, fp8_att_formats_));
+    float* to[4] = {sc.amax_dp, sc.amax_dq, sc.amax_dk, sc.amax_dv};
+    for (int i = 0; i < 4; ++i) FP8RT_RETURN_IF_ERROR(cpu::ComputeAmax(&a[i], 1, to[i]));
+    return Status::Ok();
+  }
   template <typename T>
   Status CrossEntropy(float* losses, T* logits, const int32_t* targets, int64_t N, int64_t V,
                       int64_t Vp, float dloss, bool grad) {
@@ -330,6 +362,7 @@ class CpuOps {
   std::chrono::steady_clock::time_point timer_start_[2], seg_start_;
   double timer_ms_[2] = {0, 0};  // gradients, amaxes
   double seg_ms_[2] = {0, 0};    // the segment timer: the set closed last, the open one
+  Fp8AttentionFormats fp8_att_formats_;
 };
 
 }  // namespace fp8rt
