@@ -320,6 +320,36 @@ void Graph::DescribeEngine(cudnnBackendDescriptor_t cfg, int64_t* id, bool* nond
   }
 }
 
+T CausalMask(Graph& g, const Dims& score, const Dims& stride, T x, T fill,
+             cudnnDataType_t gen_index_math) {
+  constexpr cudnnDataType_t kI32 = CUDNN_DATA_INT32, kBool = CUDNN_DATA_BOOLEAN;
+  T row = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, g.Virtual(score, stride, kI32), x, nullptr,
+                      nullptr, gen_index_math, 2);
+  T col = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, g.Virtual(score, stride, kI32), x, nullptr,
+                      nullptr, gen_index_math, 3);
+  T keep =
+      g.Pointwise(CUDNN_POINTWISE_CMP_GE, g.Virtual(score, stride, kBool), row, col, nullptr, kBool);
+  return g.Pointwise(CUDNN_POINTWISE_BINARY_SELECT, g.Virtual(score, stride), x, fill, keep);
+}
+
+// Every sequence here is full length, so this changes nothing; cuDNN <= 9.15's backward engines
+// need it (with the matmul extent overrides) when T is not a multiple of 128, as cudnn-frontend's
+// "workaround padding mask" does.
+T PaddingMask(Graph& g, const Dims& score, const Dims& stride, T x, T seq_q, T seq_kv, T fill) {
+  constexpr cudnnDataType_t kI32 = CUDNN_DATA_INT32, kBool = CUDNN_DATA_BOOLEAN;
+  T row = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, g.Virtual(score, stride, kI32), x, nullptr,
+                      nullptr, kI32, 2);
+  T col = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, g.Virtual(score, stride, kI32), x, nullptr,
+                      nullptr, kI32, 3);
+  T row_in = g.Pointwise(CUDNN_POINTWISE_CMP_LT, g.Virtual(score, stride, kBool), row, seq_q,
+                         nullptr, kBool);
+  T col_in = g.Pointwise(CUDNN_POINTWISE_CMP_LT, g.Virtual(score, stride, kBool), col, seq_kv,
+                         nullptr, kBool);
+  T keep = g.Pointwise(CUDNN_POINTWISE_LOGICAL_AND, g.Virtual(score, stride, kBool), row_in,
+                       col_in, nullptr, kBool);
+  return g.Pointwise(CUDNN_POINTWISE_BINARY_SELECT, g.Virtual(score, stride), x, fill, keep);
+}
+
 namespace {
 
 // ---- The attention graphs ----
@@ -363,36 +393,6 @@ Views MakeViews(const AttentionShape& s) {
                {H * T, T, 1, 1}};
 }
 
-// Keeps query t's scores for keys j <= t (row index >= column index); -inf elsewhere.
-T CausalMask(Graph& g, const Views& v, T x, T neg_inf, const Spelling& sp) {
-  T row = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, g.Virtual(v.score, v.score_stride, kI32), x,
-                      nullptr, nullptr, sp.gen_index_math, 2);
-  T col = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, g.Virtual(v.score, v.score_stride, kI32), x,
-                      nullptr, nullptr, sp.gen_index_math, 3);
-  T keep = g.Pointwise(CUDNN_POINTWISE_CMP_GE, g.Virtual(v.score, v.score_stride, kBool), row, col,
-                       nullptr, kBool);
-  return g.Pointwise(CUDNN_POINTWISE_BINARY_SELECT, g.Virtual(v.score, v.score_stride), x, neg_inf,
-                     keep);
-}
-
-// Masks rows >= seq_q and columns >= seq_kv. Every sequence here is full length, so this changes
-// nothing; cuDNN <= 9.15's backward engines need it (with the matmul extent overrides) when T is
-// not a multiple of 128, as cudnn-frontend's "workaround padding mask" does.
-T PaddingMask(Graph& g, const Views& v, T x, T seq_q, T seq_kv, T neg_inf) {
-  T row = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, g.Virtual(v.score, v.score_stride, kI32), x,
-                      nullptr, nullptr, kI32, 2);
-  T col = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, g.Virtual(v.score, v.score_stride, kI32), x,
-                      nullptr, nullptr, kI32, 3);
-  T row_in = g.Pointwise(CUDNN_POINTWISE_CMP_LT, g.Virtual(v.score, v.score_stride, kBool), row,
-                         seq_q, nullptr, kBool);
-  T col_in = g.Pointwise(CUDNN_POINTWISE_CMP_LT, g.Virtual(v.score, v.score_stride, kBool), col,
-                         seq_kv, nullptr, kBool);
-  T keep = g.Pointwise(CUDNN_POINTWISE_LOGICAL_AND, g.Virtual(v.score, v.score_stride, kBool),
-                       row_in, col_in, nullptr, kBool);
-  return g.Pointwise(CUDNN_POINTWISE_BINARY_SELECT, g.Virtual(v.score, v.score_stride), x, neg_inf,
-                     keep);
-}
-
 // out = softmax(mask(scale * Q K^T)) V; stats = max + log(sum exp(. - max)) per query.
 void BuildForward(Graph& g, const Views& v, const Spelling& sp) {
   T q = g.Tensor(kQ, v.head, v.qkv_stride, kBF16);
@@ -405,7 +405,7 @@ void BuildForward(Graph& g, const Views& v, const Spelling& sp) {
 
   T s = g.Matmul(g.Virtual(v.score, v.score_stride), q, kt);
   s = g.Pointwise(CUDNN_POINTWISE_MUL, g.Virtual(v.score, v.score_stride), s, scale);
-  s = CausalMask(g, v, s, neg_inf, sp);
+  s = CausalMask(g, v.score, v.score_stride, s, neg_inf, sp.gen_index_math);
   // Softmax, spelled as cuDNN's fused engines expect it, saving the log-sum-exp.
   T m = g.Reduction(CUDNN_REDUCE_TENSOR_MAX, g.Virtual(v.row, v.row_stride), s);
   T e = g.Pointwise(CUDNN_POINTWISE_SUB, g.Virtual(v.score, v.score_stride), s, m);
@@ -449,8 +449,8 @@ void BuildBackward(Graph& g, const Views& v, const Spelling& sp, bool determinis
   T s = g.Matmul(g.Virtual(v.score, v.score_stride), q, kt, seq_q, seq_kv);
   s = g.Pointwise(CUDNN_POINTWISE_MUL, g.Virtual(v.score, v.score_stride), s, scale);
   s = g.Pointwise(CUDNN_POINTWISE_SUB, g.Virtual(v.score, v.score_stride), s, stats);
-  if (padded) s = PaddingMask(g, v, s, seq_q, seq_kv, neg_inf);
-  s = CausalMask(g, v, s, neg_inf, sp);
+  if (padded) s = PaddingMask(g, v.score, v.score_stride, s, seq_q, seq_kv, neg_inf);
+  s = CausalMask(g, v.score, v.score_stride, s, neg_inf, sp.gen_index_math);
   T p = g.Pointwise(CUDNN_POINTWISE_EXP, g.Virtual(v.score, v.score_stride), s);
 
   // dV = P^T dout

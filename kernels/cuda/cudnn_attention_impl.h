@@ -152,6 +152,14 @@ class Graph {
   int64_t engine_id_ = -1;
 };
 
+// The masks of both attention graphs (BF16 and FP8), spelled as cuDNN's fused engines expect,
+// over scores with dimensions `score` (B, heads, T, T) and strides `stride` (cudnn_attention_graph.cc).
+// CausalMask keeps query t's scores for keys j <= t (row index >= column index), `fill` elsewhere;
+// PaddingMask keeps rows < seq_q and columns < seq_kv (per-batch (B, 1, 1, 1) int32 tensors).
+T CausalMask(Graph& g, const Dims& score, const Dims& stride, T x, T fill,
+             cudnnDataType_t gen_index_math);
+T PaddingMask(Graph& g, const Dims& score, const Dims& stride, T x, T seq_q, T seq_kv, T fill);
+
 // Tensor uids of the variant packs.
 enum Uid : int64_t {
   kQ = 1,

@@ -90,7 +90,7 @@ struct Fp8Types {
   cudnnDataType_t qkv = kE4M3;
   cudnnDataType_t o = kE4M3;
   cudnnDataType_t dout = kE5M2;  // dP is cast to this type too ([B] "scale_dP")
-  cudnnDataType_t dqkv = kE5M2;  // UNSURE: only FP8 is accepted on sm_90 per the frontend
+  cudnnDataType_t dqkv = kE5M2;  // (FP8 only on sm_90: BF16 outputs need Blackwell, [B])
 };
 
 // Alternatives to try, in order, when no engine takes the graph (same idea as kSpellings, [O] 338).
@@ -151,40 +151,12 @@ T DeviceScalar(Graph& g, int64_t uid) {
   return g.Tensor(uid, {1, 1, 1, 1}, {1, 1, 1, 1}, kF32, false, g_scalar_alignment);
 }
 
-// GEN_INDEX row/col, CMP_GE, BINARY_SELECT(x, neg_inf, keep). [D] CompositeDiagonalBandMaskNode
-// (right bound 0, top-left) == [F]/[B] "gen_row_index", "gen_col_index", "row_greater_than_col",
-// "binary_select". Same as our CausalMask ([O] line 368).
-T Fp8CausalMask(Graph& g, const Fp8Views& v, T x, T neg_inf, const Fp8Spelling& sp) {
-  T row = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, g.Virtual(v.score, v.score_stride, kI32), x,
-                      nullptr, nullptr, sp.gen_index_math, 2);
-  T col = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, g.Virtual(v.score, v.score_stride, kI32), x,
-                      nullptr, nullptr, sp.gen_index_math, 3);
-  T keep = g.Pointwise(CUDNN_POINTWISE_CMP_GE, g.Virtual(v.score, v.score_stride, kBool), row, col,
-                       nullptr, kBool);
-  return g.Pointwise(CUDNN_POINTWISE_BINARY_SELECT, g.Virtual(v.score, v.score_stride), x, neg_inf,
-                     keep);
-}
-
-// Only for T not a multiple of 128 (UNSURE whether 9.14 needs it for FP8; TE only enables FP8 on
-// cuDNN 9.2.1+ with s % 128 == 0 for no_mask/causal, and needs padding masks otherwise:
-// TE fused_attn.cpp nvte_get_fused_attn_backend). [B] newer: "gen_row_idx_padding",
-// "lt_row_sq_padding", "and_row_col_padding", "select_padding" with fill value -2^30 (NOT -inf:
-// "so that the softmax stats for rows that are fully padded dont go towards NaNs/Infs when
-// multiplied by the numerous scale/descale"). pad_fill is a by-value fp32 scalar holding -2^30.
-T Fp8PaddingMask(Graph& g, const Fp8Views& v, T x, T seq_q, T seq_kv, T pad_fill) {
-  T row = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, g.Virtual(v.score, v.score_stride, kI32), x,
-                      nullptr, nullptr, kI32, 2);
-  T col = g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, g.Virtual(v.score, v.score_stride, kI32), x,
-                      nullptr, nullptr, kI32, 3);
-  T row_in = g.Pointwise(CUDNN_POINTWISE_CMP_LT, g.Virtual(v.score, v.score_stride, kBool), row,
-                         seq_q, nullptr, kBool);
-  T col_in = g.Pointwise(CUDNN_POINTWISE_CMP_LT, g.Virtual(v.score, v.score_stride, kBool), col,
-                         seq_kv, nullptr, kBool);
-  T keep = g.Pointwise(CUDNN_POINTWISE_LOGICAL_AND, g.Virtual(v.score, v.score_stride, kBool),
-                       row_in, col_in, nullptr, kBool);
-  return g.Pointwise(CUDNN_POINTWISE_BINARY_SELECT, g.Virtual(v.score, v.score_stride), x, pad_fill,
-                     keep);
-}
+// The masks are our BF16 graphs' (CausalMask, PaddingMask in cudnn_attention_graph.cc), the same
+// ops as [D] CompositeDiagonalBandMaskNode ("gen_row_index", "gen_col_index",
+// "row_greater_than_col", "binary_select") and [B]'s padding mask, whose fill is -2^30 in the
+// backward ("so that the softmax stats for rows that are fully padded dont go towards NaNs/Infs
+// when multiplied by the numerous scale/descale"). cuDNN 9.14 takes the padded spelling for T
+// not a multiple of 128 (measured: T 100, 130 and 192 on H200).
 
 // matmul_fp8 [M]: c32 = a b (virtual fp32, dims {a0,a1,a2,b3}, row-major); if a and b have the
 // same head count and c fewer (GQA dK/dV), c32 = ADD-reduce over heads ("gqa_c", output dims
@@ -230,7 +202,7 @@ void BuildFp8Forward(Graph& g, const Fp8Views& v, const Fp8Types& ty, const Fp8S
   T amax_s = DeviceScalar(g, kF8AmaxS);  // output
   T amax_o = DeviceScalar(g, kF8AmaxO);  // output
   T seq_q = nullptr, seq_kv = nullptr;
-  if (padded) {  // UNSURE (see Fp8PaddingMask); [F2] bmm1 m=seq_q n=seq_kv, bmm2 m=seq_q k=seq_kv
+  if (padded) {  // [F2]: bmm1 m=seq_q n=seq_kv, bmm2 m=seq_q k=seq_kv
     seq_q = g.Tensor(kF8SeqQ, {v.B, 1, 1, 1}, {1, 1, 1, 1}, kI32);
     seq_kv = g.Tensor(kF8SeqKV, {v.B, 1, 1, 1}, {1, 1, 1, 1}, kI32);
   }
@@ -242,11 +214,11 @@ void BuildFp8Forward(Graph& g, const Fp8Views& v, const Fp8Types& ty, const Fp8S
   s = g.Pointwise(CUDNN_POINTWISE_MUL, g.Virtual(v.score, v.score_stride), s, descale_q);   // "descale_q"
   s = g.Pointwise(CUDNN_POINTWISE_MUL, g.Virtual(v.score, v.score_stride), s, descale_k);   // "descale_k"
   if (padded) {
-    // UNSURE: the fill value for the forward's padding mask is -inf in [F2] (score_modifiers
-    // padding_mask, get_negative_inf_value); the -2^30 trick is the backward's. Reusing neg_inf.
-    s = Fp8PaddingMask(g, v, s, seq_q, seq_kv, neg_inf);
+    // The forward's padding fill is -inf, as [F2]'s (score_modifiers padding_mask); -2^30 is the
+    // backward's.
+    s = PaddingMask(g, v.score, v.score_stride, s, seq_q, seq_kv, neg_inf);
   }
-  s = Fp8CausalMask(g, v, s, neg_inf, sp);
+  s = CausalMask(g, v.score, v.score_stride, s, neg_inf, sp.gen_index_math);
 
   // Softmax with stats [S]: M = MAX ("M", (B,NH,T,1) {h*s_q,s_q,1,1}), sub, exp, Z = ADD ("sum"),
   // stats = M + log Z ("log", "add"), P = e / Z ("div"). P is virtual and untyped -> FLOAT [T].
@@ -304,7 +276,7 @@ void BuildFp8Backward(Graph& g, const Fp8Views& v, const Fp8Types& ty, const Fp8
   T amax_dk = DeviceScalar(g, kF8AmaxDK);
   T amax_dv = DeviceScalar(g, kF8AmaxDV);
   T seq_q = nullptr, seq_kv = nullptr, pad_fill = nullptr;
-  if (padded) {  // UNSURE, see Fp8PaddingMask
+  if (padded) {
     seq_q = g.Tensor(kF8SeqQ, {v.B, 1, 1, 1}, {1, 1, 1, 1}, kI32);
     seq_kv = g.Tensor(kF8SeqKV, {v.B, 1, 1, 1}, {1, 1, 1, 1}, kI32);
     // by value, host float -1024.f*1024.f*1024.f ([B] newer "negative_inf_padding")
@@ -324,10 +296,10 @@ void BuildFp8Backward(Graph& g, const Fp8Views& v, const Fp8Types& ty, const Fp8
   s = g.Pointwise(CUDNN_POINTWISE_MUL, g.Virtual(v.score, v.score_stride), s, attn_scale);
   s = g.Pointwise(CUDNN_POINTWISE_MUL, g.Virtual(v.score, v.score_stride), s, descale_q);
   s = g.Pointwise(CUDNN_POINTWISE_MUL, g.Virtual(v.score, v.score_stride), s, descale_k);
-  if (padded) s = Fp8PaddingMask(g, v, s, seq_q, seq_kv, pad_fill);
+  if (padded) s = PaddingMask(g, v.score, v.score_stride, s, seq_q, seq_kv, pad_fill);
   // NB: the FP8 node masks BEFORE subtracting the stats; our BF16 graph ([O] line 452-454)
   // subtracts first. Follow [B] here.
-  s = Fp8CausalMask(g, v, s, neg_inf, sp);
+  s = CausalMask(g, v.score, v.score_stride, s, neg_inf, sp.gen_index_math);
   s = g.Pointwise(CUDNN_POINTWISE_SUB, g.Virtual(v.score, v.score_stride), s, stats);  // "sub_dV_Stats"
   T exp_s = g.Pointwise(CUDNN_POINTWISE_EXP, g.Virtual(v.score, v.score_stride), s);   // "exp_dV"
 
@@ -357,7 +329,7 @@ void BuildFp8Backward(Graph& g, const Fp8Views& v, const Fp8Types& ty, const Fp8
                       scale_dp);
 
   // "reshape_K": K^T back to K (B,NKV,T,HS) with the original strides. Type: untyped in [B] ->
-  // FLOAT ([T]); UNSURE, alternative spelling: the FP8 type of K.
+  // FLOAT ([T]); the FP8 type of K is the spelling tried after it.
   T k = g.Reshape(g.Virtual(v.kv, v.kv_stride, sp.k_view_fp8 ? ty.qkv : kF32), kt);
   // "bmm_dP_K" = matmul_fp8(dP8, K, descale_dP, descale_K, scale_dQ) -> dQ, amax_dQ
   // (+ m=seq_q, k=seq_kv). GQA: dP8 NH heads, K NKV -> no reduction; K broadcast by the backend.

@@ -26,8 +26,9 @@ enum Slot {
 struct Scales {
   std::vector<float> host = std::vector<float>(kSlots * 4, 0.0f);
   float& operator[](int s) { return host[s * 4]; }
-  static Fp8AttentionScales View(float* base) {
-    auto at = [&](int s) { return base + s * 4; };
+  // The slots 16 bytes apart (stride 4 floats), or packed one float apart.
+  static Fp8AttentionScales View(float* base, int stride = 4) {
+    auto at = [&](int s) { return base + s * stride; };
     Fp8AttentionScales sc;
     sc.descale_q = sc.descale_k = sc.descale_v = at(kDescaleQkv);
     sc.scale_s = at(kScaleS), sc.descale_s = at(kDescaleS);
@@ -38,6 +39,7 @@ struct Scales {
     sc.amax_dq = at(kAmaxDq), sc.amax_dk = at(kAmaxDk), sc.amax_dv = at(kAmaxDv);
     return sc;
   }
+  static Fp8AttentionScales Packed(float* base) { return View(base, 1); }
 };
 
 struct Case {
@@ -267,14 +269,7 @@ TEST_F(Fp8AttentionGpuOnce, PackedScalesAndUnzeroedAmaxesGiveTheSameResults) {
   for (int i = 0; i < kSlots; ++i) flat[1 + i] = sc[i];
   for (int a = kAmaxS; a <= kAmaxDv; ++a) flat[1 + a] = 1e30f;
   DeviceBuffer<float> slots(sc.host), packed_scales(flat);
-  Fp8AttentionScales psc;
-  float* f = packed_scales.get() + 1;
-  psc.descale_q = psc.descale_k = psc.descale_v = f + kDescaleQkv;
-  psc.scale_s = f + kScaleS, psc.descale_s = f + kDescaleS, psc.scale_o = f + kScaleO;
-  psc.descale_o = f + kDescaleO, psc.descale_do = f + kDescaleDo, psc.scale_dp = f + kScaleDp;
-  psc.descale_dp = f + kDescaleDp, psc.scale_dq = psc.scale_dk = psc.scale_dv = f + kScaleDqkv;
-  psc.amax_s = f + kAmaxS, psc.amax_o = f + kAmaxO, psc.amax_dp = f + kAmaxDp;
-  psc.amax_dq = f + kAmaxDq, psc.amax_dk = f + kAmaxDk, psc.amax_dv = f + kAmaxDv;
+  const Fp8AttentionScales psc = Scales::Packed(packed_scales.get() + 1);
   DeviceBuffer<uint8_t> qkv(in.qkv), dout(in.dout);
   DeviceBuffer<uint8_t> out_a(s.B * s.T * s.C()), out_b(s.B * s.T * s.C());
   DeviceBuffer<uint8_t> dqkv_a(in.qkv.size()), dqkv_b(in.qkv.size());
@@ -325,15 +320,7 @@ TEST_F(Fp8AttentionGpuOnce, RepeatsBitForBitAtTheModelsShape) {
     for (int i = 0; i < kSlots; ++i) flat[1 + i] = sc[i];
     DeviceBuffer<float> packed(flat), slots(sc.host);
     Fp8AttentionScales p = Scales::View(slots.get());
-    if (packed_scalars) {
-      float* f = packed.get() + 1;
-      p.descale_q = p.descale_k = p.descale_v = f + kDescaleQkv;
-      p.scale_s = f + kScaleS, p.descale_s = f + kDescaleS, p.scale_o = f + kScaleO;
-      p.descale_o = f + kDescaleO, p.descale_do = f + kDescaleDo, p.scale_dp = f + kScaleDp;
-      p.descale_dp = f + kDescaleDp, p.scale_dq = p.scale_dk = p.scale_dv = f + kScaleDqkv;
-      p.amax_s = f + kAmaxS, p.amax_o = f + kAmaxO, p.amax_dp = f + kAmaxDp;
-      p.amax_dq = f + kAmaxDq, p.amax_dk = f + kAmaxDk, p.amax_dv = f + kAmaxDv;
-    }
+    if (packed_scalars) p = Scales::Packed(packed.get() + 1);
     DeviceBuffer<uint8_t> qkv(in.qkv), dout(in.dout), out(s.B * s.T * s.C()),
         dqkv(in.qkv.size());
     DeviceBuffer<float> stats(s.B * s.NH * s.T);

@@ -67,13 +67,7 @@ TEST_F(Fp8AttentionModel, TrainsLikeUnquantizedAttentionWithItsScalesInTheOneRed
 // refused only as any state with tensors this model lacks is (--reset-fp8-history).
 TEST_F(Fp8AttentionModel, ResumesExactlyAndFromCheckpointsWithoutIt) {
   fp8_extra_ = ", attention: true";
-  const std::string cfg = Config("r", 4, llama_, "fp8");
-  const TrainRun whole = Single(cfg, "rwhole", 6);
-  ASSERT_EQ(whole.ranks[0].code, 0) << whole.output;
-  ASSERT_EQ(Single(cfg, "rparts", 3).ranks[0].code, 0);
-  const TrainRun second = Single(cfg, "rparts", 6, "--resume");
-  ASSERT_EQ(second.ranks[0].code, 0) << second.output;
-  ExpectIdentical(whole, "rwhole", second, "rparts");
+  ExpectResumeIsExact(llama_);
 
   fp8_extra_ = "";
   const std::string before = Config("old", 4, llama_, "fp8");
