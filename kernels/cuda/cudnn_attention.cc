@@ -124,6 +124,16 @@ Status Execute(const CudnnApi& api, cudnnHandle_t handle, cudaStream_t* bound,
   return Status::Ok();
 }
 
+Result<Handle> CreateHandle(const CudnnApi& api) {
+  cudnnHandle_t h = nullptr;
+  const cudnnStatus_t rc = api.Create(&h);
+  if (rc != CUDNN_STATUS_SUCCESS) {
+    return Status::Unavailable(StrCat("cuDNN: cudnnCreate failed (",
+                                      VersionString(api.GetVersion()), "): ", CudnnWhy(api, rc)));
+  }
+  return Handle(h, HandleDeleter{&api});
+}
+
 ShapeKey KeyOf(const AttentionShape& s) { return {s.B, s.T, s.NH, s.HS}; }
 std::string ShapeName(const AttentionShape& s) {
   return StrCat("B=", s.B, " T=", s.T, " NH=", s.NH, " HS=", s.HS);
@@ -170,13 +180,7 @@ Result<std::unique_ptr<CudnnAttention>> CudnnAttention::Create(CudnnAttentionOpt
   auto impl = std::make_unique<Impl>();
   impl->api = api;
   impl->options = options;
-  cudnnHandle_t h = nullptr;
-  const cudnnStatus_t rc = api->Create(&h);
-  if (rc != CUDNN_STATUS_SUCCESS) {
-    return Status::Unavailable(StrCat("cuDNN: cudnnCreate failed (",
-                                      VersionString(api->GetVersion()), "): ", CudnnWhy(*api, rc)));
-  }
-  impl->handle = std::unique_ptr<cudnnContext, HandleDeleter>(h, HandleDeleter{api});
+  FP8RT_ASSIGN_OR_RETURN(impl->handle, cudnn_detail::CreateHandle(*api));
   return std::unique_ptr<CudnnAttention>(new CudnnAttention(std::move(impl)));
 }
 

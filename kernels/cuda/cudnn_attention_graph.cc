@@ -350,6 +350,17 @@ T PaddingMask(Graph& g, const Dims& score, const Dims& stride, T x, T seq_q, T s
   return g.Pointwise(CUDNN_POINTWISE_BINARY_SELECT, g.Virtual(score, stride), x, fill, keep);
 }
 
+T SoftmaxWithStats(Graph& g, const Dims& score, const Dims& stride, const Dims& row,
+                   const Dims& row_stride, T s, T stats, cudnnDataType_t p_type) {
+  T m = g.Reduction(CUDNN_REDUCE_TENSOR_MAX, g.Virtual(row, row_stride), s);
+  T e = g.Pointwise(CUDNN_POINTWISE_SUB, g.Virtual(score, stride), s, m);
+  e = g.Pointwise(CUDNN_POINTWISE_EXP, g.Virtual(score, stride), e);
+  T z = g.Reduction(CUDNN_REDUCE_TENSOR_ADD, g.Virtual(row, row_stride), e);
+  T log_z = g.Pointwise(CUDNN_POINTWISE_LOG, g.Virtual(row, row_stride), z);
+  g.Pointwise(CUDNN_POINTWISE_ADD, stats, m, log_z);
+  return g.Pointwise(CUDNN_POINTWISE_DIV, g.Virtual(score, stride, p_type), e, z);
+}
+
 namespace {
 
 // ---- The attention graphs ----
@@ -406,14 +417,7 @@ void BuildForward(Graph& g, const Views& v, const Spelling& sp) {
   T s = g.Matmul(g.Virtual(v.score, v.score_stride), q, kt);
   s = g.Pointwise(CUDNN_POINTWISE_MUL, g.Virtual(v.score, v.score_stride), s, scale);
   s = CausalMask(g, v.score, v.score_stride, s, neg_inf, sp.gen_index_math);
-  // Softmax, spelled as cuDNN's fused engines expect it, saving the log-sum-exp.
-  T m = g.Reduction(CUDNN_REDUCE_TENSOR_MAX, g.Virtual(v.row, v.row_stride), s);
-  T e = g.Pointwise(CUDNN_POINTWISE_SUB, g.Virtual(v.score, v.score_stride), s, m);
-  e = g.Pointwise(CUDNN_POINTWISE_EXP, g.Virtual(v.score, v.score_stride), e);
-  T z = g.Reduction(CUDNN_REDUCE_TENSOR_ADD, g.Virtual(v.row, v.row_stride), e);
-  T log_z = g.Pointwise(CUDNN_POINTWISE_LOG, g.Virtual(v.row, v.row_stride), z);
-  g.Pointwise(CUDNN_POINTWISE_ADD, stats, m, log_z);
-  T p = g.Pointwise(CUDNN_POINTWISE_DIV, g.Virtual(v.score, v.score_stride, kBF16), e, z);
+  T p = SoftmaxWithStats(g, v.score, v.score_stride, v.row, v.row_stride, s, stats, kBF16);
   g.Matmul(out, p, val);
 }
 

@@ -160,6 +160,12 @@ T CausalMask(Graph& g, const Dims& score, const Dims& stride, T x, T fill,
              cudnnDataType_t gen_index_math);
 T PaddingMask(Graph& g, const Dims& score, const Dims& stride, T x, T seq_q, T seq_kv, T fill);
 
+// The softmax of masked scores `s` as the fused engines expect it, saving each row's
+// log-sum-exp (max + log sum exp(s - max)) into `stats` (rows: dims `row`, strides `row_stride`);
+// returns P, virtual, of type p_type.
+T SoftmaxWithStats(Graph& g, const Dims& score, const Dims& stride, const Dims& row,
+                   const Dims& row_stride, T s, T stats, cudnnDataType_t p_type);
+
 // Tensor uids of the variant packs.
 enum Uid : int64_t {
   kQ = 1,
@@ -202,6 +208,9 @@ struct HandleDeleter {
   const CudnnApi* api;
   void operator()(cudnnContext* h) const { api->Destroy(h); }
 };
+using Handle = std::unique_ptr<cudnnContext, HandleDeleter>;
+// A new cuDNN handle; Unavailable naming the loaded library and cuDNN's reason when it fails.
+Result<Handle> CreateHandle(const CudnnApi& api);
 
 // Runs `plan` on `st` with the variant pack (uids[i] -> ptrs[i]) and workspace `ws`; *bound is the
 // stream the handle is set to, updated when it changes.
@@ -214,8 +223,7 @@ Status Execute(const CudnnApi& api, cudnnHandle_t handle, cudaStream_t* bound,
 struct CudnnAttention::Impl {
   const cudnn_detail::CudnnApi* api = nullptr;
   CudnnAttentionOptions options;
-  std::unique_ptr<cudnnContext, cudnn_detail::HandleDeleter> handle{
-      nullptr, cudnn_detail::HandleDeleter{nullptr}};
+  cudnn_detail::Handle handle{nullptr, cudnn_detail::HandleDeleter{nullptr}};
   cudaStream_t stream = nullptr;
   std::map<cudnn_detail::ShapeKey, std::unique_ptr<cudnn_detail::ShapePlans>> plans;
 

@@ -220,15 +220,9 @@ void BuildFp8Forward(Graph& g, const Fp8Views& v, const Fp8Types& ty, const Fp8S
   }
   s = CausalMask(g, v.score, v.score_stride, s, neg_inf, sp.gen_index_math);
 
-  // Softmax with stats [S]: M = MAX ("M", (B,NH,T,1) {h*s_q,s_q,1,1}), sub, exp, Z = ADD ("sum"),
-  // stats = M + log Z ("log", "add"), P = e / Z ("div"). P is virtual and untyped -> FLOAT [T].
-  T m = g.Reduction(CUDNN_REDUCE_TENSOR_MAX, g.Virtual(v.row, v.row_stride), s);
-  T e = g.Pointwise(CUDNN_POINTWISE_SUB, g.Virtual(v.score, v.score_stride), s, m);
-  e = g.Pointwise(CUDNN_POINTWISE_EXP, g.Virtual(v.score, v.score_stride), e);
-  T z = g.Reduction(CUDNN_REDUCE_TENSOR_ADD, g.Virtual(v.row, v.row_stride), e);
-  T log_z = g.Pointwise(CUDNN_POINTWISE_LOG, g.Virtual(v.row, v.row_stride), z);
-  g.Pointwise(CUDNN_POINTWISE_ADD, stats, m, log_z);
-  T p = g.Pointwise(CUDNN_POINTWISE_DIV, g.Virtual(v.score, v.score_stride, kF32), e, z);
+  // Softmax with stats [S]: M = MAX ("M"), sub, exp, Z = ADD ("sum"), stats = M + log Z ("log",
+  // "add"), P = e / Z ("div"), as our BF16 graph's; P is virtual and untyped -> FLOAT [T].
+  T p = SoftmaxWithStats(g, v.score, v.score_stride, v.row, v.row_stride, s, stats, kF32);
 
   g.Reduction(CUDNN_REDUCE_TENSOR_AMAX, amax_s, p);  // "amax_s": of P before scale_s
   // "scale_s": P8 = P * scale_s, typed as Q's type (the cast to FP8) [F]
@@ -404,7 +398,7 @@ Status CheckScalars(const char* who, int alignment,
 struct CudnnFp8Attention::Impl {
   const CudnnApi* api = nullptr;
   CudnnFp8AttentionOptions options;
-  std::unique_ptr<cudnnContext, HandleDeleter> handle{nullptr, HandleDeleter{nullptr}};
+  cudnn_detail::Handle handle{nullptr, HandleDeleter{nullptr}};
   cudaStream_t stream = nullptr;
   std::map<cudnn_detail::Fp8Key, std::unique_ptr<Fp8Plans>> plans;
 
@@ -438,13 +432,7 @@ Result<std::unique_ptr<CudnnFp8Attention>> CudnnFp8Attention::Create(
   auto impl = std::make_unique<Impl>();
   impl->api = api;
   impl->options = options;
-  cudnnHandle_t h = nullptr;
-  const cudnnStatus_t rc = api->Create(&h);
-  if (rc != CUDNN_STATUS_SUCCESS) {
-    return Status::Unavailable(
-        StrCat("cuDNN: cudnnCreate failed: ", cudnn_detail::CudnnWhy(*api, rc)));
-  }
-  impl->handle = std::unique_ptr<cudnnContext, HandleDeleter>(h, HandleDeleter{api});
+  FP8RT_ASSIGN_OR_RETURN(impl->handle, cudnn_detail::CreateHandle(*api));
   return std::unique_ptr<CudnnFp8Attention>(new CudnnFp8Attention(std::move(impl)));
 }
 
