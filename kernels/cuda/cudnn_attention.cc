@@ -124,6 +124,19 @@ Status Execute(const CudnnApi& api, cudnnHandle_t handle, cudaStream_t* bound,
   return Status::Ok();
 }
 
+Result<DeviceBytes> FullSeqLens(int64_t B, int64_t T) {
+  std::vector<int32_t> lens(static_cast<size_t>(2 * B), static_cast<int32_t>(T));
+  void* p = nullptr;
+  FP8RT_CUDA_TRY(cudaMalloc(&p, lens.size() * sizeof(int32_t)));
+  DeviceBytes out(p);
+  FP8RT_CUDA_TRY(
+      cudaMemcpy(p, lens.data(), lens.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  // cudaMemcpy from pageable memory may return before the copy lands, and the legacy stream it
+  // runs on is not ordered with the (non-blocking) stream the attention runs on.
+  FP8RT_CUDA_TRY(cudaDeviceSynchronize());
+  return out;
+}
+
 Result<Handle> CreateHandle(const CudnnApi& api) {
   cudnnHandle_t h = nullptr;
   const cudnnStatus_t rc = api.Create(&h);

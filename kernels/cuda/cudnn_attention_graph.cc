@@ -557,15 +557,7 @@ Status CudnnAttention::Prepare(const AttentionShape& s) {
   plans->bwd_dq_accum = plans->bwd_softmax_sum + RoundUp256(rows * sizeof(float));
   plans->bwd_total = plans->bwd_dq_accum + (det ? 0 : rows * static_cast<size_t>(s.HS) * 4);
   if (plans->padded) {
-    std::vector<int32_t> lens(static_cast<size_t>(2 * s.B), static_cast<int32_t>(s.T));
-    void* p = nullptr;
-    FP8RT_CUDA_TRY(cudaMalloc(&p, lens.size() * sizeof(int32_t)));
-    plans->seq_lens.reset(p);
-    FP8RT_CUDA_TRY(
-        cudaMemcpy(p, lens.data(), lens.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-    // cudaMemcpy from pageable memory may return before the copy lands, and the legacy stream
-    // it runs on is not ordered with the (non-blocking) stream the attention runs on.
-    FP8RT_CUDA_TRY(cudaDeviceSynchronize());
+    FP8RT_ASSIGN_OR_RETURN(plans->seq_lens, cudnn_detail::FullSeqLens(s.B, s.T));
   }
   impl_->plans.emplace(KeyOf(s), std::move(plans));
   return Status::Ok();

@@ -189,6 +189,10 @@ enum Uid : int64_t {
 struct CudaFree {
   void operator()(void* p) const { cudaFree(p); }
 };
+using DeviceBytes = std::unique_ptr<void, CudaFree>;
+// The padding masks' sequence lengths on the device: (2, B) int32, every one T (all sequences
+// are full length). Synchronises: the copy has landed when it returns.
+Result<DeviceBytes> FullSeqLens(int64_t B, int64_t T);
 
 // Everything one shape needs: the two graphs with their plans, the by-value scalars (their
 // addresses go into the variant packs) and the backward's workspace layout.

@@ -499,13 +499,7 @@ Status CudnnFp8Attention::Prepare(const Fp8AttentionShape& s, bool forward_only)
     }
   }
   if (plans->fwd_padded || plans->bwd_padded) {
-    std::vector<int32_t> lens(static_cast<size_t>(2 * s.B), static_cast<int32_t>(s.T));
-    void* p = nullptr;
-    FP8RT_CUDA_TRY(cudaMalloc(&p, lens.size() * sizeof(int32_t)));
-    plans->seq_lens.reset(p);
-    FP8RT_CUDA_TRY(
-        cudaMemcpy(p, lens.data(), lens.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-    FP8RT_CUDA_TRY(cudaDeviceSynchronize());
+    FP8RT_ASSIGN_OR_RETURN(plans->seq_lens, cudnn_detail::FullSeqLens(s.B, s.T));
   }
   impl_->plans[Fp8KeyOf(s)] = std::move(plans);
   if (impl_->options.deterministic) FP8RT_RETURN_IF_ERROR(ProbeRepeats(s));
