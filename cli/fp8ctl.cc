@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "cli/local_daemon.h"
 #include "common/strict_yaml.h"
 #include "common/text.h"
+#include "common/version.h"
 
 namespace fp8rt::fp8ctl {
 namespace {
@@ -88,7 +90,9 @@ int Run(const std::string& cmd, const Conn& c, Args a, std::ostream& out, std::o
 
 int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
   CLI::App app{"fp8ctl: submit and follow fp8rt training jobs (docs/API.md)"};
+  app.name("fp8ctl");
   app.require_subcommand(1);
+  app.set_version_flag("--version", VersionLine("fp8ctl"));
   app.fallthrough();  // --server, --token and --json may come after the verb too
   Conn c;
   Args args;
@@ -147,10 +151,39 @@ int Main(int argc, char** argv, std::ostream& out, std::ostream& err) {
   drain->add_option("--reason", drain_reason, "why (shown by `fp8ctl nodes`)");
   auto* undrain = app.add_subcommand("undrain", "admin: make a drained node schedulable again");
   undrain->add_option("NODE", node_id, "node id")->required();
+  // The verb: the first argument that is not an option (nor --server's or --token's value). None:
+  // the help; one fp8ctl does not know: what it may have meant.
+  std::string verb;
+  for (int i = 1; i < argc && verb.empty(); ++i) {
+    const std::string a = argv[i];
+    if (a == "--server" || a == "--token") {
+      ++i;
+    } else if (a.empty() || a[0] != '-') {
+      verb = a;
+    }
+  }
+  std::vector<std::string> verbs;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    verbs.push_back(sub->get_name());
+  }
+  if (argc == 1) {
+    err << app.help();
+    return kBadInput;
+  }
+  if (!verb.empty() && std::find(verbs.begin(), verbs.end(), verb) == verbs.end()) {
+    const std::string guess = Closest(verb, verbs);
+    err << "fp8ctl: unknown command '" << Printable(verb) << "'"
+        << (guess.empty() ? "" : StrCat("; did you mean '", guess, "'?"))
+        << " (fp8ctl --help lists the commands)\n";
+    return kBadInput;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     out << app.help();
+    return kOk;
+  } catch (const CLI::CallForVersion& e) {
+    out << e.what() << "\n";
     return kOk;
   } catch (const CLI::ParseError& e) {
     err << "fp8ctl: " << e.what() << "\n";

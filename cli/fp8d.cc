@@ -16,6 +16,7 @@
 
 #include "cli/local_daemon.h"
 #include "common/atomic_file.h"
+#include "common/version.h"
 #include "net/http_server.h"
 #include "scheduler/api.h"
 #include "scheduler/auth.h"
@@ -189,6 +190,7 @@ int Main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
   CLI::App app{"fp8d: the fp8rt daemon (scheduler, node daemon, or both in one process)"};
+  app.set_version_flag("--version", VersionLine("fp8d"));
   Options o;
   bool standalone = false, node = false;
   std::string scheduler_url;

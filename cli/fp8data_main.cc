@@ -10,6 +10,7 @@
 
 #include "common/exit_codes.h"
 #include "common/text.h"
+#include "common/version.h"
 #include "runtime/prepare.h"
 
 namespace {
@@ -56,7 +57,7 @@ int main(int argc, char** argv) {
       "files and JSONL into token shards with a validation split, checks shards"};
   app.name("fp8data");
   app.require_subcommand(1);
-  app.set_version_flag("--version", "fp8data (fp8rt)");
+  app.set_version_flag("--version", VersionLine("fp8data"));
 
   TokenizerTrainOptions train;
   auto* tt = app.add_subcommand("train-tokenizer",

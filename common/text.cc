@@ -92,19 +92,23 @@ std::string Closest(std::string_view word, const std::vector<std::string>& known
   std::string best;
   size_t best_d = std::max<size_t>(1, word.size() / 3) + 1;
   for (const std::string& k : known) {
-    // Levenshtein distance, one row at a time.
-    std::vector<size_t> row(k.size() + 1);
-    for (size_t j = 0; j <= k.size(); ++j) row[j] = j;
+    // Optimal string alignment distance: Levenshtein's edits plus a swap of two neighbouring
+    // letters as one ("lsit" is one edit from "list"). Three rows: i - 2, i - 1, i.
+    std::vector<size_t> prev2(k.size() + 1), prev(k.size() + 1), row(k.size() + 1);
+    for (size_t j = 0; j <= k.size(); ++j) prev[j] = j;
     for (size_t i = 1; i <= word.size(); ++i) {
-      size_t diag = row[0];
       row[0] = i;
       for (size_t j = 1; j <= k.size(); ++j) {
-        const size_t up = row[j];
-        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (word[i - 1] == k[j - 1] ? 0 : 1)});
-        diag = up;
+        row[j] = std::min({prev[j] + 1, row[j - 1] + 1,
+                           prev[j - 1] + (word[i - 1] == k[j - 1] ? 0 : 1)});
+        if (i > 1 && j > 1 && word[i - 1] == k[j - 2] && word[i - 2] == k[j - 1]) {
+          row[j] = std::min(row[j], prev2[j - 2] + 1);
+        }
       }
+      std::swap(prev2, prev);
+      std::swap(prev, row);
     }
-    if (row[k.size()] < best_d) best_d = row[k.size()], best = k;
+    if (prev[k.size()] < best_d) best_d = prev[k.size()], best = k;
   }
   return best;
 }

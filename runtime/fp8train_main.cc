@@ -11,6 +11,7 @@
 #include "comm/bootstrap.h"
 #include "comm/world.h"
 #include "common/input_paths.h"
+#include "common/version.h"
 #include "runtime/generate.h"
 #include "runtime/huggingface.h"
 #include "runtime/memory_plan.h"
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   using namespace fp8rt;
   const auto started = std::chrono::steady_clock::now();
   CLI::App app{"fp8train: FP8 GPT training shard (one process per GPU, or the CPU)"};
+  app.set_version_flag("--version", VersionLine("fp8train"));
   std::string config_path, checkpoint_dir, precision, device = "auto", metrics, inspect;
   std::string attention = "auto";
   int64_t steps = -1, inspect_step = -1;

@@ -182,6 +182,12 @@ TEST(Text, ClosestSuggestsANearWordOnly) {
   EXPECT_EQ(Closest("train-tokeniser", verbs), "train-tokenizer");
   EXPECT_EQ(Closest("submit", verbs), "") << "nothing that close";
   EXPECT_EQ(Closest("", verbs), "");
+  // A swap of two neighbouring letters is one edit (fp8ctl's verbs).
+  const std::vector<std::string> ctl = {"submit", "list", "status", "cancel", "logs", "events"};
+  EXPECT_EQ(Closest("lsit", ctl), "list");
+  EXPECT_EQ(Closest("stauts", ctl), "status");
+  EXPECT_EQ(Closest("sbumit", ctl), "submit");
+  EXPECT_EQ(Closest("frobnicate", ctl), "");
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // config, list, status, events, cancel, --wait; and the documented exit codes for a wrong token,
 // another user's job, a malformed spec, an unknown flag and a server that is not there.
 #include <gtest/gtest.h>
+
+#include <filesystem>
 #include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
@@ -180,6 +182,30 @@ TEST_F(Fp8ctl, EveryFailureHasItsExitCodeAndSaysWhat) {
   EXPECT_EQ(dead.code, fp8ctl::kUnreachable) << dead.output;
   EXPECT_TRUE(Has(dead.output, "cannot connect to 127.0.0.1:1")) << dead.output;
   EXPECT_EQ(Req("GET", "/v1/jobs", kAdmin).Json()["jobs"].size(), 1u) << "nothing was added";
+}
+
+// --version on every program; bare fp8ctl prints its help; an unknown verb is named with the
+// nearest known one (after --server's value too), and nothing reaches the server.
+TEST_F(Fp8ctl, VersionHelpAndUnknownVerbs) {
+  for (const char* program : {FP8CTL_PATH, FP8TRAIN_PATH, FP8D_PATH}) {
+    const ProcessResult v =
+        RunProcess({program, "--version"}, {}, dir_.str() + "/v.log", std::chrono::seconds(60));
+    EXPECT_EQ(v.code, 0) << program << ": " << v.output;
+    const std::string name = std::filesystem::path(program).filename().string();
+    EXPECT_TRUE(Has(v.output, name + " 0.")) << v.output;
+    EXPECT_TRUE(Has(v.output, "(fp8rt)")) << v.output;
+  }
+  const ProcessResult bare = RunProcess({FP8CTL_PATH}, {}, dir_.str() + "/b.log",
+                                        std::chrono::seconds(60));
+  EXPECT_EQ(bare.code, fp8ctl::kBadInput) << bare.output;
+  EXPECT_TRUE(Has(bare.output, "submit") && Has(bare.output, "cancel")) << bare.output;
+  const ProcessResult typo = Ctl({"lsit"});
+  EXPECT_EQ(typo.code, fp8ctl::kBadInput) << typo.output;
+  EXPECT_TRUE(Has(typo.output, "unknown command 'lsit'; did you mean 'list'?")) << typo.output;
+  const ProcessResult far = Ctl({"frobnicate", "1"});
+  EXPECT_EQ(far.code, fp8ctl::kBadInput) << far.output;
+  EXPECT_TRUE(Has(far.output, "unknown command 'frobnicate' (fp8ctl --help")) << far.output;
+  EXPECT_EQ(Req("GET", "/v1/jobs", kAdmin).Json()["jobs"].size(), 0u) << "nothing was sent";
 }
 
 TEST_F(Fp8ctl, ServerAndTokenFromTheEnvironmentOrAPrivateConfigFile) {
