@@ -14,8 +14,8 @@
 
 #include "common/cuda_check.h"
 #include "kernels/cudnn_attention.h"
-#include "kernels/cudnn_fp8_attention.h"
 #include "runtime/ops.h"
+#include "runtime/ops_cuda_fp8_attention.h"
 
 namespace fp8rt {
 
@@ -74,7 +74,6 @@ class CudaOps {
   CudaOps() = default;
   ~CudaOps() {
     if (scratch_) cudaFree(scratch_);
-    if (fp8_att_block_) cudaFree(fp8_att_block_);
     for (cudaEvent_t e : {forked_, joined_}) {
       if (e) cudaEventDestroy(e);
     }
@@ -173,7 +172,7 @@ class CudaOps {
     need = std::max(need, cuda::RmsNormBackwardScratchBytes(M, C));
     need = std::max(need, cuda::GlobalNormSquaredScratchBytes(P));
     need = std::max(need, cuda::QuantizeDbiasScratchBytes(M, widest));
-    need = std::max(need, fp8_att_ws_bytes_);  // (fp8.attention's workspace: PrepareFp8Attention)
+    need = std::max(need, fp8_att_.WorkspaceBytes());  // (fp8.attention: PrepareFp8Attention)
     *bytes = need;
     return ReserveScratch(need);
   }
@@ -415,65 +414,23 @@ class CudaOps {
     return cuda::AttentionBackward(*gemm_, dqkv, dout, qkv, static_cast<const T*>(saved), scratch_,
                                    scratch_bytes_, s, stream_);
   }
-  // fp8.attention: cuDNN's fused FP8 attention (kernels/cudnn_fp8_attention.h), deterministic
-  // unless the BF16 attention was asked for cuDNN's nondeterministic backward. Prepare once per
-  // shape at setup, before ReserveScratchFor: *ws is the workspace it then reserves in the op
-  // scratch. cuDNN reads its scalars from 16-byte-aligned places: the scale state's descales
-  // (64-byte slots) directly, its scales (packed floats) copied into a block of 16-byte slots
-  // first; it writes its amaxes into that block, and the passes max them into the scale state's
-  // (sc's amax pointers), NaN sticking, as the casts do across micro-batches.
-  std::string Fp8AttentionKernel() const {
-    return cudnn_fp8_ == nullptr
-               ? "cuDNN FP8 attention (not prepared)"
-               : StrCat(cudnn_fp8_->Version(), " fused FP8 attention",
-                        fp8_att_repeats_ ? ""
-                                         : " (its runs differ in their last bits: training with "
-                                           "it is not bit-reproducible, resume not bit-exact)");
-  }
+  // fp8.attention (runtime/ops_cuda_fp8_attention.h): deterministic unless the BF16 attention
+  // was asked for cuDNN's nondeterministic backward. Prepare once per shape at set-up, before
+  // ReserveScratchFor, which then reserves its workspace in the op scratch.
+  std::string Fp8AttentionKernel() const { return fp8_att_.Kernel(); }
   Status PrepareFp8Attention(const Fp8AttentionShape& s, Fp8AttentionFormats f, size_t* ws) {
-    if (cudnn_fp8_ == nullptr) {
-      cuda::CudnnFp8AttentionOptions o;
-      o.formats = f;
-      o.deterministic = attention_mode_ != AttentionMode::kCudnn || cudnn_deterministic_;
-      o.zero_amax = false;  // (its engines overwrite their amaxes)
-      FP8RT_ASSIGN_OR_RETURN(cudnn_fp8_, cuda::CudnnFp8Attention::Create(o));
-      FP8RT_CUDA_TRY(cudaMalloc(&fp8_att_block_, kFp8AttSlots * 16));
-    }
-    FP8RT_RETURN_IF_ERROR(cudnn_fp8_->Prepare(s));
-    fp8_att_repeats_ = cudnn_fp8_->Repeats(s);
-    *ws = std::max(cudnn_fp8_->ForwardWorkspaceBytes(s), cudnn_fp8_->BackwardWorkspaceBytes(s));
-    fp8_att_ws_bytes_ = std::max(fp8_att_ws_bytes_, *ws);
-    return Status::Ok();
+    return fp8_att_.Prepare(s, f, attention_mode_ != AttentionMode::kCudnn || cudnn_deterministic_,
+                            ws);
   }
   Status Fp8AttentionForward(uint8_t* out, float* stats, const uint8_t* qkv,
                              const Fp8AttentionShape& s, const Fp8AttentionScales& sc) {
-    Fp8AttentionScales mine = sc;
-    mine.amax_s = Fp8AttSlot(0), mine.amax_o = Fp8AttSlot(1);
-    FP8RT_RETURN_IF_ERROR(StageFp8AttScale(&mine.scale_s, 6));
-    FP8RT_RETURN_IF_ERROR(StageFp8AttScale(&mine.scale_o, 7));
-    FP8RT_RETURN_IF_ERROR(
-        cudnn_fp8_->Forward(out, stats, qkv, s, mine, scratch_, scratch_bytes_, stream_));
-    FP8RT_RETURN_IF_ERROR(cuda::ComputeAmax(mine.amax_s, 1, sc.amax_s, stream_));
-    return cuda::ComputeAmax(mine.amax_o, 1, sc.amax_o, stream_);
+    return fp8_att_.Forward(out, stats, qkv, s, sc, scratch_, scratch_bytes_, stream_);
   }
   Status Fp8AttentionBackward(uint8_t* dqkv, const uint8_t* dout, const uint8_t* qkv,
                               const uint8_t* out, const float* stats, const Fp8AttentionShape& s,
                               const Fp8AttentionScales& sc) {
-    Fp8AttentionScales mine = sc;
-    float* a = Fp8AttSlot(2);
-    mine.amax_dp = a, mine.amax_dq = a + 4, mine.amax_dk = a + 8, mine.amax_dv = a + 12;
-    FP8RT_RETURN_IF_ERROR(StageFp8AttScale(&mine.scale_s, 6));
-    FP8RT_RETURN_IF_ERROR(StageFp8AttScale(&mine.scale_dp, 8));
-    FP8RT_RETURN_IF_ERROR(StageFp8AttScale(&mine.scale_dq, 9));
-    FP8RT_RETURN_IF_ERROR(StageFp8AttScale(&mine.scale_dk, 10));
-    FP8RT_RETURN_IF_ERROR(StageFp8AttScale(&mine.scale_dv, 11));
-    FP8RT_RETURN_IF_ERROR(cudnn_fp8_->Backward(dqkv, dout, qkv, out, stats, s, mine, scratch_,
-                                               scratch_bytes_, stream_));
-    float* to[4] = {sc.amax_dp, sc.amax_dq, sc.amax_dk, sc.amax_dv};
-    for (int i = 0; i < 4; ++i) {
-      FP8RT_RETURN_IF_ERROR(cuda::ComputeAmax(a + 4 * i, 1, to[i], stream_));
-    }
-    return Status::Ok();
+    return fp8_att_.Backward(dqkv, dout, qkv, out, stats, s, sc, scratch_, scratch_bytes_,
+                             stream_);
   }
   template <typename T>
   Status CrossEntropy(float* losses, T* logits, const int32_t* targets, int64_t N, int64_t V,
@@ -780,20 +737,7 @@ class CudaOps {
   std::unique_ptr<GemmRunner> gemm_;
   AttentionMode attention_mode_ = AttentionMode::kAuto;
   std::unique_ptr<cuda::CudnnAttention> cudnn_;
-  std::unique_ptr<cuda::CudnnFp8Attention> cudnn_fp8_;
-  // cuDNN FP8 attention's scalars, one per 16-byte slot: its amax outputs (slots 0-5) and the
-  // scales it reads (6-11), copied from the scale state before each call.
-  static constexpr int kFp8AttSlots = 12;
-  float* fp8_att_block_ = nullptr;
-  float* Fp8AttSlot(int i) const { return fp8_att_block_ + 4 * i; }
-  Status StageFp8AttScale(const float** scale, int slot) {
-    float* to = Fp8AttSlot(slot);
-    FP8RT_CUDA_TRY(cudaMemcpyAsync(to, *scale, sizeof(float), cudaMemcpyDeviceToDevice, stream_));
-    *scale = to;
-    return Status::Ok();
-  }
-  size_t fp8_att_ws_bytes_ = 0;
-  bool fp8_att_repeats_ = true;
+  CudaFp8AttentionOps fp8_att_;
   std::string cudnn_refusal_, flash_refusal_;
   std::vector<std::pair<AttentionShape, AttentionMode>> paths_;
   void* scratch_ = nullptr;
