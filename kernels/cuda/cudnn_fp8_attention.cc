@@ -91,6 +91,9 @@ struct Fp8Types {
   cudnnDataType_t o = kE4M3;
   cudnnDataType_t dout = kE5M2;  // dP is cast to this type too ([B] "scale_dP")
   cudnnDataType_t dqkv = kE5M2;  // (FP8 only on sm_90: BF16 outputs need Blackwell, [B])
+  // The byte alignment declared for the scale and amax tensors
+  // (CudnnFp8AttentionOptions::scalar_alignment).
+  int64_t scalar_alignment = 16;
 };
 
 // Alternatives to try, in order, when no engine takes the graph (same idea as kSpellings, [O] 338).
@@ -145,10 +148,8 @@ Fp8Views MakeFp8Views(const Fp8AttentionShape& s) {
 inline int64_t KOffset(const Fp8AttentionShape& s) { return s.NH * s.HS; }
 inline int64_t VOffset(const Fp8AttentionShape& s) { return (s.NH + s.NKV) * s.HS; }
 
-// The scalar alignment of the plan being built (CudnnFp8AttentionOptions::scalar_alignment).
-thread_local int64_t g_scalar_alignment = 16;
-T DeviceScalar(Graph& g, int64_t uid) {
-  return g.Tensor(uid, {1, 1, 1, 1}, {1, 1, 1, 1}, kF32, false, g_scalar_alignment);
+T DeviceScalar(Graph& g, const Fp8Types& ty, int64_t uid) {
+  return g.Tensor(uid, {1, 1, 1, 1}, {1, 1, 1, 1}, kF32, false, ty.scalar_alignment);
 }
 
 // The masks are our BF16 graphs' (CausalMask, PaddingMask in cudnn_attention_graph.cc), the same
@@ -193,14 +194,14 @@ void BuildFp8Forward(Graph& g, const Fp8Views& v, const Fp8Types& ty, const Fp8S
   T stats = g.Tensor(kF8Stats, v.row, v.row_stride, kF32);  // [TE] Stats {b,h,s_q,1}, {h*s_q,s_q,1,1}
   T attn_scale = g.Scalar(kF8AttnScale, kF32);               // by value [TE]/[S8]
   T neg_inf = g.Scalar(kF8NegInf, kF32);                     // by value [F] negative_inf_causal
-  T descale_q = DeviceScalar(g, kF8DescaleQ);
-  T descale_k = DeviceScalar(g, kF8DescaleK);
-  T descale_v = DeviceScalar(g, kF8DescaleV);
-  T descale_s = DeviceScalar(g, kF8DescaleS);
-  T scale_s = DeviceScalar(g, kF8ScaleS);
-  T scale_o = DeviceScalar(g, kF8ScaleO);
-  T amax_s = DeviceScalar(g, kF8AmaxS);  // output
-  T amax_o = DeviceScalar(g, kF8AmaxO);  // output
+  T descale_q = DeviceScalar(g, ty, kF8DescaleQ);
+  T descale_k = DeviceScalar(g, ty, kF8DescaleK);
+  T descale_v = DeviceScalar(g, ty, kF8DescaleV);
+  T descale_s = DeviceScalar(g, ty, kF8DescaleS);
+  T scale_s = DeviceScalar(g, ty, kF8ScaleS);
+  T scale_o = DeviceScalar(g, ty, kF8ScaleO);
+  T amax_s = DeviceScalar(g, ty, kF8AmaxS);  // output
+  T amax_o = DeviceScalar(g, ty, kF8AmaxO);  // output
   T seq_q = nullptr, seq_kv = nullptr;
   if (padded) {  // [F2]: bmm1 m=seq_q n=seq_kv, bmm2 m=seq_q k=seq_kv
     seq_q = g.Tensor(kF8SeqQ, {v.B, 1, 1, 1}, {1, 1, 1, 1}, kI32);
@@ -253,22 +254,22 @@ void BuildFp8Backward(Graph& g, const Fp8Views& v, const Fp8Types& ty, const Fp8
   T dv = g.Tensor(kF8DV, v.kv, v.kv_stride, ty.dqkv);
   T attn_scale = g.Scalar(kF8AttnScale, kF32);
   T neg_inf = g.Scalar(kF8NegInf, kF32);
-  T descale_q = DeviceScalar(g, kF8DescaleQ);
-  T descale_k = DeviceScalar(g, kF8DescaleK);
-  T descale_v = DeviceScalar(g, kF8DescaleV);
-  T descale_o = DeviceScalar(g, kF8DescaleO);
-  T descale_do = DeviceScalar(g, kF8DescaleDO);
-  T descale_s = DeviceScalar(g, kF8DescaleS);
-  T descale_dp = DeviceScalar(g, kF8DescaleDP);
-  T scale_s = DeviceScalar(g, kF8ScaleS);
-  T scale_dp = DeviceScalar(g, kF8ScaleDP);
-  T scale_dq = DeviceScalar(g, kF8ScaleDQ);
-  T scale_dk = DeviceScalar(g, kF8ScaleDK);
-  T scale_dv = DeviceScalar(g, kF8ScaleDV);
-  T amax_dp = DeviceScalar(g, kF8AmaxDP);  // outputs
-  T amax_dq = DeviceScalar(g, kF8AmaxDQ);
-  T amax_dk = DeviceScalar(g, kF8AmaxDK);
-  T amax_dv = DeviceScalar(g, kF8AmaxDV);
+  T descale_q = DeviceScalar(g, ty, kF8DescaleQ);
+  T descale_k = DeviceScalar(g, ty, kF8DescaleK);
+  T descale_v = DeviceScalar(g, ty, kF8DescaleV);
+  T descale_o = DeviceScalar(g, ty, kF8DescaleO);
+  T descale_do = DeviceScalar(g, ty, kF8DescaleDO);
+  T descale_s = DeviceScalar(g, ty, kF8DescaleS);
+  T descale_dp = DeviceScalar(g, ty, kF8DescaleDP);
+  T scale_s = DeviceScalar(g, ty, kF8ScaleS);
+  T scale_dp = DeviceScalar(g, ty, kF8ScaleDP);
+  T scale_dq = DeviceScalar(g, ty, kF8ScaleDQ);
+  T scale_dk = DeviceScalar(g, ty, kF8ScaleDK);
+  T scale_dv = DeviceScalar(g, ty, kF8ScaleDV);
+  T amax_dp = DeviceScalar(g, ty, kF8AmaxDP);  // outputs
+  T amax_dq = DeviceScalar(g, ty, kF8AmaxDQ);
+  T amax_dk = DeviceScalar(g, ty, kF8AmaxDK);
+  T amax_dv = DeviceScalar(g, ty, kF8AmaxDV);
   T seq_q = nullptr, seq_kv = nullptr, pad_fill = nullptr;
   if (padded) {
     seq_q = g.Tensor(kF8SeqQ, {v.B, 1, 1, 1}, {1, 1, 1, 1}, kI32);
@@ -451,8 +452,8 @@ Status CudnnFp8Attention::Prepare(const Fp8AttentionShape& s, bool forward_only)
   auto plans = std::make_unique<Fp8Plans>();
   plans->attn_scale = 1.0f / std::sqrt(static_cast<float>(s.HS));
   const Fp8Views v = MakeFp8Views(s);
-  cudnn_detail::g_scalar_alignment = impl_->options.scalar_alignment;
   Fp8Types ty;
+  ty.scalar_alignment = impl_->options.scalar_alignment;
   ty.qkv = ty.o = CudnnType(impl_->options.formats.fwd);
   ty.dout = ty.dqkv = CudnnType(impl_->options.formats.bwd);
   // Each spelling plain, then (T not a multiple of 128) with the padding mask of full lengths.
