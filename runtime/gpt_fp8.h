@@ -325,18 +325,19 @@ class Fp8State {
   // where their history puts it: P <= 1, so the format's largest value.
   Status InitScales() {
     FP8RT_RETURN_IF_ERROR(ops_->InitScaling(scaling));
-    return FreshProbScales(std::vector<bool>(static_cast<size_t>(o_.model.n_layer), true));
-  }
-  Status FreshProbScales(const std::vector<bool>& layers) {
     if (!o_.fp8.attention) return Status::Ok();
     for (int l = 0; l < o_.model.n_layer; ++l) {
-      if (!layers[static_cast<size_t>(l)]) continue;
       const int i = AttIndex(l, kAttProbs);
-      const float scale = Fp8MaxFinite(FormatOf(i)), inv = 1.0f / scale;
+      const float scale = FreshScale(i), inv = 1.0f / scale;
       FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling.scale + i, &scale, sizeof scale));
       FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling.scale_inv + kScaleSlot * i, &inv, sizeof inv));
     }
     return Status::Ok();
+  }
+  // A fresh tensor's scale: 1, but the format's largest value for the attention probabilities.
+  float FreshScale(int i) const {
+    const bool probs = i >= att_base && (i - att_base) % kNumAttRoles == kAttProbs;
+    return probs ? Fp8MaxFinite(FormatOf(i)) : 1.0f;
   }
   Result<std::vector<Fp8TelemetryRow>> Telemetry();
   // A fresh delayed-scaling state calibrates its first step (fp8.first_step_current); current
@@ -456,13 +457,11 @@ Status Fp8State<Ops>::ImportScales(const std::vector<TensorScaleRecord>& records
   std::map<std::string, const TensorScaleRecord*> by_name;
   for (const auto& r : records) by_name[r.name] = &r;
   size_t matched = 0;
-  std::vector<bool> fresh_probs(static_cast<size_t>(o_.model.n_layer), false);
   FP8RT_RETURN_IF_ERROR(ForEachTensor([&](int i, const std::string& name, bool att) -> Status {
     auto it = by_name.find(name);
     if (it == by_name.end()) {
-      if (att) {
-        const int role = (i - att_base) % kNumAttRoles;
-        if (role == kAttProbs) fresh_probs[static_cast<size_t>((i - att_base) / kNumAttRoles)] = true;
+      if (att) {  // (fresh)
+        scale[i] = FreshScale(i), scale_inv[i * kScaleSlot] = 1.0f / scale[i];
         return Status::Ok();
       }
       return Status::FailedPrecondition(StrCat("FP8 scale state has no tensor '", name,
@@ -498,7 +497,6 @@ Status Fp8State<Ops>::ImportScales(const std::vector<TensorScaleRecord>& records
   FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling.scale, scale.data(), N * 4));
   FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling.scale_inv, scale_inv.data(), N * kScaleSlot * 4));
   FP8RT_RETURN_IF_ERROR(ops_->Upload(scaling.amax, amax.data(), N * 4));
-  FP8RT_RETURN_IF_ERROR(FreshProbScales(fresh_probs));
   calibrate = false;  // the imported history carries on
   return ops_->Upload(scaling.pos, &pos, sizeof(int));
 }

@@ -338,7 +338,8 @@ Result<std::unique_ptr<StateSnapshot>> Gpt<Ops, T>::SnapshotOwnedState() {
       s = ops_->Bf16ToFloat(snapshot_ + k * n, static_cast<const bf16*>(arrays[k]), n);
     } else {
       // Downloaded into the upper half of their FP32 place, then widened in place from the
-      // front: element i's FP32 bytes end before BF16 element i's (2n + 2i >= 4i + 4 for i < n).
+      // front: FP32 element i covers BF16 elements 2i - n and 2i + 1 - n, none after i (i < n),
+      // and half[i] is read before out[i] is written.
       float* out = snapshot_host_ + k * n;
       auto* half = reinterpret_cast<bf16*>(reinterpret_cast<char*>(out) + 2 * n);
       s = ops_->Download(half, arrays[k], static_cast<size_t>(n) * sizeof(bf16));
