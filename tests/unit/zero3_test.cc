@@ -343,6 +343,16 @@ TEST_F(ZeroThree, Bf16MomentsResumeExactlyAndShardLikeFp32Ones) {
   train_extra_ = "";
 }
 
+TEST(MomentsDtype, ReadsFp32AndBf16AndRefusesTheRestNamingIt) {
+  auto bad = ParseRunConfig("data: {train: x}\ntrain: {moments_dtype: fp16}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(Has(bad.status().message(), "train.moments_dtype")) << bad.status().ToString();
+  EXPECT_TRUE(Has(bad.status().message(), "fp16")) << bad.status().ToString();
+  auto ok = ParseRunConfig("data: {train: x}\ntrain: {moments_dtype: bf16}\n");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->train.moments_dtype, "bf16");
+}
+
 TEST(ZeroStage, ReadsFalseTrueOneAndThreeAndRefusesTheRest) {
   for (const auto& [text, stage] : std::vector<std::pair<std::string, int>>{
            {"false", 0}, {"true", 1}, {"0", 0}, {"1", 1}, {"3", 3}}) {
